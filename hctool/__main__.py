@@ -1,0 +1,3 @@
+from hctool.cli import main
+
+main()

@@ -1,0 +1,64 @@
+"""hctool command line: one module per command group under hctool/commands/.
+
+stdout carries data (with --json only JSON); progress and errors go to stderr.
+Heavy imports (torch, the engine) happen inside commands, so --help stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from hctool import __version__
+from hctool.errors import UsageError, report_error
+
+app = typer.Typer(
+    name="hctool",
+    help="Find, reproduce and prevent rank-divergence bugs in tensor-parallel hierarchical KV caches.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"hctool {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    pass
+
+
+def _register() -> None:
+    # Each command module owns its group; order here is the order in --help.
+    from hctool.commands import consensus, launch, lint, repro
+
+    for module in (launch, repro, consensus, lint):
+        module.register(app)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: user mistakes become `Error: ...` and exit 2, never a traceback."""
+    try:
+        app(args=argv, prog_name="hctool")
+    except UsageError as exc:
+        report_error(str(exc), exc.hint)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("Interrupted.", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:  # internal error: still one line unless debugging
+        if os.environ.get("HCTOOL_DEBUG"):
+            raise
+        report_error(f"internal error: {type(exc).__name__}: {exc}", "set HCTOOL_DEBUG=1 for a traceback")
+        sys.exit(2)

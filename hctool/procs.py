@@ -1,0 +1,154 @@
+"""Process plumbing shared by launch, check-consensus run and repro.
+
+Every child is started as a fresh interpreter in its own session (so a terminal
+Ctrl-C reaches only hctool, which then tears the tree down in order) and every
+child tree is reaped with psutil, on success, failure, Ctrl-C and SIGTERM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+INJECT_DIR = Path(__file__).resolve().parent / "inject"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+def kill_tree(pid: int, timeout: float = 5.0) -> None:
+    """SIGTERM a process and all its descendants, then SIGKILL what is left."""
+    try:
+        root = psutil.Process(pid)
+        procs = root.children(recursive=True) + [root]
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.send_signal(signal.SIGTERM)
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    psutil.wait_procs(alive, timeout=timeout)
+
+
+def torchrun_env(rank: int, world_size: int, master_addr: str, master_port: int, local_rank: int | None = None) -> dict[str, str]:
+    """The variables torchrun sets for one worker."""
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_RANK": str(rank if local_rank is None else local_rank),
+        "LOCAL_WORLD_SIZE": str(world_size),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+    }
+
+
+def inject_env(env: dict[str, str], **hctool_vars: str) -> dict[str, str]:
+    """Put hctool's inject/ first on PYTHONPATH so its sitecustomize loads in every
+    Python process started with this environment, and set HCTOOL_* variables."""
+    env = dict(env)
+    parts = [str(INJECT_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
+    for key, value in hctool_vars.items():
+        env[key if key.startswith("HCTOOL_") else f"HCTOOL_{key.upper()}"] = str(value)
+    return env
+
+
+@dataclass
+class Child:
+    name: str
+    popen: subprocess.Popen
+    log_path: Path | None = None
+
+
+@dataclass
+class ProcessSet:
+    """Named child processes that are always reaped together (use as a context manager)."""
+
+    children: list[Child] = field(default_factory=list)
+
+    def start(self, name: str, cmd: list[str], env: dict[str, str] | None = None,
+              log_path: Path | None = None, cwd: str | None = None) -> Child:
+        stdout = stderr = None
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            stdout = open(log_path, "ab", buffering=0)  # noqa: SIM115 - closed with the child
+            stderr = subprocess.STDOUT
+        popen = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=stdout, stderr=stderr,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        if stdout is not None:
+            stdout.close()
+        child = Child(name, popen, log_path)
+        self.children.append(child)
+        return child
+
+    def dead(self) -> list[Child]:
+        return [c for c in self.children if c.popen.poll() is not None]
+
+    def alive(self) -> list[Child]:
+        return [c for c in self.children if c.popen.poll() is None]
+
+    def wait_all(self, deadline: float) -> bool:
+        """Wait until every child exited or the monotonic deadline passed."""
+        while time.monotonic() < deadline:
+            if not self.alive():
+                return True
+            time.sleep(0.05)
+        return not self.alive()
+
+    def terminate_all(self, timeout: float = 5.0) -> None:
+        for c in self.children:
+            kill_tree(c.popen.pid, timeout=timeout)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                c.popen.wait(timeout=timeout)
+
+    def __enter__(self) -> ProcessSet:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.terminate_all()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """Turn SIGTERM (and SIGHUP) into KeyboardInterrupt in the main thread, so the
+    same teardown path runs for Ctrl-C, `kill` and a closed terminal."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def python_cmd(*args: str) -> list[str]:
+    return [sys.executable, *args]

@@ -1,0 +1,38 @@
+"""Shared fixtures. Every test that starts processes must leave none behind."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def no_leftover_processes():
+    """Fail the test if it leaves child processes of this interpreter running."""
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    yield
+    leftover = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    _, alive = psutil.wait_procs(leftover, timeout=5)
+    for p in alive:
+        p.kill()
+    assert not alive, f"processes left behind: {[(p.pid, p.cmdline()) for p in alive]}"
+
+
+@pytest.fixture
+def hctool_cmd():
+    """The CLI as a user runs it, in a real subprocess."""
+    return [sys.executable, "-m", "hctool"]
+
+
+@pytest.fixture
+def clean_env():
+    env = dict(os.environ)
+    env.pop("HCTOOL_DEBUG", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
