@@ -1,0 +1,145 @@
+"""ServerArgs: every engine flag in one validated dataclass (names follow SGLang).
+
+The same class builds the `hctool launch` flag parser and travels to the ranks
+as JSON, so the frontend and every rank see one configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from dataclasses import dataclass, field, fields
+
+WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
+PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
+PREFETCH_VOTES = ("per-poll", "bulk", "per-tick")
+STORAGE_BACKENDS = ("file",)
+
+
+def _opt(default, help: str, choices=None):
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
+@dataclass
+class ModelConfig:
+    """The tiny decoder-only transformer; weights come from `seed`, never a download."""
+
+    vocab_size: int = 32768
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    intermediate_size: int = 256
+    rope_theta: float = 10000.0
+    eos_token_id: int = 0
+    seed: int = 0
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+
+@dataclass
+class ServerArgs:
+    tp_size: int = _opt(1, "tensor-parallel ranks")
+    device: str = _opt("cpu", "cpu or cuda (NCCL for the model's group on cuda)", ("cpu", "cuda"))
+    model_seed: int = _opt(0, "seed of the model weights")
+    page_size: int = _opt(16, "tokens per KV page (L1, L2 and L3 move whole pages)")
+    max_total_tokens: int = _opt(8192, "L1 (device) KV pool size in tokens, per rank")
+    max_running_requests: int = _opt(32, "most requests in a batch")
+    max_prefill_tokens: int = _opt(16384, "most new tokens in one prefill batch")
+    disable_radix_cache: bool = _opt(False, "no prefix reuse at all (the no-cache reference)")
+    enable_hierarchical_cache: bool = _opt(False, "add the L2 host tier (and L3 with a storage backend)")
+    hicache_ratio: float = _opt(2.0, "host pool size as a multiple of the device pool")
+    hicache_size: float = _opt(0.0, "host pool size in GB; overrides --hicache-ratio when > 0")
+    hicache_write_policy: str = _opt("write_through", "when device KV is copied to host", WRITE_POLICIES)
+    hicache_storage_backend: str | None = _opt(None, "L3 backend (file)", STORAGE_BACKENDS)
+    hicache_storage_dir: str | None = _opt(None, "directory of the file backend (default: RUN_DIR/storage)")
+    hicache_storage_prefetch_policy: str = _opt("timeout", "when a storage prefetch may end", PREFETCH_POLICIES)
+    prefetch_timeout_base: float = _opt(1.0, "timeout policy: seconds allowed per prefetch")
+    prefetch_timeout_per_ki_token: float = _opt(0.25, "timeout policy: extra seconds per 1024 tokens")
+    prefetch_timeout_max: float = _opt(10.0, "timeout policy: upper bound in seconds")
+    prefetch_threshold: int = _opt(64, "least number of storage tokens worth a prefetch")
+    prefetch_vote: str = _opt("per-tick", "how ranks agree a prefetch may end: per-poll (SGLang #30760), bulk (#33029), per-tick", PREFETCH_VOTES)
+    dist_timeout: float = _opt(600.0, "torch.distributed group timeout in seconds")
+    run_dir: str = _opt("", "directory for logs, traces and default storage")
+    model: ModelConfig = field(default_factory=ModelConfig, metadata={"cli": False})
+
+    def __post_init__(self) -> None:
+        if isinstance(self.model, dict):
+            self.model = ModelConfig(**self.model)
+        self.model.seed = self.model_seed
+        problems: list[str] = []
+        if self.tp_size < 1:
+            problems.append("--tp must be at least 1")
+        elif self.model.num_heads % self.tp_size:
+            problems.append(f"--tp {self.tp_size} must divide the model's {self.model.num_heads} heads")
+        if self.page_size < 1:
+            problems.append("--page-size must be at least 1")
+        if self.max_total_tokens < 4 * self.page_size:
+            problems.append(f"--max-total-tokens must hold at least 4 pages ({4 * self.page_size} tokens)")
+        if self.max_running_requests < 1:
+            problems.append("--max-running-requests must be at least 1")
+        if self.hicache_ratio <= 1.0 and self.enable_hierarchical_cache and self.hicache_size <= 0:
+            problems.append("--hicache-ratio must be above 1 (the host pool must be larger than the device pool)")
+        for name, allowed in (("hicache_write_policy", WRITE_POLICIES),
+                              ("hicache_storage_prefetch_policy", PREFETCH_POLICIES),
+                              ("prefetch_vote", PREFETCH_VOTES), ("device", ("cpu", "cuda"))):
+            if getattr(self, name) not in allowed:
+                problems.append(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}")
+        if self.hicache_storage_backend not in (None, *STORAGE_BACKENDS):
+            problems.append(f"--hicache-storage-backend must be one of {', '.join(STORAGE_BACKENDS)}")
+        if self.hicache_storage_backend and not self.enable_hierarchical_cache:
+            problems.append("--hicache-storage-backend needs --enable-hierarchical-cache")
+        if self.enable_hierarchical_cache and self.disable_radix_cache:
+            problems.append("--enable-hierarchical-cache cannot be combined with --disable-radix-cache")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @property
+    def max_context_len(self) -> int:
+        """Longest prompt + output one request may have: it must fit the L1 pool."""
+        return self.max_total_tokens - self.page_size
+
+    # --- transport ------------------------------------------------------------
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ServerArgs:
+        return cls(**json.loads(text))
+
+    # --- command line ---------------------------------------------------------
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser) -> None:
+        for f in fields(cls):
+            if f.metadata.get("cli") is False or f.name == "tp_size":
+                continue
+            flag = "--" + f.name.replace("_", "-")
+            kwargs: dict = {"dest": f.name, "default": f.default, "help": f.metadata.get("help")}
+            if f.type in ("bool", bool):
+                kwargs["action"] = "store_true"
+            else:
+                kwargs["type"] = {"int": int, "float": float}.get(str(f.type), str)
+                if f.metadata.get("choices"):
+                    kwargs["choices"] = f.metadata["choices"]
+            parser.add_argument(flag, **kwargs)
+
+    @classmethod
+    def from_cli(cls, argv: list[str], **overrides) -> ServerArgs:
+        """Parse engine flags; raises ValueError with a one-line reason on bad input."""
+        parser = _RaisingParser(prog="hctool launch", add_help=False)
+        cls.add_cli_args(parser)
+        ns = parser.parse_args(argv)
+        return cls(**{**vars(ns), **overrides})
+
+    @classmethod
+    def cli_help(cls) -> str:
+        parser = argparse.ArgumentParser(prog="engine flags", add_help=False)
+        cls.add_cli_args(parser)
+        return parser.format_help()
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would print usage and exit
+        raise ValueError(message)

@@ -1,0 +1,290 @@
+"""HTTP frontend: an SGLang-compatible subset of the API in front of rank 0.
+
+Run as `python -m engine.frontend` by `hctool launch`. It listens for rank 0 on
+HCTOOL_IPC_PORT (multiprocessing.connection, authkey HCTOOL_IPC_AUTHKEY) and
+serves HTTP on HCTOOL_HTTP_HOST:HCTOOL_HTTP_PORT. Every request is validated
+here, so nothing a client sends reaches the ranks unless it is servable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import threading
+import uuid
+from multiprocessing.connection import Connection, Listener
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+from engine import tokenizer
+from engine.config import ServerArgs
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily
+
+DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default
+
+
+# Counters rank 0 reports (cumulative totals): name -> (HELP, label name or None, label values).
+KNOWN_COUNTERS = {
+    "hicache_load_back_tokens_total": ("Tokens loaded back from the host tier (L2) to the device tier (L1).", None, ()),
+    "hicache_cached_tokens_total": ("Prompt tokens served from a cache, by the tier that served them.",
+                                    "cache_source", ("device", "host", "storage")),
+    "hicache_backup_tokens_total": ("Tokens copied from the device tier to the host tier (backup).", None, ()),
+    "hicache_prefetched_tokens_total": ("Tokens prefetched from storage (L3) into the host tier.", None, ()),
+    "hicache_evicted_tokens_total": ("Tokens evicted from the device tier.", None, ()),
+}
+
+
+class MetricsSnapshot:
+    """The latest cumulative counters from rank 0, rendered as Prometheus text.
+
+    Rank 0 owns the totals, so this is a collector over its last report rather
+    than prometheus_client Counters that would need increments."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self):
+        self.counters: dict = {name: ({v: 0 for v in values} if label else 0)
+                               for name, (_, label, values) in KNOWN_COUNTERS.items()}
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+
+    def update(self, counters: dict) -> None:
+        merged = dict(self.counters)
+        for name, value in counters.items():
+            if isinstance(value, dict) and isinstance(merged.get(name), dict):
+                value = {**merged[name], **value}
+            merged[name] = value
+        self.counters = merged  # one reference swap: scrapes never see a half update
+
+    def collect(self):
+        for name, value in self.counters.items():
+            help_text, label, _ = KNOWN_COUNTERS.get(name, (f"{name} as reported by rank 0.", None, ()))
+            if isinstance(value, dict):
+                family = CounterMetricFamily(name, help_text, labels=[label or "label"])
+                for label_value, v in sorted(value.items()):
+                    family.add_metric([str(label_value)], v)
+            else:
+                family = CounterMetricFamily(name, help_text, value=value)
+            yield family
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class BadRequest(Exception):
+    """A client mistake: answered with 400 and never forwarded to the ranks."""
+
+
+class RankLink:
+    """The one connection to rank 0: a reader thread resolves per-request futures."""
+
+    def __init__(self, listener: Listener, metrics: MetricsSnapshot):
+        self.listener = listener
+        self.metrics = metrics
+        self.conn: Connection | None = None
+        self.ready: dict | None = None  # the ready message, once every rank is up
+        self.disconnected = False
+        self.pending: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
+        self.lock = threading.Lock()  # guards pending and serializes sends
+
+    @property
+    def healthy(self) -> bool:
+        return self.ready is not None and not self.disconnected
+
+    def run(self) -> None:
+        """Reader thread: accept rank 0, then dispatch its messages until it goes away."""
+        self.conn = self.listener.accept()
+        print(f"rank 0 connected from {self.listener.last_accepted}", file=sys.stderr, flush=True)
+        try:
+            while True:
+                self._dispatch(self.conn.recv())
+        except (EOFError, OSError) as exc:
+            print(f"rank 0 disconnected ({type(exc).__name__}); failing pending requests",
+                  file=sys.stderr, flush=True)
+        finally:
+            self.disconnected = True
+            with self.lock:
+                pending, self.pending = self.pending, {}
+            for key in pending:
+                self._resolve(pending, key, {"type": "error", "status": 503, "message": "engine rank 0 disconnected"})
+
+    def _dispatch(self, msg: dict) -> None:
+        kind = msg.get("type")
+        if kind == "ready":
+            self.ready = msg
+            print(f"ready: {msg}", file=sys.stderr, flush=True)
+        elif kind == "metrics":
+            self.metrics.update(msg.get("counters", {}))
+        elif kind in ("result", "error"):
+            self._resolve(self.pending, "req:" + msg["rid"], msg)
+        elif kind == "flush_done":
+            self._resolve(self.pending, "flush:" + msg["id"], msg)
+        else:
+            print(f"ignoring unknown message from rank 0: {kind!r}", file=sys.stderr, flush=True)
+
+    def _resolve(self, pending: dict, key: str, msg: dict) -> None:
+        with self.lock:
+            entry = pending.pop(key, None)
+        if entry is None:
+            return
+        loop, fut = entry
+        loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(msg))
+
+    async def call(self, key: str, msg: dict) -> dict:
+        """Send one message and wait for the answer keyed by `key` (rid or flush id)."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        with self.lock:
+            if self.disconnected or self.conn is None:
+                raise ConnectionError("engine rank 0 is not connected")
+            if key in self.pending:
+                raise BadRequest(f"a request with rid {key.split(':', 1)[1]!r} is already in flight")
+            self.pending[key] = (loop, fut)
+        # A slow or stuck rank 0 must not block the event loop (and /health) on a full pipe.
+        try:
+            await asyncio.to_thread(self._send, msg)
+        except OSError as exc:
+            with self.lock:
+                self.pending.pop(key, None)
+            raise ConnectionError(f"engine rank 0 is not reachable: {exc}") from None
+        # On client disconnect this await is cancelled; the key stays reserved until
+        # rank 0 answers, because the request is still live on the ranks.
+        return await fut
+
+    def _send(self, msg: dict) -> None:
+        with self.lock:
+            self.conn.send(msg)
+
+
+def _int(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"{what} must be an integer, got {value!r}")
+    return value
+
+
+def parse_generate(body: bytes, vocab_size: int, max_context_len: int) -> dict:
+    """Validate a /generate body into the generate message for rank 0."""
+    try:
+        req = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"malformed JSON: {exc}") from None
+    if not isinstance(req, dict):
+        raise BadRequest("the body must be a JSON object")
+    if req.get("stream"):
+        raise BadRequest("streaming is not supported")
+    has_text, has_ids = req.get("text") is not None, req.get("input_ids") is not None
+    if has_text == has_ids:
+        raise BadRequest("give exactly one of 'text' and 'input_ids'")
+    if has_text:
+        if not isinstance(req["text"], str):
+            raise BadRequest("'text' must be a string (batch requests are not supported)")
+        input_ids = tokenizer.encode(req["text"])
+    else:
+        input_ids = req["input_ids"]
+        if not isinstance(input_ids, list):
+            raise BadRequest("'input_ids' must be a list of integers")
+        if input_ids and isinstance(input_ids[0], list):
+            raise BadRequest("batch requests are not supported")
+        for i in input_ids:
+            if not 0 <= _int(i, "every input id") < vocab_size:
+                raise BadRequest(f"input id {i} is outside the vocabulary [0, {vocab_size})")
+    if not input_ids:
+        raise BadRequest("the prompt is empty")
+
+    sp = req.get("sampling_params") or {}
+    if not isinstance(sp, dict):
+        raise BadRequest("'sampling_params' must be an object")
+    max_new = sp.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
+    if _int(max_new, "max_new_tokens") < 0:
+        raise BadRequest(f"max_new_tokens must not be negative, got {max_new}")
+    temperature = sp.get("temperature", 1.0)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
+        raise BadRequest(f"temperature must be a non-negative number, got {temperature!r}")
+    ignore_eos = sp.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise BadRequest(f"ignore_eos must be true or false, got {ignore_eos!r}")
+    if len(input_ids) + max_new > max_context_len:
+        raise BadRequest(f"prompt ({len(input_ids)} tokens) + max_new_tokens ({max_new}) exceeds the "
+                         f"maximum context length {max_context_len} (the KV pool can never hold it)")
+    rid = req.get("rid")
+    if rid is None:
+        rid = uuid.uuid4().hex
+    elif not isinstance(rid, str) or not rid:
+        raise BadRequest("'rid' must be a non-empty string")
+    # Unknown sampling keys are ignored, as SGLang does.
+    return {"type": "generate", "rid": rid, "input_ids": input_ids,
+            "sampling_params": {"max_new_tokens": max_new, "temperature": float(temperature),
+                                "ignore_eos": ignore_eos}}
+
+
+def build_app(link: RankLink, server_args: ServerArgs) -> FastAPI:
+    app = FastAPI(title="hctool engine", docs_url=None, redoc_url=None, openapi_url=None)
+
+    def error(status: int, message: str) -> JSONResponse:
+        return JSONResponse({"error": message}, status_code=status)
+
+    @app.get("/health")
+    async def health() -> Response:
+        if link.healthy:
+            return Response(status_code=200)
+        return error(503, "engine rank 0 disconnected" if link.disconnected else "engine is starting")
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return PlainTextResponse(link.metrics.render(), media_type=link.metrics.content_type)
+
+    @app.post("/generate")
+    async def generate(request: Request) -> Response:
+        if not link.healthy:
+            return error(503, "engine is not ready")
+        ready = link.ready
+        try:
+            msg = parse_generate(await request.body(), ready["vocab_size"], ready["max_context_len"])
+            answer = await link.call("req:" + msg["rid"], msg)
+        except BadRequest as exc:
+            return error(400, str(exc))
+        except ConnectionError as exc:
+            return error(503, str(exc))
+        if answer["type"] == "error":
+            return error(answer.get("status", 500), answer.get("message", "engine error"))
+        output_ids = answer["output_ids"]
+        return JSONResponse({"text": tokenizer.decode(output_ids), "output_ids": output_ids,
+                             "meta_info": {"id": msg["rid"], **answer.get("meta_info", {})}})
+
+    @app.api_route("/flush_cache", methods=["GET", "POST"])
+    async def flush_cache() -> Response:
+        if not link.healthy:
+            return error(503, "engine is not ready")
+        flush_id = uuid.uuid4().hex
+        try:
+            answer = await link.call("flush:" + flush_id, {"type": "flush_cache", "id": flush_id})
+        except ConnectionError as exc:
+            return error(503, str(exc))
+        if answer["type"] == "error":
+            return error(answer.get("status", 503), answer.get("message", "engine error"))
+        if not answer.get("ok"):
+            return error(400, answer.get("message") or "cache not flushed: requests are running")
+        return PlainTextResponse(answer.get("message") or "Cache flushed.\n")
+
+    return app
+
+
+def main() -> None:
+    server_args = ServerArgs.from_json(os.environ["HCTOOL_ENGINE_ARGS"])
+    listener = Listener(("127.0.0.1", int(os.environ["HCTOOL_IPC_PORT"])),
+                        authkey=bytes.fromhex(os.environ["HCTOOL_IPC_AUTHKEY"]))
+    link = RankLink(listener, MetricsSnapshot())
+    threading.Thread(target=link.run, name="rank0-reader", daemon=True).start()
+    config = uvicorn.Config(build_app(link, server_args), host=os.environ.get("HCTOOL_HTTP_HOST", "127.0.0.1"),
+                            port=int(os.environ["HCTOOL_HTTP_PORT"]), log_level="warning",
+                            access_log=False, timeout_graceful_shutdown=1)
+    uvicorn.Server(config).run()
+
+
+if __name__ == "__main__":
+    main()

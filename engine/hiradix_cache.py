@@ -1,0 +1,328 @@
+"""HiRadixCache: the radix cache with an L2 host tier and an optional L3 store.
+
+Tree mutations must be identical on every rank while their triggers (copy
+events, IO threads, clocks) are rank-local, so each trigger is turned into a
+number every rank agrees on with a collective on the TP CPU group
+(`check_hicache_events`, the prefetch votes) before the tree changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import time
+
+import torch
+import torch.distributed as dist
+
+from engine.cache_controller import HiCacheController
+from engine.config import ServerArgs
+from engine.memory_pool import KVPool, PagedAllocator
+from engine.radix_cache import RadixCache, TreeNode, chain_hashes
+from engine.storage import BackupOperation, PrefetchOperation, StorageIO
+
+
+class HiRadixCache(RadixCache):
+    def __init__(self, args: ServerArgs, allocator: PagedAllocator, device_pool: KVPool,
+                 host_pool: KVPool, host_allocator: PagedAllocator, tp_cpu_group, device: torch.device,
+                 storage_io: StorageIO | None = None):
+        self.host_allocator = host_allocator
+        super().__init__(args.page_size, allocator)
+        self.args = args
+        self.tp_cpu_group = tp_cpu_group
+        self.cache_controller = HiCacheController(device_pool, host_pool, device)
+        self.write_policy = args.hicache_write_policy
+        self.prefetch_vote = args.prefetch_vote
+        self.storage_io = storage_io
+        self.ongoing_prefetch: dict[str, PrefetchOperation] = {}  # insertion order is replicated
+        self.prefetched_tokens: dict[str, int] = {}  # rid -> tokens its prefetch inserted
+        self.load_back_tokens_total = 0
+        self.backup_tokens_total = 0
+        self.prefetched_tokens_total = 0
+
+    # -- host tier ------------------------------------------------------------------
+    def inc_host_ref(self, node: TreeNode) -> None:
+        """Mutates: host_ref of node and ancestors (their host pages stay put)."""
+        while node is not None:
+            node.host_ref += 1
+            node = node.parent
+
+    def dec_host_ref(self, node: TreeNode) -> None:
+        while node is not None:
+            node.host_ref -= 1
+            assert node.host_ref >= 0, "host_ref underflow"
+            node = node.parent
+
+    def alloc_host(self, num_pages: int) -> list[int] | None:
+        """Mutates: host allocator, and the tree when host leaves must be dropped."""
+        short = num_pages * self.page_size - self.host_allocator.logical_available_size()
+        if short > 0:
+            self.evict_host(short)
+        return self.host_allocator.alloc(num_pages)
+
+    def evict_host(self, num_tokens: int) -> int:
+        """Mutates: drops least recently used host-only leaves (L2 -> gone)."""
+        def droppable(n: TreeNode) -> bool:
+            return n.evicted and n.backuped and not n.children and n.host_ref == 0 and n is not self.root
+        heap = [n for n in self.nodes() if droppable(n)]
+        heapq.heapify(heap)
+        dropped = 0
+        while dropped < num_tokens and heap:
+            node = heapq.heappop(heap)
+            self.host_allocator.free(node.host_value)
+            self._delete(node)
+            dropped += len(node.key)
+            if droppable(node.parent):
+                heapq.heappush(heap, node.parent)
+        return dropped
+
+    def write_backup(self, node: TreeNode) -> bool:
+        """Mutates: node (host pages, writing) and the D2H stream. The copy is
+        submitted at once so a later eviction can defer its free on the event."""
+        if node.backuped or node.writing or node.evicted:
+            return True
+        host_pages = self.alloc_host(len(node.value))
+        if host_pages is None:
+            return False
+        node.host_value, node.writing = host_pages, True
+        self.cache_controller.write(node.value, host_pages, node)
+        node.write_event = self.cache_controller.start_writing()
+        return True
+
+    def backup_new_nodes(self, nodes: list[TreeNode]) -> None:
+        """Apply the write policy to nodes that just got device KV."""
+        for node in nodes:
+            if self.write_policy == "write_through" or (
+                    self.write_policy == "write_through_selective" and node.hit_count >= 2):
+                self.write_backup(node)
+
+    def _evict_device(self, node: TreeNode) -> int:
+        if not node.backuped and not node.writing and self.write_policy == "write_back":
+            self.write_backup(node)
+        if node.backuped or node.writing:
+            # Device pages still being read by the D2H copy are freed when it ends:
+            # the tree changes now on every rank, the free count lags per rank.
+            self.allocator.free(node.value, after=None if node.backuped else node.write_event)
+            node.value = None
+            return len(node.key)
+        if node.children or node.host_ref:
+            return 0
+        self.allocator.free(node.value)
+        self._delete(node)
+        return len(node.key)
+
+    # -- load-back (L2 -> L1) ---------------------------------------------------------
+    def init_load_back(self, last_host_node: TreeNode) -> list[TreeNode] | None:
+        """Mutates: gives every evicted node from last_host_node up to the first device
+        ancestor new device pages and queues their H2D copy. None if L1 is full."""
+        chain = []
+        node = last_host_node
+        while node.evicted:
+            chain.append(node)
+            node = node.parent
+        chain.reverse()
+        if not chain:
+            return []
+        # Keep the device ancestor and the host chain while evicting for room.
+        self.inc_lock_ref(node)
+        self.inc_host_ref(last_host_node)  # released by the load ack
+        pages = self.alloc_pages(sum(len(n.host_value) for n in chain))
+        self.dec_lock_ref(node)
+        if pages is None:
+            self.dec_host_ref(last_host_node)
+            return None
+        at = 0
+        for n in chain:
+            n.value, at = pages[at:at + len(n.host_value)], at + len(n.host_value)
+            self.load_back_tokens_total += len(n.key)
+        self.cache_controller.load([p for n in chain for p in n.host_value], pages, last_host_node)
+        return chain
+
+    # -- the per-tick agreement -------------------------------------------------------
+    def _prefetch_set_digest(self) -> int:
+        h = hashlib.blake2b("\0".join(self.ongoing_prefetch).encode(), digest_size=7)
+        return int.from_bytes(h.digest(), "little")  # < 2**56, so -d fits int64
+
+    def check_hicache_events(self) -> None:
+        """Once per tick on every rank: one packed MIN all_reduce of the ready counts
+        (write acks, load acks, storage backups) and of [d, -d] for a digest d of the
+        live prefetch set, then every rank pops the same number of acks."""
+        if self.storage_io is not None and self.storage_io.error is not None:
+            raise RuntimeError(f"HiCache storage IO thread failed: {self.storage_io.error!r}")
+        c = self.cache_controller
+        d = self._prefetch_set_digest()
+        backups = self.storage_io.backup_ready_count() if self.storage_io else 0
+        counts = torch.tensor([c.ready_count(c.ack_write_queue), c.ready_count(c.ack_load_queue), backups, d, -d],
+                              dtype=torch.int64)
+        dist.all_reduce(counts, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
+        writes, loads, backups, dmin, neg_dmax = (int(x) for x in counts.tolist())
+        if dmin != -neg_dmax:
+            raise RuntimeError(f"HiCache live prefetch set diverged across ranks (local digest {d:x}, "
+                               f"{len(self.ongoing_prefetch)} prefetches)")
+        for ack in c.pop_acks(c.ack_write_queue, writes):
+            self.backup_tokens_total += ack.tokens
+            for node in ack.nodes:
+                self._finish_write(node, ack.event)
+        for ack in c.pop_acks(c.ack_load_queue, loads):
+            for node in ack.nodes:
+                self.dec_host_ref(node)
+        if self.storage_io is not None:
+            for op in self.storage_io.pop_backups(backups):
+                self.dec_host_ref(op.node)
+        if self.prefetch_vote == "per-tick" and self.ongoing_prefetch:
+            self._vote_all_prefetches()
+
+    def _finish_write(self, node: TreeNode, event) -> None:
+        # A node split while its copy ran shares the event with its upper part.
+        while node is not None and node.writing and node.write_event is event:
+            node.writing, node.backuped, node.write_event = False, True, None
+            if self.storage_io is not None:
+                self.inc_host_ref(node)
+                self.storage_io.backup(BackupOperation(node, list(node.hash_value), list(node.host_value)))
+            node = node.parent
+
+    # -- storage prefetch (L3 -> L2) --------------------------------------------------
+    def prefetch_from_storage(self, rid: str, key, last_host_node: TreeNode, matched: int) -> None:
+        """Mutates: host allocator, anchor's host_ref, ongoing_prefetch. Starts fetching
+        the pages after the matched prefix when enough of them may be in storage."""
+        if self.storage_io is None or rid in self.ongoing_prefetch:
+            return
+        rest = tuple(key[matched: len(key) - len(key) % self.page_size])
+        if len(rest) < max(self.args.prefetch_threshold, self.page_size):
+            return
+        prev = last_host_node.hash_value[-1] if last_host_node.hash_value else ""
+        hashes = chain_hashes(prev, rest, self.page_size)
+        self.inc_host_ref(last_host_node)  # the anchor must outlive the prefetch
+        host_pages = self.alloc_host(len(hashes))
+        if host_pages is None:
+            self.dec_host_ref(last_host_node)
+            return
+        op = PrefetchOperation(rid, last_host_node, rest, hashes, host_pages)
+        self.ongoing_prefetch[rid] = op
+        self.storage_io.prefetch(op)
+
+    def can_terminate_prefetch(self, op: PrefetchOperation) -> bool:
+        """Rank-local: whether this rank may stop waiting for this prefetch."""
+        if op.done.is_set():
+            return True
+        policy = self.args.hicache_storage_prefetch_policy
+        if policy == "best_effort":
+            return True
+        if policy == "wait_complete":
+            return False
+        a = self.args
+        budget = min(a.prefetch_timeout_max, a.prefetch_timeout_base + a.prefetch_timeout_per_ki_token * len(op.token_ids) / 1024)
+        return time.monotonic() - op.start_time >= budget
+
+    def check_prefetch_progress(self, rid: str) -> bool:
+        """May request `rid` be admitted? per-poll: votes right here, once per call
+        (the shape of SGLang #30760: called per waiting request inside the admission
+        loop, whose exit is rank-local). Other variants decided before the loop."""
+        op = self.ongoing_prefetch.get(rid)
+        if op is None:
+            return True
+        return self._vote_prefetch(op)
+
+    def prefetch_ready(self, rid: str) -> bool:
+        """Read-only poll for the bulk and per-tick variants."""
+        return rid not in self.ongoing_prefetch
+
+    def check_prefetch_progress_bulk(self, rids: list[str]) -> None:
+        """bulk (SGLang #33029): vote for every prefetching request of the broadcast
+        waiting queue, once per tick, before the admission loop."""
+        for rid in rids:
+            op = self.ongoing_prefetch.get(rid)
+            if op is not None:
+                self._vote_prefetch(op)
+
+    def _vote_prefetch(self, op: PrefetchOperation) -> bool:
+        state = torch.tensor([int(not self.can_terminate_prefetch(op)), int(op.terminate_flag.is_set())],
+                             dtype=torch.int64)
+        dist.all_reduce(state, op=dist.ReduceOp.MAX, group=self.tp_cpu_group)
+        if int(state[0]) > 0:
+            return False
+        op.terminate()
+        completed = torch.tensor([op.completed_tokens], dtype=torch.int64)
+        dist.all_reduce(completed, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
+        self._finish_prefetch(op, int(completed.item()))
+        return True
+
+    def _vote_all_prefetches(self) -> None:
+        """per-tick: one MAX all_reduce over [not terminable, -completed] of every live
+        prefetch in insertion order; -max(-c) is the MIN completed count."""
+        ops = list(self.ongoing_prefetch.values())
+        snap = [[int(not self.can_terminate_prefetch(op)), -op.completed_tokens] for op in ops]
+        votes = torch.tensor(snap, dtype=torch.int64).reshape(-1)
+        dist.all_reduce(votes, op=dist.ReduceOp.MAX, group=self.tp_cpu_group)
+        for op, (not_terminable, neg_completed) in zip(ops, votes.view(-1, 2).tolist()):
+            if not_terminable == 0:
+                op.terminate()
+                self._finish_prefetch(op, -neg_completed)
+
+    def _finish_prefetch(self, op: PrefetchOperation, completed: int) -> None:
+        """Mutates: inserts the agreed number of fetched pages as host-only nodes under
+        the anchor, frees the rest, releases the anchor."""
+        pages = completed // self.page_size
+        dup = self._insert_host(op.anchor, op.token_ids[: pages * self.page_size], op.host_pages[:pages],
+                                op.hashes[:pages])
+        self.host_allocator.free(dup + op.host_pages[pages:])
+        self.dec_host_ref(op.anchor)
+        del self.ongoing_prefetch[op.rid]
+        inserted = pages * self.page_size - len(dup) * self.page_size
+        self.prefetched_tokens[op.rid] = inserted
+        self.prefetched_tokens_total += inserted
+
+    def _insert_host(self, anchor: TreeNode, tokens, host_pages: list[int], hashes: list[str]) -> list[int]:
+        """Mutates: adds host-only nodes below anchor; returns host pages not needed."""
+        node, done, p = anchor, 0, self.page_size
+        while done < len(tokens):
+            rest = tokens[done:]
+            child = node.children.get(rest[:p])
+            if child is None:
+                leaf = TreeNode(node, rest, None, hashes[done // p:])
+                leaf.host_value, leaf.backuped, leaf.last_access = host_pages[done // p:], True, self.clock
+                node.children[rest[:p]] = leaf
+                return host_pages[: done // p]
+            n = self._common_len(child.key, rest)
+            if n < len(child.key):
+                child = self._split(child, n)
+            node, done = child, done + n
+        return list(host_pages)
+
+    # -- lifecycle --------------------------------------------------------------------
+    def host_pages_in_use(self) -> int:
+        tree = sum(len(n.host_value) for n in self.nodes() if n.host_value is not None)
+        return tree + sum(len(op.host_pages) for op in self.ongoing_prefetch.values())
+
+    def check_integrity(self, pages_in_use: int) -> None:
+        super().check_integrity(pages_in_use)
+        total = self.host_allocator.num_pages
+        free = self.host_allocator.logical_available_size() // self.page_size
+        used = self.host_pages_in_use()
+        if free + used != total:
+            raise AssertionError(f"L2 leak: free {free} + used {used} != total {total}")
+        for n in self.nodes():
+            if n.evicted and n.host_value is None:
+                raise AssertionError(f"node {n.id} has neither device nor host copy")
+            if n.host_ref < 0:
+                raise AssertionError(f"node {n.id} host_ref {n.host_ref}")
+
+    def flush(self) -> None:
+        """Mutates: everything. Callers ensure no request is running or waiting."""
+        c = self.cache_controller
+        c.write_stream.synchronize()
+        c.load_stream.synchronize()
+        # Every copy is done on every rank now, so the agreed counts pop everything;
+        # write acks may start storage backups, which must finish before pages go.
+        self.check_hicache_events()
+        if self.storage_io is not None:
+            for op in list(self.storage_io.ack_backup_queue):
+                if not op.done.wait(120.0):
+                    raise RuntimeError("storage backup did not finish")
+            self.check_hicache_events()
+        for n in self.nodes():
+            if not n.evicted:
+                self.allocator.free(n.value)
+            if n.host_value is not None:
+                self.host_allocator.free(n.host_value)
+        self.reset()

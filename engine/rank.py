@@ -1,0 +1,99 @@
+"""One TP rank: `python -m engine.rank`, started by `hctool launch` (or torchrun)
+with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and HCTOOL_ENGINE_ARGS.
+
+Rank 0 also talks to the frontend over a multiprocessing connection at
+HCTOOL_IPC_HOST:HCTOOL_IPC_PORT; the other ranks only see what rank 0
+broadcasts each tick.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from datetime import timedelta
+from multiprocessing.connection import Client, Connection
+
+import torch
+import torch.distributed as dist
+
+from engine.config import ServerArgs
+from engine.scheduler import Scheduler
+
+CONNECT_TIMEOUT_S = 120.0
+
+
+def connect_frontend() -> Connection:
+    host = os.environ.get("HCTOOL_IPC_HOST", "127.0.0.1")
+    port = int(os.environ["HCTOOL_IPC_PORT"])
+    key = bytes.fromhex(os.environ["HCTOOL_IPC_AUTHKEY"])
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    while True:
+        try:
+            return Client((host, port), authkey=key)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"frontend at {host}:{port} did not accept a connection")
+            time.sleep(0.1)
+
+
+class FrontendLink:
+    """Rank 0's side of the frontend connection."""
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+
+    def recv(self, timeout: float) -> list[dict]:
+        msgs = []
+        try:
+            if self.conn.poll(timeout):
+                while True:
+                    msgs.append(self.conn.recv())
+                    if not self.conn.poll(0):
+                        break
+        except (EOFError, OSError):
+            msgs.append({"type": "shutdown"})  # the frontend is gone: stop every rank
+        return msgs
+
+    def send(self, msg: dict) -> None:
+        try:
+            self.conn.send(msg)
+        except (BrokenPipeError, OSError):
+            pass  # the shutdown message arrives on the next recv
+
+
+def main() -> None:
+    args = ServerArgs.from_json(os.environ["HCTOOL_ENGINE_ARGS"])
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    if world != args.tp_size:
+        sys.exit(f"WORLD_SIZE {world} != --tp {args.tp_size}")
+    cuda = args.device == "cuda"
+    device = torch.device(f"cuda:{local_rank}") if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    torch.set_num_threads(1)  # ranks share the host's cores; one BLAS thread each
+    timeout = timedelta(seconds=args.dist_timeout)
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=timeout, device_id=device if cuda else None)
+    # Created in the same order on every rank: the model uses the default group,
+    # scheduling agreement the TP CPU group, the storage prefetch thread its own.
+    tp_cpu_group = dist.new_group(backend="gloo", timeout=timeout)
+    io_group = dist.new_group(backend="gloo", timeout=timeout)
+    link = FrontendLink(connect_frontend()) if rank == 0 else None
+    scheduler = Scheduler(args, rank, world, tp_cpu_group, io_group, device,
+                          recv_from_frontend=link.recv if link else None,
+                          send_to_frontend=link.send if link else None)
+    dist.barrier(group=tp_cpu_group)
+    print(f"rank {rank}/{world} ready on {device}", file=sys.stderr, flush=True)
+    if link is not None:
+        link.send({"type": "ready", "world_size": world, "vocab_size": args.model.vocab_size,
+                   "max_context_len": args.max_context_len})
+    try:
+        scheduler.event_loop()
+    finally:
+        scheduler.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""L3 storage: the HiCacheStorage interface, the file backend, and the IO threads
+that prefetch pages into the host pool and back host pages up to storage."""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from engine import streams
+from engine.memory_pool import KVPool
+
+
+class HiCacheStorage(ABC):
+    """Pages addressed by hash-chained keys; one page = K and V of every layer."""
+
+    @abstractmethod
+    def batch_exists(self, keys: list[str]) -> int:
+        """Number of leading keys present."""
+
+    @abstractmethod
+    def batch_get(self, keys: list[str], host_pool: KVPool, host_pages: list[int]) -> int:
+        """Read pages into the host pool; returns how many leading pages were read."""
+
+    @abstractmethod
+    def batch_set(self, keys: list[str], host_pool: KVPool, host_pages: list[int]) -> int:
+        """Write pages from the host pool; returns how many are stored."""
+
+
+class HiCacheFile(HiCacheStorage):
+    """One file per page and rank: `<key>_tp<size>_<rank>.bin` in a directory."""
+
+    def __init__(self, directory: str, tp_rank: int, tp_size: int):
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.suffix = f"_tp{tp_size}_{tp_rank}.bin"
+
+    def _path(self, key: str) -> Path:
+        return self.dir / f"{key}{self.suffix}"
+
+    def batch_exists(self, keys: list[str]) -> int:
+        for i, key in enumerate(keys):
+            if not self._path(key).exists():
+                return i
+        return len(keys)
+
+    def batch_get(self, keys: list[str], host_pool: KVPool, host_pages: list[int]) -> int:
+        delay = streams.FAULT_DELAYS_MS.get("storage", 0.0)
+        shape = (2, host_pool.num_layers, host_pool.page_size, *host_pool.k_buffer.shape[2:])
+        for i, (key, page) in enumerate(zip(keys, host_pages)):
+            if delay:
+                time.sleep(delay / 1000.0)
+            try:
+                data = np.fromfile(self._path(key), dtype=np.float32)
+            except OSError:
+                return i
+            if data.size != int(np.prod(shape)):
+                return i  # written by another model or layout: a miss, not garbage
+            host_pool.write_page(page, torch.from_numpy(data).view(shape))
+        return len(keys)
+
+    def batch_set(self, keys: list[str], host_pool: KVPool, host_pages: list[int]) -> int:
+        for key, page in zip(keys, host_pages):
+            path = self._path(key)
+            if path.exists():
+                continue
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            host_pool.read_page(page).numpy().tofile(tmp)
+            os.replace(tmp, path)  # readers never see a half-written page
+        return len(keys)
+
+
+@dataclass
+class PrefetchOperation:
+    rid: str
+    anchor: object                 # tree node the fetched pages hang under (host-protected)
+    token_ids: tuple[int, ...]     # page-aligned tokens after the anchor
+    hashes: list[str]
+    host_pages: list[int]
+    start_time: float = field(default_factory=time.monotonic)  # rank-local, for the timeout policy
+    completed_tokens: int = 0      # written by the IO thread
+    storage_hit_tokens: int = -1   # agreed (MIN) number of tokens present in storage
+    terminate_flag: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def terminate(self, timeout: float = 120.0) -> None:
+        """Stop fetching and wait until the IO thread no longer touches host pages."""
+        self.terminate_flag.set()
+        if not self.done.wait(timeout):
+            raise RuntimeError(f"prefetch {self.rid}: IO thread did not stop")
+
+
+@dataclass
+class BackupOperation:
+    node: object
+    hashes: list[str]
+    host_pages: list[int]
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class StorageIO:
+    """Per-rank IO threads. The prefetch thread agrees on each operation's storage
+    hit with a MIN all_reduce on its own gloo group, in queue order, so every rank
+    fetches the same number of pages; how far it gets in time is rank-local."""
+
+    def __init__(self, backend: HiCacheStorage, host_pool: KVPool, io_group, page_size: int):
+        self.backend, self.host_pool, self.io_group, self.page_size = backend, host_pool, io_group, page_size
+        self.prefetch_queue: queue.Queue = queue.Queue()
+        self.backup_queue: queue.Queue = queue.Queue()
+        self.ack_backup_queue: deque[BackupOperation] = deque()
+        self.error: BaseException | None = None
+        self._threads = [
+            threading.Thread(target=self._guard, args=(self.prefetch_thread_func,), name="hicache-prefetch", daemon=True),
+            threading.Thread(target=self._guard, args=(self.backup_thread_func,), name="hicache-backup", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _guard(self, fn) -> None:
+        try:
+            fn()
+        except BaseException as exc:  # surfaced by the scheduler on its next tick
+            self.error = exc
+
+    def prefetch(self, op: PrefetchOperation) -> None:
+        self.prefetch_queue.put(op)
+
+    def backup(self, op: BackupOperation) -> None:
+        self.ack_backup_queue.append(op)
+        self.backup_queue.put(op)
+
+    def prefetch_thread_func(self) -> None:
+        while True:
+            op = self.prefetch_queue.get()
+            if op is None:
+                return
+            hit = torch.tensor([self.backend.batch_exists(op.hashes)], dtype=torch.int64)
+            # Every operation gets this vote on every rank, terminated or not, so the
+            # IO group's sequence of collectives stays identical.
+            dist.all_reduce(hit, op=dist.ReduceOp.MIN, group=self.io_group)
+            pages = int(hit.item())
+            op.storage_hit_tokens = pages * self.page_size
+            for i in range(pages):
+                if op.terminate_flag.is_set():
+                    break
+                if self.backend.batch_get(op.hashes[i:i + 1], self.host_pool, op.host_pages[i:i + 1]) != 1:
+                    break
+                op.completed_tokens += self.page_size
+            op.done.set()
+
+    def backup_thread_func(self) -> None:
+        while True:
+            op = self.backup_queue.get()
+            if op is None:
+                return
+            self.backend.batch_set(op.hashes, self.host_pool, op.host_pages)
+            op.done.set()
+
+    def backup_ready_count(self) -> int:
+        n = 0
+        for op in self.ack_backup_queue:
+            if not op.done.is_set():
+                break
+            n += 1
+        return n
+
+    def pop_backups(self, n: int) -> list[BackupOperation]:
+        return [self.ack_backup_queue.popleft() for _ in range(n)]
+
+    def close(self) -> None:
+        self.prefetch_queue.put(None)
+        self.backup_queue.put(None)
