@@ -36,6 +36,9 @@ KNOWN_COUNTERS = {
     "hicache_backup_tokens_total": ("Tokens copied from the device tier to the host tier (backup).", None, ()),
     "hicache_prefetched_tokens_total": ("Tokens prefetched from storage (L3) into the host tier.", None, ()),
     "hicache_evicted_tokens_total": ("Tokens evicted from the device tier.", None, ()),
+    "prompt_tokens_total": ("Prompt tokens of finished requests.", None, ()),
+    "generation_tokens_total": ("Tokens generated.", None, ()),
+    "requests_total": ("Requests finished.", None, ()),
 }
 
 

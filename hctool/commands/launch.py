@@ -1,7 +1,172 @@
-"""Placeholder until this command group lands."""
+"""`hctool launch`: start a frontend and N engine ranks, print `ready: URL`, watch them.
+
+Exit codes: 0 after Ctrl-C, SIGTERM or SIGHUP (a requested stop is a clean stop);
+1 when a process of the topology died or startup did not finish in time;
+2 on usage errors. Every process of the topology is gone when it returns.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from pathlib import Path
 
 import typer
+from rich.console import Console
+
+from hctool.errors import UsageError
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+HELP = """Start an HTTP frontend and --tp engine ranks; print `ready: http://HOST:PORT` on stdout.
+
+Options not listed below are engine flags (see the list at the end), e.g.
+`hctool launch --tp 2 --enable-hierarchical-cache --max-total-tokens 4096`.
+"""
+
+
+# Engine flags that launch sets itself (from --cuda/--cpu and --run-dir).
+LAUNCH_OWNED = ("--device", "--run-dir")
+
+
+def _engine_flags_help() -> str:
+    from engine.config import ServerArgs
+
+    text = ServerArgs.cli_help()
+    lines, skipping = [], False
+    for line in text[text.index("options:"):].splitlines()[1:]:
+        if line.startswith("  --"):  # a new flag; --device and --run-dir are launch's own options
+            skipping = line.split()[0] in LAUNCH_OWNED
+        if not skipping:
+            lines.append(line)
+    # Keep argparse's layout: rich would reflow it, so mark it as a literal block.
+    return "\b\nEngine flags:\n" + "\n".join(lines)
+
+
+def _detect_device(cuda: bool | None, tp: int) -> str:
+    if cuda is False:
+        return "cpu"
+    if cuda is None and not os.path.exists("/dev/nvidiactl"):
+        return "cpu"  # no driver: skip importing torch just to learn that
+    import torch
+
+    available = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if cuda is None:
+        return "cuda" if available >= tp else "cpu"
+    if available < tp:
+        raise UsageError(f"--cuda needs {tp} CUDA devices, found {available}", "drop --cuda or lower --tp")
+    return "cuda"
+
+
+def _validate_faults(specs: list[str]) -> None:
+    if not specs:
+        return
+    from hctool.inject.faults import parse_fault
+
+    for spec in specs:
+        try:
+            parse_fault(spec)
+        except ValueError as exc:
+            raise UsageError(f"bad --inject {spec!r}: {exc}", "e.g. --inject h2d-sleep:rank=1,ms=30") from None
+
+
+def launch(
+    ctx: typer.Context,
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel ranks."),
+    host: str = typer.Option("127.0.0.1", "--host", help="HTTP listen address."),
+    port: int = typer.Option(0, "--port", help="HTTP port (0: pick a free one)."),
+    run_dir: Path = typer.Option(None, "--run-dir", help="Logs, traces and default storage (default: ./hctool-runs/launch-TIME-PID)."),
+    inject: list[str] = typer.Option([], "--inject", help="Fault for the ranks, e.g. h2d-sleep:rank=1,ms=30 (repeatable)."),
+    probes: list[str] = typer.Option([], "--probes", help="Python module the ranks import at startup (repeatable)."),
+    cuda: bool = typer.Option(None, "--cuda/--cpu", help="Device (default: CUDA when there is a GPU per rank)."),
+    startup_timeout: float = typer.Option(300.0, "--startup-timeout", help="Seconds to wait for every rank to serve."),
+) -> None:
+    from engine.config import ServerArgs
+    from hctool.launch import Topology, TopologyError
+    from hctool.procs import sigterm_as_interrupt
+
+    device = _detect_device(cuda, tp)
+    if run_dir is None:
+        run_dir = Path("hctool-runs") / f"launch-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    run_dir = run_dir.resolve()
+    for arg in ctx.args:
+        if arg.split("=")[0] in LAUNCH_OWNED:
+            raise UsageError(f"{arg.split('=')[0]} is set by launch", "use --cuda/--cpu and launch's --run-dir")
+    try:
+        server_args = ServerArgs.from_cli(list(ctx.args), tp_size=tp, device=device, run_dir=str(run_dir))
+    except ValueError as exc:
+        raise UsageError(str(exc), "see `hctool launch --help` for the engine flags") from None
+    _validate_faults(inject)
+    if not 0 <= port < 65536:
+        raise UsageError(f"--port {port} is not a port number")
+    if port and not _can_bind(host, port):
+        raise UsageError(f"{host}:{port} is in use or not a local address", "pick another --port, or 0 for a free one")
+
+    topology = Topology(server_args, run_dir, faults=inject, probes=probes, host=host, port=port or None)
+    err.print(f"run dir: {run_dir}")
+    code = 0
+    with sigterm_as_interrupt():
+        try:
+            err.print(f"starting frontend and {tp} rank(s) on {device} ...")
+            url = topology.start(timeout=startup_timeout)
+            err.print("logs: " + " ".join(str(p) for p in topology.log_paths.values()))
+            print(f"ready: {url}", flush=True)
+            death = topology.wait_for_death()
+            _stop(topology)
+            _report_death(death)
+            code = 1
+        except TopologyError as exc:
+            _stop(topology)
+            if exc.death is not None:
+                _report_death(exc.death)
+            else:
+                err.print(f"Error: {exc}")
+            code = 1
+        except KeyboardInterrupt as exc:
+            err.print(f"stopping ({str(exc) or 'SIGINT'}) ...")
+            _stop(topology)
+            err.print("stopped")
+        finally:
+            _stop(topology)  # idempotent; also covers internal errors
+    raise typer.Exit(code)
+
+
+def _can_bind(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _report_death(death) -> None:
+    """The dead process's last log lines (its traceback, usually), then one Error line."""
+    if death.returncode > 0:
+        try:
+            tail = death.log_path.read_text(errors="replace").splitlines()[-8:]
+        except OSError:
+            tail = []
+        for line in tail:
+            err.print(f"  {death.name} | {line}", markup=False)
+    err.print(f"Error: {death.message()}", markup=False)
+
+
+def _stop(topology) -> None:
+    # A second Ctrl-C must not cut the teardown short and leave ranks behind.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    topology.stop()
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command(
+        "launch",
+        help=HELP,
+        epilog=_engine_flags_help(),
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )(launch)

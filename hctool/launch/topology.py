@@ -1,0 +1,194 @@
+"""One serving topology: an HTTP frontend process plus N engine ranks.
+
+Every process is a fresh interpreter (never fork, so hctool's sitecustomize
+loads in each) in its own session, with a log file in the run directory.
+A waiter thread per child records when it exited, so after a cascade (rank 1
+is killed, rank 0 then fails in gloo) we can name the process that died first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import secrets
+import signal
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import requests
+
+from engine.config import ServerArgs
+from hctool.procs import Child, ProcessSet, describe_exit, free_port, inject_env, kill_tree, python_cmd, torchrun_env
+
+
+SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+class TopologyError(RuntimeError):
+    """Startup failed: a process died (`death` says which) or the engine was not ready in time."""
+
+    def __init__(self, message: str, death: Death | None = None):
+        super().__init__(message)
+        self.death = death
+
+
+@dataclasses.dataclass
+class Death:
+    name: str  # "frontend" or "rank N"
+    returncode: int
+    log_path: Path
+    when: float  # monotonic time of exit
+
+    def message(self) -> str:
+        return f"{self.name} died ({describe_exit(self.returncode)}); see {self.log_path}"
+
+
+class Topology:
+    """Start, watch and tear down frontend + ranks (use as a context manager)."""
+
+    def __init__(self, server_args: ServerArgs, run_dir: str | Path, faults: list[str] = (),
+                 probes: list[str] = (), extra_env: dict[str, str] | None = None,
+                 host: str = "127.0.0.1", port: int | None = None, rank_module: str = "engine.rank"):
+        self.run_dir = Path(run_dir).resolve()
+        if not server_args.run_dir:
+            server_args = dataclasses.replace(server_args, run_dir=str(self.run_dir))
+        self.server_args = server_args
+        self.faults, self.probes = list(faults), list(probes)
+        self.extra_env = dict(extra_env or {})
+        self.host, self.port = host, port
+        self.rank_module = rank_module
+        self.procs = ProcessSet()
+        self.log_paths: dict[str, Path] = {}
+        self.base_url: str | None = None
+        self._deaths: list[Death] = []
+        self._death_event = threading.Event()
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    # --- lifecycle ----------------------------------------------------------
+    def start(self, timeout: float = 300.0) -> str:
+        """Start every process and return the base URL once /health is 200."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        ports = _distinct_free_ports(3 if self.port is None else 2)
+        ipc_port, master_port = ports[0], ports[1]
+        self.port = self.port or ports[2]
+        authkey = secrets.token_hex(16)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.extra_env}
+        # Children import the same engine/ and hctool/ as this process, installed or not.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (SOURCE_ROOT, env.get("PYTHONPATH")) if p)
+        hctool_vars = {"HCTOOL_RUN_DIR": str(self.run_dir)}
+        if self.faults:
+            hctool_vars["HCTOOL_FAULTS"] = ";".join(self.faults)
+        if self.probes:
+            hctool_vars["HCTOOL_PROBES"] = ",".join(self.probes)
+        env = inject_env(env, **hctool_vars)
+        common = {"HCTOOL_ENGINE_ARGS": self.server_args.to_json(),
+                  "HCTOOL_IPC_PORT": str(ipc_port), "HCTOOL_IPC_AUTHKEY": authkey}
+
+        self._spawn("frontend", "engine.frontend", {
+            **env, **common, "HCTOOL_HTTP_HOST": self.host, "HCTOOL_HTTP_PORT": str(self.port)})
+        world = self.server_args.tp_size
+        for rank in range(world):
+            self._spawn(f"rank {rank}", self.rank_module, {
+                **env, **common, **torchrun_env(rank, world, "127.0.0.1", master_port),
+                "HCTOOL_IPC_HOST": "127.0.0.1"})
+
+        connect_host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        health = f"http://{_url_host(connect_host)}:{self.port}/health"
+        deadline = time.monotonic() + timeout
+        while True:
+            death = self.first_death()
+            if death is not None:
+                raise TopologyError(death.message(), death)
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(health, timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise TopologyError(f"not ready after {timeout:g} s; see the logs in {self.run_dir}")
+            self._death_event.wait(0.1)
+        self.base_url = f"http://{_url_host(self.host)}:{self.port}"
+        return self.base_url
+
+    def _spawn(self, name: str, module: str, env: dict[str, str]) -> Child:
+        log_path = self.run_dir / (name.replace(" ", "") + ".log")
+        self.log_paths[name] = log_path
+        child = self.procs.start(name, python_cmd("-m", module), env=env, log_path=log_path)
+        threading.Thread(target=self._wait_child, args=(child,), name=f"wait-{name}", daemon=True).start()
+        return child
+
+    def _wait_child(self, child: Child) -> None:
+        returncode = child.popen.wait()
+        with self._lock:
+            self._deaths.append(Death(child.name, returncode, child.log_path, time.monotonic()))
+        self._death_event.set()
+
+    def wait_for_death(self, timeout: float | None = None) -> Death | None:
+        """Block until some process of the topology exits; the first one to die."""
+        self._death_event.wait(timeout)
+        return self.first_death()
+
+    def first_death(self) -> Death | None:
+        with self._lock:
+            return min(self._deaths, key=lambda d: d.when, default=None)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Tear everything down: SIGTERM then SIGKILL every process of every child's
+        session, so even descendants of an already-dead child are found. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        sessions = [c.popen.pid for c in self.procs.children]
+        for child in self.procs.children:
+            if child.popen.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.popen.pid, signal.SIGTERM)  # all at once; a lone rank would hang in gloo
+        for child in self.procs.children:
+            kill_tree(child.popen.pid, timeout=timeout)
+        leftovers = [p for p in psutil.process_iter() if _session_of(p.pid) in sessions]
+        for p in leftovers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        psutil.wait_procs(leftovers, timeout=timeout)
+        for child in self.procs.children:
+            with contextlib.suppress(Exception):
+                child.popen.wait(timeout=timeout)
+
+    # --- what the repro harness asks --------------------------------------
+    def pids_by_rank(self) -> dict[int, int]:
+        return {int(c.name.split()[1]): c.popen.pid for c in self.procs.children if c.name.startswith("rank ")}
+
+    def pids(self) -> dict[str, int]:
+        return {c.name: c.popen.pid for c in self.procs.children}
+
+    def dead(self) -> list[tuple[str, int]]:
+        with self._lock:
+            return [(d.name, d.returncode) for d in sorted(self._deaths, key=lambda d: d.when)]
+
+    def __enter__(self) -> Topology:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
+def _distinct_free_ports(n: int) -> list[int]:
+    ports: list[int] = []
+    while len(ports) < n:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
