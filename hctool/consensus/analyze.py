@@ -1,0 +1,146 @@
+"""From traces to the check-consensus report (DESIGN.md contract)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from hctool.consensus.align import Channel, channel_members, find_divergence, route
+from hctool.consensus.trace import TraceDirReader, is_flight_recorder_dir, read_flight_recorder
+
+
+class Tracker:
+    """Channels fed from events; shared by the offline analyzer and LiveWatcher."""
+
+    def __init__(self) -> None:
+        self.channels: dict[str, Channel] = {}
+        self.groups: dict[str, list[int]] = {}
+        self.ranks: set[int] = set()
+        self.world_size: int | None = None
+        self.last_event: dict[int, dict] = {}
+
+    def add(self, ev: dict, now: float) -> None:
+        key = route(ev, self.groups)
+        if key is None:
+            return
+        ch = self.channels.get(key)
+        if ch is None:
+            members = None if ev["g"] == "labels" else channel_members(key, self.groups)
+            if " p2p " in key:
+                members = sorted({ev["rank"], ev["peer"]})
+            ch = self.channels[key] = Channel(key, members)
+        ch.add(ev, now)
+        self.ranks.add(ev["rank"])
+        self.last_event[ev["rank"]] = ev
+
+    def all_ranks(self) -> list[int]:
+        n = self.world_size or 0
+        return sorted(self.ranks | set(range(n)))
+
+    def prune(self) -> None:
+        ranks = self.all_ranks()
+        for ch in self.channels.values():
+            ch.prune(ranks)
+
+    def first_divergence(self, ended: dict[int, str | None], now: float, hang_after: float | None,
+                         final: bool) -> dict | None:
+        ranks = self.all_ranks()
+        found = [f for ch in self.channels.values()
+                 if (f := find_divergence(ch, ranks, ended, now, hang_after, final)) is not None]
+        # A rank missing from one group is often a consequence of its own divergent
+        # call in another group: prefer a finding that names a call over a missing one.
+        return min(found, key=lambda f: (f["kind"] == "missing", f["time"])) if found else None
+
+    def blocked(self) -> dict[int, dict]:
+        """Each rank's calls that never completed."""
+        out: dict[int, dict] = {}
+        for ch in self.channels.values():
+            for r, seq in ch.seqs.items():
+                for ev in seq:
+                    if ev["state"] != "completed":
+                        out.setdefault(r, ev)
+        return out
+
+
+def _rank_entry(ev: dict | None, last: dict | None) -> dict:
+    if ev is None:
+        entry = {"op": None, "site": None, "function": None, "shapes": [], "dtypes": [], "reduce_op": None,
+                 "root": None, "label": None, "state": "absent"}
+        if last is not None:
+            entry["last_seen"] = f"{last['op']} at {last.get('site')} ({last['g']})"
+        return entry
+    entry = {"op": ev["op"], "site": ev.get("site"), "function": ev.get("fn"), "shapes": ev.get("sh", []),
+             "dtypes": ev.get("dt", []), "reduce_op": ev.get("ro"),
+             "root": ev.get("root") if "dir" not in ev else ev.get("peer"),
+             "label": ev.get("label"), "state": "completed" if ev["state"] == "completed" else "blocked",
+             "stack": [s.rsplit("/", 1)[-1] for s in ev.get("stack", [])]}
+    return entry
+
+
+def build_report(tracker: Tracker, ended: dict[int, str | None], finding: dict | None,
+                 stacks: dict[str, str] | None, final: bool) -> dict:
+    ranks = tracker.all_ranks()
+    crashed = [r for r in ranks if ended.get(r) == "crashed"]
+    first = None
+    if finding is not None:
+        first = {"group": finding["channel"], "seq": finding["seq"], "kind": finding["kind"],
+                 "culprit_ranks": finding["culprits"],
+                 "ranks": {str(r): _rank_entry(e, tracker.last_event.get(r)) for r, e in sorted(finding["events"].items())}}
+        if finding["kind"] == "missing":
+            culprit_states = {ended.get(r) for r in finding["culprits"]}
+            verdict = "crashed" if "crashed" in culprit_states else ("hung" if None in culprit_states else "diverged")
+        else:
+            verdict = "diverged"
+    elif crashed:
+        verdict = "crashed"
+    elif tracker.blocked() or (final and any(ended.get(r) is None for r in ranks)):
+        verdict = "hung"
+    else:
+        verdict = "consistent"
+    return {"verdict": verdict, "world_size": tracker.world_size or len(ranks), "first_divergence": first,
+            "stacks": dict(stacks or {})}
+
+
+def ended_states(reader_ranks: dict, exit_codes: dict[int, int | None] | None, ranks: list[int]) -> dict[int, str | None]:
+    """Per rank: None (running or killed by hctool), "clean" or "crashed".
+    Exit codes, when the caller knows them, win over the traces' end records."""
+    out: dict[int, str | None] = {}
+    for r in ranks:
+        rt = reader_ranks.get(r)
+        out[r] = rt.ended if rt is not None else None
+        if exit_codes and r in exit_codes:
+            code = exit_codes[r]
+            if code is not None:  # a live process may already have written its end record
+                out[r] = "clean" if code == 0 else "crashed"
+    return out
+
+
+def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: dict[str, str] | None = None) -> dict:
+    path = os.fspath(path)
+    tracker = Tracker()
+    now = time.monotonic()
+    if not any(n.endswith(".jsonl") for n in os.listdir(path)) and is_flight_recorder_dir(path):
+        per_rank, groups = read_flight_recorder(path)
+        tracker.groups.update(groups)
+        tracker.world_size = len(per_rank)
+        for r in sorted(per_rank):
+            for ev in per_rank[r]:
+                tracker.add(ev, now)
+        # A Flight Recorder dump says nothing about exits; the dump itself means the rank got there.
+        ended = {r: "clean" for r in per_rank}
+        if exit_codes:
+            ended.update({r: None if c is None else ("clean" if c == 0 else "crashed") for r, c in exit_codes.items()})
+    else:
+        reader = TraceDirReader(path)
+        events = reader.poll()
+        tracker.groups.update(reader.groups)
+        tracker.world_size = reader.world_size
+        for ev in events:
+            tracker.add(ev, now)
+        ended = ended_states(reader.ranks, exit_codes, tracker.all_ranks())
+        if exit_codes is None:
+            # No end record and no exit code: the process died without atexit (SIGKILL, abort).
+            ended = {r: ("crashed" if s is None and r in reader.ranks else s) for r, s in ended.items()}
+    tracker.prune()
+    finding = tracker.first_divergence(ended, now, hang_after=None, final=True)
+    return build_report(tracker, ended, finding, stacks, final=True)

@@ -1,0 +1,74 @@
+"""LiveWatcher: the supervisor's view of a running job, from the trace files.
+
+The supervisor calls check() in its own loop (every ~0.2 s). Each call reads
+only the bytes appended since the previous one, folds them into the per-group
+channels, drops the prefix every member agreed on and completed (memory stays
+bounded on long runs), and looks for a divergence or a call blocked longer
+than hang_after while a peer is elsewhere. The ranks' process groups are
+never used for this.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+
+from hctool.consensus.analyze import Tracker, build_report, ended_states
+from hctool.consensus.trace import TraceDirReader
+
+
+class LiveWatcher:
+    def __init__(self, trace_dir, world_size: int | None, hang_after: float = 5.0, settle: float = 0.5):
+        self.reader = TraceDirReader(str(trace_dir))
+        self.tracker = Tracker()
+        self.tracker.world_size = world_size
+        self.hang_after = hang_after
+        self.settle = settle
+        self.events_seen = 0
+        self.detection: dict | None = None  # wall times of the divergent call and of its detection
+
+    def check(self, exit_codes: dict[int, int | None] | None = None) -> dict | None:
+        """A report (verdict diverged, hung or crashed) once the ranks disagree or
+        a call waits past hang_after for a peer that is elsewhere; else None.
+        exit_codes: what the supervisor knows of its rank processes (None: alive)."""
+        now = time.monotonic()
+        new = self.reader.poll()
+        self.tracker.groups.update(self.reader.groups)
+        if self.reader.world_size and not self.tracker.world_size:
+            self.tracker.world_size = self.reader.world_size
+        for ev in new:
+            self.tracker.add(ev, now)
+        self.events_seen += len(new)
+        self.tracker.prune()
+        ended = ended_states(self.reader.ranks, exit_codes, self.tracker.all_ranks())
+        for r, state in ended.items():  # a rank gone without an end record was killed or aborted
+            rt = self.reader.ranks.get(r)
+            if state is None and rt is not None and (exit_codes is None or r not in exit_codes) and not _alive(rt.pid):
+                ended[r] = "crashed"
+        finding = self.tracker.first_divergence(ended, now, self.hang_after, final=False)
+        if finding is None:
+            return None
+        report = build_report(self.tracker, ended, finding, None, final=False)
+        self.detection = {"divergent_call_wall": finding["time"], "detected_wall": time.time()}
+        return report
+
+    def latency_s(self) -> float | None:
+        """Seconds from the first divergent call to its detection."""
+        if not self.detection:
+            return None
+        return max(0.0, self.detection["detected_wall"] - self.detection["divergent_call_wall"])
+
+    def pending(self) -> int:
+        """Events held in memory (the part not yet agreed by every member)."""
+        return sum(len(s) for ch in self.tracker.channels.values() for s in ch.seqs.values())
+
+    def pids(self) -> dict[int, int]:
+        return {r: rt.pid for r, rt in self.reader.ranks.items()}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -1,0 +1,49 @@
+"""Rich rendering of a check-consensus report (the JSON stays the data)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+_VERDICT_STYLE = {"consistent": "bold green", "diverged": "bold red", "hung": "bold yellow", "crashed": "bold red"}
+
+
+def _chain(entry: dict) -> str:
+    # "check_prefetch_progress <- get_new_batch_prefill": the call site's function and its callers
+    names = [s.rsplit(" ", 1)[-1] for s in entry.get("stack", [])[:3]]
+    return " <- ".join(names)
+
+
+def render(report: dict, console: Console) -> None:
+    verdict = report["verdict"]
+    line = Text(f"{verdict.upper()}", style=_VERDICT_STYLE.get(verdict, "bold"))
+    first = report.get("first_divergence")
+    if first:
+        line.append(f"  first divergence: group {first['group']}, seq {first['seq']}, kind {first['kind']}, "
+                    f"culprit rank(s) {', '.join(map(str, first['culprit_ranks']))}", style="default")
+    else:
+        line.append(f"  {report['world_size']} rank(s), no divergent collective", style="default")
+    console.print(line)
+    if first:
+        table = Table(show_lines=False)
+        for col in ("rank", "state", "call", "call site", "callers"):
+            table.add_column(col, overflow="fold")
+        for rank, e in first["ranks"].items():
+            style = "red" if int(rank) in first["culprit_ranks"] else None
+            if e["state"] == "absent":
+                table.add_row(rank, "absent", "-", e.get("last_seen", "-") and f"last: {e.get('last_seen', '-')}", "-",
+                              style=style)
+                continue
+            call = f"{e['op']} {e['shapes']} {','.join(e['dtypes'])}"
+            if e["reduce_op"]:
+                call += f" op={e['reduce_op']}"
+            if e["root"] is not None:
+                call += f" root/peer={e['root']}"
+            if e["label"]:
+                call += f" label={e['label']!r}"
+            table.add_row(rank, e["state"], call, e["site"] or "-", _chain(e) or "-", style=style)
+        console.print(table)
+    for rank, text in sorted(report.get("stacks", {}).items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
+        console.print(Text(f"--- stack of rank {rank} ---", style="bold"))
+        console.print(Text(text))

@@ -1,0 +1,129 @@
+"""Supervising a job for `check-consensus run`: start the ranks with the
+recorder injected, watch the traces live, and on a finding take the stacks,
+end the job and analyze. Every process is reaped on every path."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hctool import procs
+from hctool.consensus.analyze import analyze_dir
+from hctool.consensus.live import LiveWatcher, _alive
+from hctool.stacks import dump_stacks, ranks_in_tree
+
+POLL_S = 0.2
+RUN_INFO = "hctool-run.json"
+
+
+@dataclass
+class RunOptions:
+    command: list[str]
+    nproc: int
+    timeout: float
+    hang_after: float
+    abort: bool
+    trace_dir: Path
+    script_mode: bool
+
+
+def _log(msg: str) -> None:
+    print(f"hctool: {msg}", file=sys.stderr, flush=True)
+
+
+def _start(opts: RunOptions, ps: procs.ProcessSet) -> dict[int, procs.Child]:
+    env = procs.inject_env(dict(os.environ), TRACE_DIR=str(opts.trace_dir.resolve()))
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if not opts.script_mode:
+        ps.start("cmd", opts.command, env=env, log_path=opts.trace_dir / "cmd.log")
+        _log(f"started {' '.join(opts.command)} (output in {opts.trace_dir / 'cmd.log'})")
+        return {}
+    port = procs.free_port()
+    ranks = {}
+    for r in range(opts.nproc):
+        renv = dict(env, **procs.torchrun_env(r, opts.nproc, "127.0.0.1", port))
+        ranks[r] = ps.start(f"rank{r}", procs.python_cmd(*opts.command), env=renv,
+                            log_path=opts.trace_dir / f"rank{r}.log")
+    _log(f"started {opts.nproc} ranks of {opts.command[0]} (logs in {opts.trace_dir}/rank*.log)")
+    return ranks
+
+
+def _exit_codes(opts: RunOptions, ranks: dict[int, procs.Child], watcher: LiveWatcher) -> dict[int, int | None]:
+    """Per rank: exit code, or None while alive. Under a wrapper command the
+    ranks' own codes are unknown: an end record means 0 (or 1 after an uncaught
+    exception), a vanished process without one means it was killed (-9)."""
+    if opts.script_mode:
+        return {r: c.popen.poll() for r, c in ranks.items()}
+    out: dict[int, int | None] = {}
+    for r, rt in watcher.reader.ranks.items():
+        if _alive(rt.pid):
+            out[r] = None
+        else:
+            out[r] = {"clean": 0, "crashed": 1}.get(rt.ended, -9)
+    return out
+
+
+def _stacks(opts: RunOptions, ps: procs.ProcessSet, ranks, watcher: LiveWatcher) -> dict[str, str]:
+    pids: dict[int, int | list[int]] = {}
+    if opts.script_mode:
+        pids = {r: c.popen.pid for r, c in ranks.items() if c.popen.poll() is None}
+    else:
+        for child in ps.alive():
+            pids.update(ranks_in_tree(child.popen.pid))
+        pids.update({r: p for r, p in watcher.pids().items() if _alive(p)})
+    if not pids:
+        return {}
+    return dump_stacks(pids, timeout=5.0, trace_dir=str(opts.trace_dir))
+
+
+def _log_tails(opts: RunOptions) -> None:
+    for log in sorted(opts.trace_dir.glob("*.log")):
+        lines = log.read_text(errors="replace").splitlines()[-5:]
+        if lines:
+            _log(f"last lines of {log.name}:\n  " + "\n  ".join(lines))
+
+
+def run_job(opts: RunOptions) -> tuple[dict, float | None]:
+    """Returns (report, seconds from the first divergent call to its detection)."""
+    watcher = LiveWatcher(opts.trace_dir, opts.nproc if opts.script_mode else None, hang_after=opts.hang_after)
+    deadline = time.monotonic() + opts.timeout
+    finding = None
+    latency = None
+    with procs.sigterm_as_interrupt(), procs.ProcessSet() as ps:
+        ranks = _start(opts, ps)
+        while True:
+            codes = _exit_codes(opts, ranks, watcher)
+            everything_exited = not ps.alive()
+            live = watcher.check(codes if opts.script_mode else None)
+            if live is not None and finding is None:
+                finding = live
+                latency = watcher.latency_s()
+                first = live["first_divergence"]
+                _log(f"{live['verdict']}: group {first['group']} seq {first['seq']} ({first['kind']}), "
+                     f"culprit rank(s) {first['culprit_ranks']}")
+                if opts.abort:
+                    break
+            if everything_exited:
+                break
+            if time.monotonic() > deadline:
+                _log(f"timeout after {opts.timeout:.0f} s")
+                break
+            time.sleep(POLL_S)
+        codes = _exit_codes(opts, ranks, watcher)
+        stacks = _stacks(opts, ps, ranks, watcher) if ps.alive() else {}
+        ps.terminate_all()
+    if not opts.script_mode and not codes:
+        root = ps.children[0].popen.returncode if ps.children else None
+        if root:
+            _log(f"the command failed ({procs.describe_exit(root)}) before any rank recorded a collective")
+    (opts.trace_dir / RUN_INFO).write_text(json.dumps({"command": opts.command, "exit_codes": codes}))
+    report = analyze_dir(opts.trace_dir, exit_codes=codes, stacks=stacks)
+    if report["verdict"] == "consistent" and finding is not None:
+        report = dict(finding, stacks=stacks)  # the live finding stands if the final data lost it
+    if report["verdict"] != "consistent":
+        _log_tails(opts)
+    return report, latency

@@ -1,0 +1,115 @@
+"""Stacks of rank processes, labelled by rank: py-spy first, faulthandler when
+ptrace is denied (the recorder registers SIGUSR1 to dump every thread into
+rank{R}-{pid}.stack in the trace folder)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import psutil
+
+
+def _py_spy() -> str | None:
+    exe = shutil.which("py-spy")
+    if exe is None:
+        cand = os.path.join(os.path.dirname(sys.executable), "py-spy")
+        exe = cand if os.path.exists(cand) else None
+    return exe
+
+
+def _faulthandler_dump(pid: int, timeout: float, trace_dir: str | None) -> str | None:
+    if not trace_dir:
+        return None
+    files = glob.glob(os.path.join(trace_dir, f"rank*-{pid}.stack"))
+    if not files:
+        return None
+    path = files[0]
+    before = os.path.getsize(path)
+    try:
+        os.kill(pid, signal.SIGUSR1)
+    except OSError:
+        return None
+    deadline = time.monotonic() + min(timeout, 2.0)
+    size = before
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        new_size = os.path.getsize(path)
+        if new_size > before and new_size == size:  # grew, then stopped growing
+            break
+        size = new_size
+    with open(path, "rb") as f:
+        f.seek(before)
+        text = f.read().decode(errors="replace")
+    return f"(faulthandler)\n{text}" if text else None
+
+
+def dump_one(pid: int, timeout: float = 10.0, trace_dir: str | None = None) -> str:
+    exe = _py_spy()
+    err = "py-spy not found"
+    if exe is not None:
+        try:
+            out = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=timeout)
+            if out.returncode == 0 and out.stdout.strip():
+                return out.stdout
+            err = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["py-spy failed"]
+            err = err[0]
+        except subprocess.TimeoutExpired:
+            err = f"py-spy timed out after {timeout:.0f} s"
+    fallback = _faulthandler_dump(pid, timeout, trace_dir)
+    return fallback if fallback else f"(no stack: {err})"
+
+
+def dump_stacks(pids_by_rank: dict[int, int | list[int]], timeout: float = 10.0,
+                trace_dir: str | None = None) -> dict[str, str]:
+    """{"<rank>": text}: every process of every rank dumped in parallel; a rank
+    with several processes gets one labelled section per pid."""
+    jobs = [(r, p) for r, pids in sorted(pids_by_rank.items())
+            for p in (pids if isinstance(pids, list) else [pids])]
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(jobs)))) as pool:
+        texts = list(pool.map(lambda j: dump_one(j[1], timeout, trace_dir), jobs))
+    out: dict[str, list[str]] = {}
+    for (rank, pid), text in zip(jobs, texts):
+        out.setdefault(str(rank), []).append(f"rank {rank} (pid {pid})\n{text.rstrip()}")
+    return {r: "\n\n".join(parts) for r, parts in out.items()}
+
+
+def rank_of_pid(pid: int) -> int | None:
+    """RANK from the process's environment at exec time (torchrun sets it per worker)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            for item in f.read().split(b"\0"):
+                if item.startswith(b"RANK="):
+                    return int(item[5:])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def ranks_in_tree(root_pid: int) -> dict[int, list[int]]:
+    """{rank: [pids]} for the processes under root_pid (root included) that carry
+    RANK and run Python; a worker's own helper children with the same RANK are kept out."""
+    try:
+        root = psutil.Process(root_pid)
+        procs = [root] + root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return {}
+    found: dict[int, list[int]] = {}
+    for p in procs:
+        rank = rank_of_pid(p.pid)
+        if rank is None:
+            continue
+        try:
+            parent_rank = rank_of_pid(p.ppid())
+        except psutil.NoSuchProcess:
+            continue
+        if parent_rank == rank and p.pid != root_pid:
+            continue
+        found.setdefault(rank, []).append(p.pid)
+    return found
