@@ -1,0 +1,159 @@
+"""Per-file work, run in worker processes: pass 1 summarizes, pass 2 finds and suppresses."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+from hctool.lint import names as N
+from hctool.lint.checks import Finding, check_comparison, check_function
+from hctool.lint.config import LintConfig
+from hctool.lint.project import FuncSummary, ModuleSummary, Project
+from hctool.lint.rules import RULES
+from hctool.lint.walker import EMPTY, FnAtom, ModuleInfo, Walker
+
+SUPPRESS_RE = re.compile(r"#\s*hctool:\s*ignore\[([^\]]*)\]")
+_COMPOUND = (ast.If, ast.Try, ast.With, ast.For, ast.While)
+
+
+@dataclass
+class FileResult:
+    findings: list = field(default_factory=list)
+    error: tuple | None = None  # (line, message)
+
+
+def _functions(tree: ast.Module) -> list[tuple]:
+    """(node, enclosing class, qualified name) for every def, nested ones included."""
+    out = []
+
+    def visit(body, cls, prefix):
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                visit(node.body, node.name, f"{prefix}{node.name}.")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out.append((node, cls, prefix + node.name))
+                visit(node.body, cls, f"{prefix}{node.name}.")
+            elif isinstance(node, _COMPOUND) or type(node).__name__ == "TryStar":
+                for part in ("body", "orelse", "finalbody"):
+                    visit(getattr(node, part, []), cls, prefix)
+                for h in getattr(node, "handlers", []):
+                    visit(h.body, cls, prefix)
+
+    visit(tree.body, None, "")
+    return out
+
+
+def _module_info(tree: ast.Module, path: str, modname: str, cfg: LintConfig) -> ModuleInfo:
+    defs = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defs.add(node.name)
+    return ModuleInfo(path, modname, N.import_map(tree, modname), frozenset(defs),
+                      cfg.collectives, cfg.rank_local, cfg.uniform)
+
+
+def _parse(file: str) -> tuple[bytes, ast.Module]:
+    with open(file, "rb") as fh:
+        data = fh.read()
+    return data, ast.parse(data, filename=file)
+
+
+def _error(exc: BaseException) -> tuple:
+    if isinstance(exc, SyntaxError):
+        return (exc.lineno or 1, f"syntax error: {exc.msg}")
+    if isinstance(exc, OSError):
+        return (1, f"cannot read: {exc.strerror or exc}")
+    return (1, f"{type(exc).__name__}: {exc}")
+
+
+def summarize_file(file: str, path: str, modname: str, cfg: LintConfig) -> ModuleSummary:
+    summary = ModuleSummary(path, modname)
+    try:
+        data, tree = _parse(file)
+        summary.lines = data.count(b"\n") + 1
+        summary.wants_check = b"hctool:" in data
+        mod = _module_info(tree, path, modname, cfg)
+        for node, cls, qual in _functions(tree):
+            key = f"{path}:{qual}"
+            w = Walker(mod, None, cls).run(node)
+            summary.wants_check |= w.saw_ordering
+            summary.funcs.append(FuncSummary(key, qual, path, node.lineno, w.direct, w.calls, w.ret))
+            for name, atoms in w.attr_assigns.items():
+                summary.attr_assigns[name] = summary.attr_assigns.get(name, EMPTY) | atoms
+            is_property = any(N.dotted(d) in ("property", "functools.cached_property", "cached_property")
+                              for d in node.decorator_list)
+            if is_property and cls:
+                summary.attr_assigns[node.name] = summary.attr_assigns.get(node.name, EMPTY) | {FnAtom(key)}
+            if node.name in N.COMPARISON_DUNDERS:
+                summary.wants_check = True
+            if cls is None and "." not in qual:
+                summary.module_funcs[node.name] = key
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                bases = [N.qualify(N.dotted(b), mod.imports) for b in node.bases]
+                methods = {n.name: f"{path}:{node.name}.{n.name}" for n in node.body
+                           if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+                summary.classes[node.name] = ([b for b in bases if b], methods)
+    except (SyntaxError, ValueError, OSError, RecursionError, MemoryError) as exc:
+        summary.error = _error(exc)
+        summary.funcs, summary.classes, summary.module_funcs, summary.attr_assigns = [], {}, {}, {}
+    return summary
+
+
+def suppressions(text: str) -> dict[int, tuple[int, set[str]]]:
+    """line -> (column, codes) for each `# hctool: ignore[...]` comment."""
+    out = {}
+    if "hctool:" not in text:
+        return out
+    for lineno, line in enumerate(text.splitlines(), 1):
+        m = SUPPRESS_RE.search(line)
+        if m:
+            codes = {c.strip().upper() for c in m.group(1).split(",") if c.strip()}
+            out[lineno] = (m.start() + 1, codes)
+    return out
+
+
+def apply_suppressions(findings: list[Finding], text: str, path: str, select: frozenset) -> list[Finding]:
+    table = suppressions(text)
+    used: set[tuple[int, str]] = set()
+    kept = []
+    for f in findings:
+        hit = next((ln for ln in range(f.line, max(f.line, f.end_line) + 1)
+                    if ln in table and f.rule in table[ln][1]), None)
+        if hit is None:
+            kept.append(f)
+        else:
+            used.add((hit, f.rule))
+    if "HC100" in select:
+        for line, (col, codes) in sorted(table.items()):
+            for code in sorted(codes):
+                if (line, code) not in used and (code in select or code not in RULES):
+                    kept.append(Finding(path, line, col, "HC100",
+                                        f"unused suppression `ignore[{code}]`: no {code} finding on this line", [], line))
+    return kept
+
+
+def check_file(file: str, path: str, modname: str, cfg: LintConfig, project: Project) -> FileResult:
+    result = FileResult()
+    try:
+        data, tree = _parse(file)
+        mod = _module_info(tree, path, modname, cfg)
+        findings: list[Finding] = []
+        for node, cls, qual in _functions(tree):
+            w = Walker(mod, project, cls).run(node)
+            findings += check_function(w, path)
+            if node.name in N.COMPARISON_DUNDERS and cls and project.coll:
+                findings += check_comparison(w, path, qual, node.lineno, node.col_offset + 1)
+        if not project.coll:  # HC104 is about replicated state: only in code that uses collectives
+            findings = [f for f in findings if f.rule != "HC104"]
+        unique = {}
+        for f in sorted(findings):
+            unique.setdefault((f.rule, f.line, f.col), f)
+        selected = [f for f in unique.values() if f.rule in cfg.select]
+        text = data.decode("utf-8", errors="replace")
+        result.findings = sorted(apply_suppressions(selected, text, path, cfg.select))
+    except (SyntaxError, ValueError, OSError, RecursionError, MemoryError) as exc:
+        result.error = _error(exc)
+    return result
+

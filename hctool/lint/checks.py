@@ -1,0 +1,133 @@
+"""Rules HC101-HC104 over one function's walker events; one finding per (rule, collective)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hctool.lint.walker import Collective, Exit, Frame, Src, Walker
+
+
+@dataclass(order=True)
+class Finding:
+    path: str
+    line: int
+    col: int
+    rule: str
+    message: str
+    related: list = field(default_factory=list)  # [(path, line, message)]
+    end_line: int = 0  # suppression comments may sit on any line of the statement
+
+
+def _first_src(taint) -> Src | None:
+    srcs = sorted(s for s in taint if isinstance(s, Src))
+    return srcs[0] if srcs else None
+
+
+def _src_related(src: Src | None) -> list:
+    if src is None:
+        return []
+    label = {"clock": "wall-clock source", "id": "rank id"}.get(src.kind, "rank-local source")
+    return [(src.path, src.line, f"{label}: {src.what}")]
+
+
+def _what(c: Collective) -> str:
+    if not c.chain:
+        return f"collective `{c.name}()`"
+    real = c.chain[-1][2].rsplit("issues ", 1)[-1]
+    return f"`{c.name}()` (issues {real} through {len(c.chain)} call(s))"
+
+
+def _finding(path: str, rule: str, c: Collective, message: str, related: list) -> Finding:
+    rel = related + [tuple(h) for h in c.chain]
+    return Finding(path, c.line, c.col, rule, message, rel, c.end_line)
+
+
+def _tainted_inside(stack: tuple, loop: Frame) -> Frame | None:
+    """The innermost tainted condition between LOOP and the event."""
+    idx = next(i for i, f in enumerate(stack) if f is loop)
+    for f in reversed(stack[idx + 1:]):
+        if f.taint:
+            return f
+    return None
+
+
+def _innermost_loop(stack: tuple) -> Frame | None:
+    return next((f for f in reversed(stack) if f.kind == "loop"), None)
+
+
+def _loop_exit(loop: Frame, c: Collective, exits: list[Exit]) -> tuple[Exit, Frame] | None:
+    for e in exits:
+        if loop not in e.stack:
+            continue
+        if e.kind in ("break", "continue") and _innermost_loop(e.stack) is not loop:
+            continue  # it leaves an inner loop only
+        if e.kind == "continue" and e.pos > c.pos:
+            continue  # the collective ran before the continue in this iteration
+        cond = _tainted_inside(e.stack, loop)
+        if cond is not None:
+            return e, cond
+    return None
+
+
+def check_function(w: Walker, path: str) -> list[Finding]:
+    out: list[Finding] = []
+    for c in w.collectives:
+        for loop in (f for f in c.stack if f.kind == "loop"):
+            hit = _loop_exit(loop, c, w.exits)  # an exit names the deciding line: report it first
+            if hit:
+                e, cond = hit
+                src = _first_src(cond.taint)
+                msg = (f"{_what(c)} runs inside a loop (line {loop.line}) that can `{e.kind}` at line {e.line} "
+                       f"on rank-local {src.what if src else 'state'} (condition at line {cond.line}); "
+                       "ranks can issue it a different number of times")
+                related = [(path, loop.line, "the loop"),
+                           (path, cond.line, f"`{e.kind}` condition depends on rank-local state")]
+                out.append(_finding(path, "HC101", c, msg, related + _src_related(src)))
+                break
+            if loop.taint:
+                src = _first_src(loop.taint)
+                msg = (f"{_what(c)} runs inside a loop whose iterations depend on rank-local "
+                       f"{src.what if src else 'state'} (line {loop.line}); ranks can issue it a different number of times")
+                out.append(_finding(path, "HC101", c, msg, [(path, loop.line, "loop over rank-local state")]
+                                    + _src_related(src)))
+                break
+        branch = next((f for f in reversed(c.stack) if f.kind != "loop" and f.taint and not f.balanced), None)
+        if branch is not None:
+            src = _first_src(branch.taint)
+            kind = "an exception handler" if branch.kind == "except" else "a condition"
+            msg = (f"{_what(c)} runs only under {kind} on rank-local {src.what if src else 'state'} "
+                   f"(line {branch.line}); other arms do not issue the same collectives")
+            out.append(_finding(path, "HC102", c, msg, [(path, branch.line, "rank-local condition")]
+                                + _src_related(src)))
+    skipped = set()
+    for e in w.exits:
+        if e.kind not in ("return", "raise"):
+            continue
+        cond = next((f for f in reversed(e.stack) if f.taint), None)
+        if cond is None:
+            continue
+        loops = {id(f) for f in e.stack if f.kind == "loop"}
+        for c in w.collectives:
+            if c.pos <= e.pos or id(c) in skipped or cond in c.stack or any(id(f) in loops for f in c.stack):
+                continue
+            skipped.add(id(c))
+            src = _first_src(cond.taint)
+            msg = (f"`{e.kind}` at line {e.line} on rank-local {src.what if src else 'state'} "
+                   f"(condition at line {cond.line}) skips {_what(c)} that other ranks still issue")
+            out.append(_finding(path, "HC103", c, msg, [(path, cond.line, "rank-local condition"),
+                                                        (path, e.line, f"early `{e.kind}`")] + _src_related(src)))
+    for line, col, call, src in w.orderings:
+        msg = (f"`{call}()` orders by a wall-clock value ({src.what}); clocks differ between ranks, "
+               "so a replicated order (eviction, admission, deadlines) diverges")
+        out.append(Finding(path, line, col, "HC104", msg, _src_related(src), line))
+    return out
+
+
+def check_comparison(w: Walker, path: str, qual: str, line: int, col: int) -> list[Finding]:
+    """`__lt__` and friends returning a wall-clock comparison order heaps and sorts by clock."""
+    src = next((s for s in sorted(x for x in w.ret if isinstance(x, Src)) if s.kind == "clock"), None)
+    if src is None:
+        return []
+    msg = (f"`{qual}` compares wall-clock values ({src.what}); heaps and sorts of these objects "
+           "order replicated state (e.g. eviction victims) differently on each rank")
+    return [Finding(path, line, col, "HC104", msg, _src_related(src), line)]

@@ -1,0 +1,125 @@
+"""Default name tables and the per-module import map used to classify calls.
+
+Matching is by name, not by type: a call is a collective when its qualified
+name (imports expanded) is a torch.distributed collective, or its final name
+is unambiguous (`all_reduce`), or a configured wrapper. Point-to-point ops are
+left out on purpose: `if rank == 0: send() else: recv()` is correct SPMD code.
+"""
+
+from __future__ import annotations
+
+import ast
+
+# Names that mean a collective whatever the receiver (dist.*, a ProcessGroup, a wrapper).
+COLLECTIVE_NAMES = frozenset({
+    "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_into_tensor", "all_gather_object",
+    "all_gather_coalesced", "_all_gather_base", "reduce_scatter", "reduce_scatter_tensor",
+    "_reduce_scatter_base", "all_to_all", "all_to_all_single", "broadcast_object_list",
+    "gather_object", "scatter_object_list", "barrier", "monitored_barrier", "new_group",
+    "new_subgroups", "new_subgroups_by_enumeration", "allreduce", "allreduce_coalesced",
+    "allgather", "allgather_coalesced", "alltoall", "alltoall_base",
+})
+# Too common elsewhere (functools.reduce, Tensor.gather, numpy.broadcast): only via
+# torch.distributed or a receiver that looks like a process group.
+AMBIGUOUS_COLLECTIVES = frozenset({"broadcast", "reduce", "gather", "scatter"})
+
+RANK_CALLS = frozenset({
+    "get_rank", "get_local_rank", "get_node_local_rank", "get_global_rank", "get_group_rank",
+    "get_tensor_model_parallel_rank", "get_pipeline_model_parallel_rank", "get_data_parallel_rank",
+    "get_attention_tp_rank",
+})
+# Method names whose result is a rank-local observation (pool free counts, event polls, thread queues).
+RANK_LOCAL_METHODS = frozenset({"available_size", "query", "is_completed", "qsize"})
+RANK_ENV_VARS = frozenset({"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK"})
+RANK_VARIABLES = frozenset({"rank", "local_rank", "global_rank", "tp_rank", "dp_rank", "pp_rank"})
+CLOCK_CALLS = frozenset({
+    "time.time", "time.monotonic", "time.perf_counter", "time.time_ns", "time.monotonic_ns",
+    "time.perf_counter_ns", "time.process_time", "datetime.datetime.now", "datetime.datetime.utcnow",
+    "datetime.now", "datetime.utcnow",
+})
+# Builtins whose result is just the value of their arguments (a rank id stays a rank id).
+VALUE_BUILTINS = frozenset({"int", "float", "str", "bool", "len", "range", "min", "max", "abs", "divmod", "sum",
+                            "sorted", "list", "tuple", "set", "dict", "enumerate", "zip", "reversed", "round",
+                            "any", "all", "format", "repr", "hash"})
+UNIFORM_CALLS = frozenset({"get_world_size", "is_initialized", "is_available", "get_backend", "broadcast_pyobj"})
+
+# Method names too generic to resolve by name alone on an unknown receiver
+# (dicts, lists, tensors, futures): resolving them would link unrelated classes.
+GENERIC_METHODS = frozenset({
+    "get", "set", "pop", "append", "extend", "insert", "remove", "clear", "update", "copy", "items",
+    "keys", "values", "add", "discard", "put", "join", "split", "format", "strip", "item", "tolist",
+    "numpy", "to", "cpu", "cuda", "view", "reshape", "sum", "mean", "max", "min", "sort", "index",
+    "count", "wait", "result", "done", "close", "start", "stop", "run", "read", "write", "send",
+    "recv", "flush", "encode", "decode", "replace", "fill_", "copy_", "zero_", "record", "synchronize",
+    "__init__", "__call__", "forward", "apply", "step", "reset", "init", "setup", "info", "debug",
+    "warning", "error", "exception", "log", "sleep", "free", "alloc", "release", "acquire", "lock",
+})
+MAX_BY_NAME_CANDIDATES = 6  # more definitions than this: the name is too common to resolve
+
+ORDERING_CALLS = frozenset({"sorted", "min", "max", "sort", "nsmallest", "nlargest"})
+HEAP_PUSH = frozenset({"heappush", "heappushpop", "heapreplace"})
+COMPARISON_DUNDERS = frozenset({"__lt__", "__le__", "__gt__", "__ge__"})
+
+
+def dotted(node: ast.AST) -> str | None:
+    """`a.b.c` for a Name/Attribute chain, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def import_map(tree: ast.Module, modname: str) -> dict[str, str]:
+    """Local name -> qualified dotted name, from the module's top-level and nested imports."""
+    out: dict[str, str] = {}
+    package = modname.rsplit(".", 1)[0] if "." in modname else ""
+    for node in _statements(tree.body):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname:
+                    out[a.asname] = a.name
+                else:
+                    top = a.name.split(".")[0]
+                    out[top] = top
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".") if package else []
+                parts = parts[: len(parts) - (node.level - 1)] if node.level > 1 else parts
+                base = ".".join(p for p in (*parts, base) if p)
+            for a in node.names:
+                if a.name != "*":
+                    out[a.asname or a.name] = f"{base}.{a.name}" if base else a.name
+    return out
+
+
+def _statements(body: list):
+    """Every statement, nested ones included, without descending into expressions (fast)."""
+    stack = list(reversed(body))
+    while stack:
+        node = stack.pop()
+        yield node
+        for part in ("body", "orelse", "finalbody", "handlers", "cases"):
+            sub = getattr(node, part, None)
+            if sub:
+                stack.extend(reversed(sub))
+
+
+def qualify(name: str | None, imports: dict[str, str]) -> str | None:
+    if name is None:
+        return None
+    head, _, rest = name.partition(".")
+    if head in imports:
+        return imports[head] + ("." + rest if rest else "")
+    return name
+
+
+def looks_like_group(receiver: str | None) -> bool:
+    if not receiver:
+        return False
+    last = receiver.rsplit(".", 1)[-1].lower()
+    return "group" in last or last in ("pg", "_pg", "default_pg", "dist", "c10d")

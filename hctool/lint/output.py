@@ -1,0 +1,126 @@
+"""Output formats: text (rich), json (DESIGN.md contract), sarif 2.1.0, github annotations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hctool import __version__
+from hctool.lint.rules import ALL_CODES, RULES
+from hctool.lint.runner import Report
+
+FORMATS = ("text", "json", "sarif", "github")
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+
+
+def _rel(path: str, report: Report) -> str:
+    """Repository-relative URI: relative to the git root (or cwd) when the file lies under it."""
+    p = Path(path)
+    absolute = p if p.is_absolute() else (Path.cwd() / p)
+    try:
+        return absolute.resolve().relative_to(report.root).as_posix()
+    except ValueError:
+        return absolute.as_posix()
+
+
+def to_json(report: Report) -> list[dict]:
+    return [
+        {"rule": f.rule, "name": RULES[f.rule].name, "path": f.path, "line": f.line, "col": f.col,
+         "message": f.message, "related": [{"path": p, "line": ln, "message": m} for p, ln, m in f.related]}
+        for f in report.findings
+    ]
+
+
+def to_sarif(report: Report) -> dict:
+    rules = [
+        {"id": code, "name": RULES[code].name, "shortDescription": {"text": RULES[code].summary},
+         "fullDescription": {"text": RULES[code].summary}, "help": {"text": RULES[code].help},
+         "helpUri": "https://github.com/hctool/hctool/blob/main/docs/lint.md#" + code.lower(),
+         "defaultConfiguration": {"level": "note" if code == "HC100" else "warning"}}
+        for code in ALL_CODES
+    ]
+    index = {code: i for i, code in enumerate(ALL_CODES)}
+
+    def location(path: str, line: int, col: int | None = None, message: str | None = None, ident=None) -> dict:
+        region = {"startLine": line}
+        if col:
+            region["startColumn"] = col
+        loc = {"physicalLocation": {"artifactLocation": {"uri": _rel(path, report), "uriBaseId": "%SRCROOT%"},
+                                    "region": region}}
+        if message:
+            loc["message"] = {"text": message}
+        if ident is not None:
+            loc["id"] = ident
+        return loc
+
+    results = [
+        {"ruleId": f.rule, "ruleIndex": index[f.rule], "level": rules[index[f.rule]]["defaultConfiguration"]["level"],
+         "message": {"text": f.message}, "locations": [location(f.path, f.line, f.col)],
+         "relatedLocations": [location(p, ln, None, m, i) for i, (p, ln, m) in enumerate(f.related)],
+         "partialFingerprints": {"hctool/v1": f"{f.rule}:{_rel(f.path, report)}:{f.line}:{f.col}"}}
+        for f in report.findings
+    ]
+    notifications = [
+        {"level": "error", "message": {"text": e.message}, "locations": [location(e.path, e.line)]}
+        for e in report.errors
+    ]
+    return {
+        "version": "2.1.0",
+        "$schema": SARIF_SCHEMA,
+        "runs": [{
+            "tool": {"driver": {"name": "hctool", "version": __version__, "semanticVersion": __version__,
+                                "informationUri": "https://github.com/hctool/hctool", "rules": rules}},
+            "originalUriBaseIds": {"%SRCROOT%": {"uri": report.root.as_uri() + "/"}},
+            "results": results,
+            "invocations": [{"executionSuccessful": not report.errors,
+                             "toolExecutionNotifications": notifications}],
+        }],
+    }
+
+
+def _gh_escape(text: str, prop: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+
+
+def to_github(report: Report) -> str:
+    lines = []
+    for f in report.findings:
+        title = _gh_escape(f"{f.rule} {RULES[f.rule].name}", prop=True)
+        lines.append(f"::warning file={_gh_escape(f.path, True)},line={f.line},col={f.col},title={title}::"
+                     f"{_gh_escape(f.message)}")
+    for e in report.errors:
+        lines.append(f"::error file={_gh_escape(e.path, True)},line={e.line},title=hctool lint::{_gh_escape(e.message)}")
+    return "\n".join(lines)
+
+
+def print_text(report: Report, console, statistics: bool) -> None:
+    """Human output on CONSOLE (stdout): each finding, its related lines, then a summary."""
+    from rich.markup import escape
+
+    for f in report.findings:
+        console.print(f"[bold]{escape(f.path)}:{f.line}:{f.col}[/bold] [yellow]{f.rule}[/yellow] "
+                      f"[dim]{RULES[f.rule].name}[/dim]", highlight=False)
+        console.print(f"  {escape(f.message)}", highlight=False, soft_wrap=True)
+        for p, ln, m in f.related:
+            console.print(f"    [cyan]{escape(p)}:{ln}[/cyan] {escape(m)}", highlight=False, soft_wrap=True)
+    for e in report.errors:
+        console.print(f"[bold]{escape(e.path)}:{e.line}[/bold] [red]error[/red] {escape(e.message)}", highlight=False)
+    if statistics and report.findings:
+        counts: dict[str, int] = {}
+        for f in report.findings:
+            counts[f.rule] = counts.get(f.rule, 0) + 1
+        for code in sorted(counts):
+            console.print(f"{counts[code]:6d}  {code}  {RULES[code].name}", highlight=False)
+    noun = "finding" if len(report.findings) == 1 else "findings"
+    console.print(f"{len(report.findings)} {noun} in {report.files} files ({report.lines} lines, "
+                  f"{report.seconds:.2f}s)" + (f", {len(report.errors)} file(s) not analyzed" if report.errors else ""),
+                  highlight=False)
+
+
+def render(report: Report, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(to_json(report), indent=2)
+    if fmt == "sarif":
+        return json.dumps(to_sarif(report), indent=2)
+    return to_github(report)

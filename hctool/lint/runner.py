@@ -1,0 +1,159 @@
+"""Find the files, run both passes (in parallel over files) and collect a sorted report."""
+
+from __future__ import annotations
+
+import fnmatch
+import multiprocessing
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hctool.errors import UsageError
+from hctool.lint.analysis import check_file, summarize_file
+from hctool.lint.config import LintConfig
+from hctool.lint.project import Project
+
+SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache",
+                       ".ruff_cache", ".pytest_cache", "node_modules", ".eggs"})
+PARALLEL_MIN_FILES = 64  # below this, worker start-up costs more than it saves
+
+
+@dataclass
+class FileError:
+    path: str
+    line: int
+    message: str
+
+
+@dataclass
+class Report:
+    findings: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
+    files: int = 0
+    lines: int = 0
+    seconds: float = 0.0
+    root: Path = field(default_factory=Path.cwd)
+
+    @property
+    def exit_code(self) -> int:
+        return 2 if self.errors else (1 if self.findings else 0)
+
+
+def _display(p: Path, cwd: Path) -> str:
+    try:
+        return p.relative_to(cwd).as_posix()
+    except ValueError:
+        return p.as_posix()
+
+
+def _excluded(p: Path, cfg: LintConfig, cwd: Path) -> bool:
+    if not cfg.exclude:
+        return False
+    candidates = {_display(p, cwd), _display(p, cfg.root), p.name}
+    return any(fnmatch.fnmatch(c, pat) or fnmatch.fnmatch(c, pat.rstrip("/") + "/*")
+               for c in candidates for pat in cfg.exclude)
+
+
+def discover(paths: list[Path], cfg: LintConfig, cwd: Path) -> list[Path]:
+    found: set[Path] = set()
+    for given in paths:
+        p = (cwd / given).resolve() if not given.is_absolute() else given.resolve()
+        if not p.exists():
+            raise UsageError(f"no such file or directory: {given}", "pass Python files or directories to lint")
+        if p.is_file():
+            found.add(p)  # named explicitly: linted even if it does not end in .py
+            continue
+        for dirpath, dirnames, filenames in os.walk(p):
+            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS
+                                 and not _excluded(Path(dirpath, d), cfg, cwd))
+            for name in filenames:
+                if name.endswith(".py"):
+                    f = Path(dirpath, name)
+                    if not _excluded(f, cfg, cwd):
+                        found.add(f)
+    return sorted(found)
+
+
+_pkg_cache: dict[Path, bool] = {}
+
+
+def module_name(p: Path) -> str:
+    """Dotted module name, climbing while the directory is a package."""
+    parts = [] if p.name == "__init__.py" else [p.stem]
+    d = p.parent
+    while True:
+        is_pkg = _pkg_cache.get(d)
+        if is_pkg is None:
+            is_pkg = _pkg_cache[d] = (d / "__init__.py").is_file()
+        if not is_pkg:
+            break
+        parts.append(d.name)
+        d = d.parent
+    return ".".join(reversed(parts)) or p.stem
+
+
+def find_root(cwd: Path) -> Path:
+    """The git work tree above cwd, else cwd: SARIF URIs are relative to it."""
+    for d in (cwd, *cwd.parents):
+        if (d / ".git").exists():
+            return d
+    return cwd
+
+
+# Worker state is set before the pool forks, so the project is shared, not pickled per task.
+_STATE: dict = {}
+
+
+def _pass1(job: tuple):
+    file, path, modname = job
+    return summarize_file(file, path, modname, _STATE["cfg"])
+
+
+def _pass2(job: tuple):
+    file, path, modname = job
+    return path, check_file(file, path, modname, _STATE["cfg"], _STATE["project"])
+
+
+def _map(fn, jobs: list, workers: int) -> list:
+    if workers <= 1 or len(jobs) < PARALLEL_MIN_FILES or "fork" not in multiprocessing.get_all_start_methods():
+        return [fn(j) for j in jobs]
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        return pool.map(fn, jobs, chunksize=max(1, len(jobs) // (workers * 8)))
+
+
+def lint(paths: list[Path], cfg: LintConfig, jobs: int | None = None, cwd: Path | None = None,
+         progress=None) -> Report:
+    cwd = (cwd or Path.cwd()).resolve()
+    started = time.perf_counter()
+    files = discover(paths, cfg, cwd)
+    workers = jobs or os.cpu_count() or 1
+    job_list = [(str(f), _display(f, cwd), module_name(f)) for f in files]
+    _STATE.update(cfg=cfg)
+    if progress:
+        progress(f"pass 1: summarizing {len(files)} files")
+    summaries = _map(_pass1, job_list, workers)
+    project = Project(summaries)
+    _STATE["project"] = project
+    report = Report(files=len(files), lines=sum(s.lines for s in summaries), root=find_root(cwd))
+    wanted = [j for j, s in zip(job_list, summaries)
+              if s.error is None and (s.wants_check or project.module_has_collectives(s))]
+    if progress:
+        progress(f"pass 2: checking {len(wanted)} files with collectives ({len(project.coll)} collective sites)")
+    for s in summaries:
+        if s.error:
+            report.errors.append(FileError(s.path, *s.error))
+    for path, result in _map(_pass2, wanted, workers):
+        report.findings += result.findings
+        if result.error:
+            report.errors.append(FileError(path, *result.error))
+    report.findings.sort()
+    report.errors.sort(key=lambda e: (e.path, e.line))
+    report.seconds = time.perf_counter() - started
+    _STATE.clear()
+    return report
+
+
+def stderr_progress(message: str) -> None:
+    print(message, file=sys.stderr)

@@ -1,0 +1,565 @@
+"""Forward taint analysis of one function body, shared by both passes.
+
+Pass 1 (summaries) runs it with `facts=None`: unknown callees and attributes
+stay symbolic (CallAtom, AttrAtom) so the project can solve them later. Pass 2
+(findings) runs it with the solved project facts and records collective
+events, exits and the control frames around them; checks.py turns those into
+findings. Taint means "may differ between ranks".
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from hctool.lint import names as N
+
+EMPTY: frozenset = frozenset()
+
+
+@dataclass(frozen=True, order=True)
+class Src:
+    """Where a rank-local value comes from; kind: "clock" (wall clock), "id" (rank id), "rank" (local state)."""
+
+    kind: str
+    what: str
+    path: str
+    line: int
+
+
+@dataclass(frozen=True)
+class CallAtom:  # pass 1: "the result of this call", solved in project.py
+    ref: tuple
+    args: frozenset
+
+
+@dataclass(frozen=True)
+class AttrAtom:  # pass 1: "attribute NAME", tainted if any class assigns it a rank-local value
+    name: str
+
+
+@dataclass(frozen=True)
+class FnAtom:  # pass 1: "the return value of function KEY" (properties)
+    key: str
+
+
+@dataclass(eq=False)
+class Frame:
+    kind: str  # "if" (also match/ifexp/assert), "short" (and/or), "except", "loop"
+    line: int
+    taint: frozenset
+    balanced: bool = False  # every arm issues the same collective sequence
+
+
+@dataclass
+class Collective:
+    pos: int
+    line: int
+    end_line: int
+    col: int
+    name: str
+    chain: tuple  # hops (path, line, message) from this call down to the real collective
+    stack: tuple
+
+
+@dataclass
+class Exit:
+    pos: int
+    kind: str  # break, continue, return, raise
+    line: int
+    stack: tuple
+
+
+@dataclass
+class ModuleInfo:
+    path: str
+    modname: str
+    imports: dict
+    local_defs: frozenset
+    collectives: frozenset = frozenset()
+    rank_local: frozenset = frozenset()
+    uniform: frozenset = frozenset()
+
+
+def _matches(entries: frozenset, last: str, qual: str | None) -> bool:
+    if last in entries:
+        return True
+    return qual is not None and any(qual == e or qual.endswith("." + e) for e in entries if "." in e)
+
+
+@dataclass
+class Walker:
+    mod: ModuleInfo
+    facts: object | None  # project.Facts in pass 2
+    cls: str | None = None
+    env: dict = field(default_factory=dict)
+    stack: list = field(default_factory=list)
+    ctl: frozenset = EMPTY
+    pos: int = 0
+    quiet: bool = False
+    collectives: list = field(default_factory=list)
+    exits: list = field(default_factory=list)
+    calls: list = field(default_factory=list)  # pass 1: (ref, line, display)
+    direct: tuple | None = None  # pass 1: first direct collective (line, name)
+    ret: frozenset = EMPTY
+    attr_assigns: dict = field(default_factory=dict)
+    orderings: list = field(default_factory=list)  # pass 2: (line, col, what, Src) for HC104
+    saw_ordering: bool = False  # pass 1: a sort/heap call that pass 2 must look at
+
+    # ---- statements -------------------------------------------------------
+    def run(self, fn: ast.AST) -> Walker:
+        self.stmts(fn.body)
+        return self
+
+    def stmts(self, body: list) -> None:
+        for s in body:
+            handler = _STMT.get(type(s))
+            if handler is not None:
+                handler(self, s)
+            elif not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                for child in ast.iter_child_nodes(s):
+                    if isinstance(child, ast.expr):
+                        self.expr(child)
+
+    def _push(self, frame: Frame) -> frozenset:
+        self.stack.append(frame)
+        saved = self.ctl
+        if frame.taint:
+            self.ctl = self.ctl | frame.taint
+        return saved
+
+    def _pop(self, saved: frozenset) -> None:
+        self.stack.pop()
+        self.ctl = saved
+
+    def _exit(self, kind: str, line: int) -> None:
+        if not self.quiet and self.facts is not None:
+            self.pos += 1
+            self.exits.append(Exit(self.pos, kind, line, tuple(self.stack)))
+
+    def s_assign(self, s) -> None:
+        value = s.value
+        if isinstance(value, (ast.Tuple, ast.List)) and not any(isinstance(e, ast.Starred) for e in value.elts):
+            pairs = [t for t in s.targets if isinstance(t, (ast.Tuple, ast.List)) and len(t.elts) == len(value.elts)]
+            if len(pairs) == len(s.targets):  # a, b = x, y: element-wise, not all-to-all
+                parts = [self.expr(e) | self.ctl for e in value.elts]
+                for target in pairs:
+                    for elt, t in zip(target.elts, parts):
+                        self.bind(elt, t)
+                return
+        t = self.expr(value) | self.ctl
+        for target in s.targets:
+            self.bind(target, t)
+
+    def s_annassign(self, s) -> None:
+        if s.value is not None:
+            self.bind(s.target, self.expr(s.value) | self.ctl)
+
+    def s_augassign(self, s) -> None:
+        self.bind(s.target, self.expr(s.value) | self.expr(s.target) | self.ctl)
+
+    def s_expr(self, s) -> None:
+        self.expr(s.value)
+
+    def s_return(self, s) -> None:
+        t = self.expr(s.value) if s.value is not None else EMPTY
+        self.ret = self.ret | t | self.ctl
+        self._exit("return", s.lineno)
+
+    def s_raise(self, s) -> None:
+        if s.exc is not None:
+            self.expr(s.exc)
+        self._exit("raise", s.lineno)
+
+    def s_assert(self, s) -> None:
+        t = self.expr(s.test)
+        if t:
+            saved = self._push(Frame("if", s.lineno, t))
+            self._exit("raise", s.lineno)
+            self._pop(saved)
+
+    def s_break(self, s) -> None:
+        self._exit("break", s.lineno)
+
+    def s_continue(self, s) -> None:
+        self._exit("continue", s.lineno)
+
+    def _arms(self, frame: Frame, arms: list) -> None:
+        """Walk alternative arms from the same entry state, then merge their states."""
+        saved_ctl = self._push(frame)
+        entry, envs, seqs = self.env, [], []
+        for arm in arms:
+            self.env = dict(entry)
+            start = len(self.collectives)
+            self.stmts(arm)
+            envs.append(self.env)
+            seqs.append([c.name for c in self.collectives[start:]])
+        self._pop(saved_ctl)
+        frame.balanced = all(seq == seqs[0] for seq in seqs)
+        merged = envs[0]
+        for other in envs[1:]:
+            for k, v in other.items():
+                old = merged.get(k)
+                merged[k] = v if old is None or old is v else old | v
+        self.env = merged
+
+    def s_if(self, s) -> None:
+        self._arms(Frame("if", s.lineno, self.expr(s.test)), [s.body, s.orelse])
+
+    def s_match(self, s) -> None:
+        arms = [c.body for c in s.cases]
+        if not any(isinstance(c.pattern, ast.MatchAs) and c.pattern.pattern is None for c in s.cases):
+            arms.append([])  # no wildcard case: falling through is an arm too
+        self._arms(Frame("if", s.lineno, self.expr(s.subject)), arms)
+
+    def _loop(self, s, header: frozenset, target) -> None:
+        frame = Frame("loop", s.lineno, header)
+        saved = self._push(frame)
+        if target is not None:
+            self.bind(target, header | self.ctl)
+        before = dict(self.env)
+        if not self.quiet and self.facts is not None:
+            # A quiet first pass lets values assigned late in the body reach conditions early in it.
+            self.quiet = True
+            self.stmts(s.body)
+            self.quiet = False
+            if isinstance(s, ast.While):
+                frame.taint = frame.taint | self.expr(s.test)
+                self.ctl = saved | frame.taint
+        self.stmts(s.body)
+        self._pop(saved)
+        for k, v in before.items():  # zero iterations is possible: keep the entry state too
+            cur = self.env.get(k)
+            self.env[k] = v if cur is None or cur is v else cur | v
+        self.stmts(s.orelse)
+
+    def s_for(self, s) -> None:
+        self._loop(s, self.expr(s.iter), s.target)
+
+    def s_while(self, s) -> None:
+        self._loop(s, self.expr(s.test), None)
+
+    def s_try(self, s) -> None:
+        self.stmts(s.body)
+        for h in s.handlers:
+            if h.type is not None:
+                self.expr(h.type)
+            caught = frozenset((Src("rank", "a caught exception", self.mod.path, h.lineno),))
+            saved = self._push(Frame("except", h.lineno, caught))
+            if h.name:
+                self.env[h.name] = caught
+            self.stmts(h.body)
+            self._pop(saved)
+        self.stmts(s.orelse)
+        self.stmts(s.finalbody)
+
+    def s_with(self, s) -> None:
+        for item in s.items:
+            t = self.expr(item.context_expr)
+            if item.optional_vars is not None:
+                self.bind(item.optional_vars, t | self.ctl)
+        self.stmts(s.body)
+
+    def bind(self, target, t: frozenset) -> None:
+        if isinstance(target, ast.Name):
+            self.env[target.id] = t
+        elif isinstance(target, ast.Attribute):
+            d = N.dotted(target)
+            if d is not None:
+                self.env[d] = t
+            if t and isinstance(target.value, ast.Name) and target.value.id in ("self", "cls"):
+                self.attr_assigns[target.attr] = self.attr_assigns.get(target.attr, EMPTY) | t
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for elt in target.elts:
+                self.bind(elt.value if isinstance(elt, ast.Starred) else elt, t)
+        elif isinstance(target, ast.Subscript):
+            self.expr(target.slice)
+            d = N.dotted(target.value)
+            if d is not None:
+                self.env[d] = self.env.get(d, EMPTY) | t
+
+    # ---- expressions ------------------------------------------------------
+    def expr(self, node) -> frozenset:
+        handler = _EXPR.get(type(node))
+        if handler is not None:
+            return handler(self, node)
+        t = EMPTY
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                c = self.expr(child)
+                if c:
+                    t = t | c
+        return t
+
+    def _src(self, kind: str, what: str, line: int) -> frozenset:
+        return frozenset((Src(kind, what, self.mod.path, line),))
+
+    def e_const(self, node) -> frozenset:
+        return EMPTY
+
+    def e_binop(self, node) -> frozenset:
+        a, b = self.expr(node.left), self.expr(node.right)
+        return a | b if a and b else a or b
+
+    def e_compare(self, node) -> frozenset:
+        t = self.expr(node.left)
+        for c in node.comparators:
+            c = self.expr(c)
+            if c:
+                t = t | c
+        return t
+
+    def e_unary(self, node) -> frozenset:
+        return self.expr(node.operand)
+
+    def e_unary_value(self, node) -> frozenset:
+        return self.expr(node.value)
+
+    def e_elts(self, node) -> frozenset:
+        t = EMPTY
+        for e in node.elts:
+            c = self.expr(e)
+            if c:
+                t = t | c
+        return t
+
+    def e_name(self, node) -> frozenset:
+        t = self.env.get(node.id)
+        if t is not None:
+            return t
+        if node.id in N.RANK_VARIABLES or node.id in self.mod.rank_local:
+            return self._src("id", f"`{node.id}`", node.lineno)
+        return EMPTY
+
+    def e_attribute(self, node) -> frozenset:
+        d = N.dotted(node)
+        if d is not None:
+            t = self.env.get(d)
+            if t is not None:
+                return t
+            if d.split(".", 1)[0] in self.mod.imports:
+                return EMPTY  # a module attribute such as dist.ReduceOp.MAX
+        attr = node.attr
+        if attr in self.mod.uniform:
+            return EMPTY
+        t = self.expr(node.value)
+        if attr in N.RANK_VARIABLES or attr in self.mod.rank_local:
+            t = t | self._src("id" if attr in N.RANK_VARIABLES else "rank", f"`{d or attr}`", node.lineno)
+        if self.facts is None:
+            return t | frozenset((AttrAtom(attr),))
+        a = self.facts.attr(attr)
+        return t | a if a else t
+
+    def e_subscript(self, node) -> frozenset:
+        if isinstance(node.slice, ast.Constant) and node.slice.value in N.RANK_ENV_VARS \
+                and N.qualify(N.dotted(node.value), self.mod.imports) == "os.environ":
+            return self._src("id", f"os.environ[{node.slice.value!r}]", node.lineno)
+        return self.expr(node.value) | self.expr(node.slice)
+
+    def e_lambda(self, node) -> frozenset:
+        return EMPTY  # its body runs later, where it is called
+
+    def e_boolop(self, node) -> frozenset:
+        # `a and f()` calls f only where a holds: later operands run under earlier ones.
+        t = self.expr(node.values[0])
+        for value in node.values[1:]:
+            saved = self._push(Frame("short", node.lineno, t))
+            t = t | self.expr(value)
+            self._pop(saved)
+        return t
+
+    def e_ifexp(self, node) -> frozenset:
+        test = self.expr(node.test)
+        frame = Frame("if", node.lineno, test)
+        saved = self._push(frame)
+        start = len(self.collectives)
+        body = self.expr(node.body)
+        mid = len(self.collectives)
+        orelse = self.expr(node.orelse)
+        self._pop(saved)
+        frame.balanced = [c.name for c in self.collectives[start:mid]] == [c.name for c in self.collectives[mid:]]
+        return test | body | orelse
+
+    def e_namedexpr(self, node) -> frozenset:
+        t = self.expr(node.value)
+        self.bind(node.target, t | self.ctl)
+        return t
+
+    def e_comprehension(self, node) -> frozenset:
+        header = EMPTY
+        frames = []
+        for gen in node.generators:
+            header = header | self.expr(gen.iter)
+            frame = Frame("loop", node.lineno, header)
+            frames.append((frame, self._push(frame)))
+            self.bind(gen.target, header)
+            for cond in gen.ifs:
+                header = header | self.expr(cond)
+        if isinstance(node, ast.DictComp):
+            t = self.expr(node.key) | self.expr(node.value)
+        else:
+            t = self.expr(node.elt)
+        for frame, saved in reversed(frames):
+            self._pop(saved)
+        return t | header
+
+    def e_call(self, node) -> frozenset:
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            last = func.attr
+            recv = self.expr(func.value)
+        elif isinstance(func, ast.Name):
+            last, recv = func.id, EMPTY
+        else:
+            t = self.expr(func)
+            for a in node.args:
+                t = t | self.expr(a)
+            return t
+        arg_taints = [self.expr(a) for a in node.args]
+        kw_taints = [self.expr(k.value) for k in node.keywords]
+        args = recv
+        for a in arg_taints + kw_taints:
+            if a:
+                args = args | a
+        name = N.dotted(func)
+        qual = N.qualify(name, self.mod.imports)
+        display = name or last
+        if last in N.UNIFORM_CALLS or _matches(self.mod.uniform, last, qual):
+            return EMPTY
+        if self._is_collective(func, last, qual):
+            self._collective(node, display, ())
+            for a in (*node.args, *(k.value for k in node.keywords)):
+                d = N.dotted(a.value if isinstance(a, ast.Starred) else a)
+                if d is not None:  # in-place results (all_reduce(t)) are replicated afterwards
+                    self.env[d] = EMPTY
+            if self.facts is None and self.direct is None:
+                self.direct = (node.lineno, display)
+            return EMPTY
+        src = self._source(node, func, last, qual, display)
+        if src:
+            return src
+        if last in N.ORDERING_CALLS or last in N.HEAP_PUSH:
+            self.saw_ordering = True
+            if self.facts is not None:
+                self._ordering(node, last, arg_taints)
+        if args and not (isinstance(func, ast.Name) and last in N.VALUE_BUILTINS):
+            # Objects built from a rank id (a per-rank file, a model shard) are not rank-local
+            # state: only plain value conversions carry a rank id on.
+            args = frozenset(a for a in args if not (isinstance(a, Src) and a.kind == "id"))
+        ref = self._ref(func, last)
+        if ref is None:
+            return args
+        if self.facts is None:
+            self.calls.append((ref, node.lineno, display))
+            return frozenset((CallAtom(ref, args),))
+        chain, t = self.facts.call(ref, args)
+        if chain:
+            self._collective(node, display, chain)
+        return t
+
+    def _collective(self, node, display: str, chain: tuple) -> None:
+        if self.quiet or self.facts is None:
+            return
+        self.pos += 1
+        self.collectives.append(Collective(self.pos, node.lineno, getattr(node, "end_lineno", None) or node.lineno,
+                                           node.col_offset + 1, display, chain, tuple(self.stack)))
+
+    def _is_collective(self, func, last: str, qual: str | None) -> bool:
+        if last in N.COLLECTIVE_NAMES or _matches(self.mod.collectives, last, qual):
+            return True
+        if last in N.AMBIGUOUS_COLLECTIVES:
+            if qual is not None and qual.startswith("torch.distributed"):
+                return True
+            return isinstance(func, ast.Attribute) and N.looks_like_group(N.dotted(func.value))
+        return False
+
+    def _source(self, node, func, last: str, qual: str | None, display: str) -> frozenset:
+        line = node.lineno
+        if qual in N.CLOCK_CALLS:
+            return self._src("clock", f"`{display}()`", line)
+        if last in N.RANK_CALLS:
+            return self._src("id", f"`{display}()`", line)
+        if _matches(self.mod.rank_local, last, qual):
+            return self._src("rank", f"`{display}()`", line)
+        if last in N.RANK_LOCAL_METHODS and isinstance(func, ast.Attribute):
+            base = N.dotted(func.value)
+            if base is None or base.split(".", 1)[0] not in self.mod.imports:
+                return self._src("rank", f"`{display}()`", line)
+        if qual in ("os.getenv", "os.environ.get") and node.args and isinstance(node.args[0], ast.Constant) \
+                and node.args[0].value in N.RANK_ENV_VARS:
+            return self._src("id", f"`{display}({node.args[0].value!r})`", line)
+        return EMPTY
+
+    def _ref(self, func, last: str) -> tuple | None:
+        mod = self.mod
+        if isinstance(func, ast.Name):
+            if last in mod.local_defs:
+                return ("local", last, mod.modname)
+            q = mod.imports.get(last)
+            return ("imported", last, q) if q else None
+        value = func.value
+        if isinstance(value, ast.Name):
+            if value.id in ("self", "cls") and self.cls:
+                return ("self", last, mod.modname, self.cls)
+            q = mod.imports.get(value.id)
+            if q and value.id not in self.env:
+                return ("modfunc", last, q)
+        elif isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super" and self.cls:
+            return ("super", last, mod.modname, self.cls)
+        if last in N.GENERIC_METHODS or last.startswith("__"):
+            return None
+        return ("method", last)
+
+    def _ordering(self, node, last: str, arg_taints: list) -> None:
+        """HC104 candidates: sort/min/max keys and heap items carrying a wall-clock value."""
+        if self.quiet:
+            return
+        taint = EMPTY
+        if last in N.HEAP_PUSH and len(arg_taints) >= 2:
+            taint = arg_taints[1]
+        for kw in node.keywords:
+            if kw.arg == "key":
+                taint = taint | self._key_taint(kw.value)
+        for src in sorted(s for s in taint if isinstance(s, Src) and s.kind == "clock"):
+            self.orderings.append((node.lineno, node.col_offset + 1, last, src))
+            break
+
+    def _key_taint(self, key) -> frozenset:
+        if isinstance(key, ast.Lambda):
+            saved, self.env = self.env, {}
+            try:
+                return self.expr(key.body)
+            finally:
+                self.env = saved
+        if isinstance(key, ast.Call) and N.dotted(key.func) in ("attrgetter", "operator.attrgetter"):
+            t = EMPTY
+            for a in key.args:
+                if isinstance(a, ast.Constant) and isinstance(a.value, str):
+                    t = t | self.facts.attr(a.value.rsplit(".", 1)[-1])
+            return t
+        return EMPTY
+
+
+_STMT = {
+    ast.Assign: Walker.s_assign, ast.AnnAssign: Walker.s_annassign, ast.AugAssign: Walker.s_augassign,
+    ast.Expr: Walker.s_expr, ast.Return: Walker.s_return, ast.Raise: Walker.s_raise,
+    ast.Assert: Walker.s_assert, ast.Break: Walker.s_break, ast.Continue: Walker.s_continue,
+    ast.If: Walker.s_if, ast.For: Walker.s_for, ast.AsyncFor: Walker.s_for, ast.While: Walker.s_while,
+    ast.Try: Walker.s_try, ast.With: Walker.s_with, ast.AsyncWith: Walker.s_with,
+    ast.Pass: lambda w, s: None, ast.Import: lambda w, s: None, ast.ImportFrom: lambda w, s: None,
+    ast.Global: lambda w, s: None, ast.Nonlocal: lambda w, s: None,
+}
+if hasattr(ast, "TryStar"):
+    _STMT[ast.TryStar] = Walker.s_try
+if hasattr(ast, "Match"):
+    _STMT[ast.Match] = Walker.s_match
+
+_EXPR = {
+    ast.Constant: Walker.e_const, ast.BinOp: Walker.e_binop, ast.Compare: Walker.e_compare,
+    ast.UnaryOp: Walker.e_unary, ast.Tuple: Walker.e_elts, ast.List: Walker.e_elts, ast.Set: Walker.e_elts,
+    ast.Starred: Walker.e_unary_value, ast.Await: Walker.e_unary_value, ast.Name: Walker.e_name, ast.Attribute: Walker.e_attribute,
+    ast.Subscript: Walker.e_subscript, ast.Lambda: Walker.e_lambda, ast.BoolOp: Walker.e_boolop,
+    ast.IfExp: Walker.e_ifexp, ast.NamedExpr: Walker.e_namedexpr, ast.Call: Walker.e_call,
+    ast.ListComp: Walker.e_comprehension, ast.SetComp: Walker.e_comprehension,
+    ast.GeneratorExp: Walker.e_comprehension, ast.DictComp: Walker.e_comprehension,
+}

@@ -1,0 +1,180 @@
+"""`hctool lint` as users run it: formats, exit codes, suppressions, configuration."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hctool.cli import app
+
+FIXTURE = Path(__file__).parent / "fixtures" / "sglang30760"
+BAD = """\
+import torch.distributed as dist
+
+
+def f(pool, t):
+    if pool.available_size() > 0:
+        dist.all_reduce(t)
+"""
+
+
+@pytest.fixture
+def cli(monkeypatch):
+    runner = CliRunner()
+
+    def invoke(cwd: Path, *args: str):
+        monkeypatch.chdir(cwd)
+        return runner.invoke(app, ["lint", *args])
+
+    return invoke
+
+
+def write(root: Path, name: str, text: str) -> Path:
+    p = root / name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_json_contract_on_the_30760_fixture(cli):
+    res = cli(FIXTURE.parent, "sglang30760", "--format", "json")
+    assert res.exit_code == 1
+    (f,) = json.loads(res.stdout)
+    assert set(f) == {"rule", "name", "path", "line", "col", "message", "related"}
+    assert (f["rule"], f["name"], f["path"], f["line"], f["col"]) == (
+        "HC101", "collective-in-rank-local-loop", "sglang30760/scheduler.py", 20, 20)
+    related = [(r["path"], r["line"]) for r in f["related"]]
+    assert related[:2] == [("sglang30760/scheduler.py", 16), ("sglang30760/scheduler.py", 17)]
+    assert ("sglang30760/hiradix_cache.py", 18) in related
+    assert all(set(r) == {"path", "line", "message"} for r in f["related"])
+
+
+def test_sarif_is_structurally_valid_with_relative_uris(cli, tmp_path):
+    (tmp_path / ".git").mkdir()
+    write(tmp_path, "pkg/bad.py", BAD)
+    res = cli(tmp_path / "pkg", ".", "--format", "sarif")
+    assert res.exit_code == 1
+    doc = json.loads(res.stdout)
+    assert doc["version"] == "2.1.0" and "sarif" in doc["$schema"]
+    driver = doc["runs"][0]["tool"]["driver"]
+    ids = [r["id"] for r in driver["rules"]]
+    assert ids == ["HC100", "HC101", "HC102", "HC103", "HC104"]
+    assert all(r["name"] and r["shortDescription"]["text"] and r["help"]["text"] for r in driver["rules"])
+    (result,) = doc["runs"][0]["results"]
+    assert result["ruleId"] == "HC102" and ids[result["ruleIndex"]] == "HC102"
+    loc = result["locations"][0]["physicalLocation"]
+    assert loc["artifactLocation"]["uri"] == "pkg/bad.py"  # relative to the git root, not cwd
+    assert loc["region"]["startLine"] == 6
+    assert result["relatedLocations"][0]["physicalLocation"]["region"]["startLine"] == 5
+
+
+def test_github_annotations(cli, tmp_path):
+    write(tmp_path, "bad.py", BAD)
+    res = cli(tmp_path, "bad.py", "--format", "github")
+    assert res.exit_code == 1
+    line = res.stdout.strip()
+    assert line.startswith("::warning file=bad.py,line=6,col=9,title=HC102 collective-under-rank-local-branch::")
+
+
+def test_clean_tree_exits_0_and_text_output(cli, tmp_path):
+    write(tmp_path, "ok.py", "import torch.distributed as dist\n\ndef f(t):\n    dist.all_reduce(t)\n")
+    res = cli(tmp_path, ".")
+    assert res.exit_code == 0
+    assert "0 findings in 1 files" in res.stdout
+
+
+def test_text_output_names_collective_and_condition_lines(cli, tmp_path):
+    write(tmp_path, "bad.py", BAD)
+    res = cli(tmp_path, ".", "--statistics")
+    assert res.exit_code == 1
+    assert "bad.py:6:9 HC102" in res.stdout
+    assert "bad.py:5 rank-local condition" in res.stdout
+    assert "1  HC102  collective-under-rank-local-branch" in res.stdout
+
+
+def test_parse_error_reported_and_other_findings_kept(cli, tmp_path):
+    write(tmp_path, "a_broken.py", "def f(:\n")
+    write(tmp_path, "bad.py", BAD)
+    res = cli(tmp_path, ".", "--format", "json")
+    assert res.exit_code == 2
+    assert [f["path"] for f in json.loads(res.stdout)] == ["bad.py"]
+    assert "a_broken.py:1: syntax error" in res.stderr
+
+
+def test_suppression_and_unused_suppression(cli, tmp_path):
+    write(tmp_path, "s.py", BAD.replace("dist.all_reduce(t)", "dist.all_reduce(t)  # hctool: ignore[HC102]")
+          + "\n\ndef g():\n    return 1  # hctool: ignore[HC101]\n")
+    res = cli(tmp_path, ".", "--format", "json")
+    assert res.exit_code == 1
+    assert [(f["rule"], f["line"]) for f in json.loads(res.stdout)] == [("HC100", 10)]
+    res = cli(tmp_path, ".", "--format", "json", "--ignore", "HC100")
+    assert res.exit_code == 0 and json.loads(res.stdout) == []
+
+
+def test_select_and_ignore(cli, tmp_path):
+    write(tmp_path, "bad.py", BAD)
+    assert json.loads(cli(tmp_path, ".", "-f", "json", "--select", "HC101").stdout) == []
+    assert len(json.loads(cli(tmp_path, ".", "-f", "json", "--select", "HC1").stdout)) == 1
+    assert json.loads(cli(tmp_path, ".", "-f", "json", "--ignore", "HC102").stdout) == []
+
+
+def test_config_from_pyproject(cli, tmp_path):
+    write(tmp_path, "pyproject.toml", """
+        [tool.hctool.lint]
+        collectives = ["poll_and_all_reduce"]
+        rank-local = ["free_slots"]
+        uniform = ["agreed_size"]
+        exclude = ["vendored/*"]
+    """)
+    write(tmp_path, "m.py", """
+        def f(pool, group):
+            if pool.free_slots > 0:
+                poll_and_all_reduce(group)
+            if pool.agreed_size() > 0:
+                poll_and_all_reduce(group)
+    """)
+    write(tmp_path, "vendored/v.py", BAD)
+    res = cli(tmp_path, ".", "--format", "json")
+    assert [(f["path"], f["rule"], f["line"]) for f in json.loads(res.stdout)] == [("m.py", "HC102", 4)]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["nope.py"], "no such file or directory"),
+    (["--format", "xml", "."], "unknown format"),
+    (["--select", "HC999", "."], "unknown rule code"),
+])
+def test_usage_errors_exit_2(tmp_path, hctool_cmd, clean_env, args, needle):
+    res = subprocess.run([*hctool_cmd, "lint", *args], cwd=tmp_path, env=clean_env, capture_output=True, text=True)
+    assert res.returncode == 2
+    assert needle in res.stderr and res.stderr.startswith("Error: ") and "Traceback" not in res.stderr
+
+
+def test_bad_config_key_exits_2(tmp_path, hctool_cmd, clean_env):
+    write(tmp_path, "pyproject.toml", "[tool.hctool.lint]\ncolectives = ['x']\n")
+    res = subprocess.run([*hctool_cmd, "lint", "."], cwd=tmp_path, env=clean_env, capture_output=True, text=True)
+    assert res.returncode == 2 and "unknown key(s) in [tool.hctool.lint]: colectives" in res.stderr
+
+
+def test_subprocess_json_stdout_is_only_json(tmp_path, hctool_cmd, clean_env):
+    write(tmp_path, "bad.py", BAD)
+    res = subprocess.run([*hctool_cmd, "lint", ".", "--format", "json"], cwd=tmp_path, env=clean_env,
+                         capture_output=True, text=True)
+    assert res.returncode == 1
+    assert json.loads(res.stdout)[0]["rule"] == "HC102"
+
+
+def test_parallel_run_matches_serial(tmp_path):
+    from hctool.lint.config import LintConfig
+    from hctool.lint.runner import lint
+
+    for i in range(80):
+        write(tmp_path, f"m{i:02d}.py", BAD if i % 7 == 0 else f"def f{i}():\n    return {i}\n")
+    cfg = LintConfig(root=tmp_path)
+    serial = lint([tmp_path], cfg, jobs=1, cwd=tmp_path)
+    parallel = lint([tmp_path], cfg, jobs=2, cwd=tmp_path)
+    assert serial.findings == parallel.findings and len(serial.findings) == 12
