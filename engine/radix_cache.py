@@ -92,13 +92,14 @@ class RadixCache:
     def device_pages_in_tree(self) -> int:
         return sum(len(n.value) for n in self.nodes() if not n.evicted)
 
-    def peek_prefix(self, key) -> tuple[int, int]:
-        """(device tokens, host-only tokens) that match_prefix would find. Mutates
-        nothing: admission may peek on one rank more often than on another."""
+    def peek_prefix(self, key) -> tuple[int, int, int]:
+        """(device tokens, host-only tokens, device tokens now evictable) that
+        match_prefix would find. Mutates nothing: admission may peek on one rank
+        more often than on another."""
         key = self._aligned(key)
-        node, dev, host = self.root, 0, 0
+        node, dev, host, unlocked = self.root, 0, 0, 0
         if self.disable:
-            return 0, 0
+            return 0, 0, 0
         while key:
             child = node.children.get(key[: self.page_size])
             if child is None:
@@ -106,6 +107,7 @@ class RadixCache:
             n = self._common_len(child.key, key)
             if not child.evicted and host == 0:
                 dev += n
+                unlocked += n if child.lock_ref == 0 else 0
             elif child.backuped:
                 host += n
             else:
@@ -113,7 +115,7 @@ class RadixCache:
             if n < len(child.key):
                 break
             node, key = child, key[n:]
-        return dev, host
+        return dev, host, unlocked
 
     def _aligned(self, key) -> tuple[int, ...]:
         return tuple(key[: len(key) - len(key) % self.page_size])

@@ -28,10 +28,12 @@ class PrefillAdder:
     rem_input_tokens: int   # tokens one prefill batch may compute
     can_run_list: list = field(default_factory=list)
 
-    def add_one_req(self, req, extend_tokens: int, load_tokens: int, reserve_tokens: int) -> AddReqResult:
+    def add_one_req(self, req, extend_tokens: int, load_tokens: int, reserve_tokens: int,
+                    lock_tokens: int = 0) -> AddReqResult:
         """extend_tokens: to compute; load_tokens: to load back from host;
-        reserve_tokens: decode tokens the request may still produce."""
-        need = ceil_pages(extend_tokens + load_tokens + reserve_tokens, self.page_size) * self.page_size
+        reserve_tokens: decode tokens the request may still produce;
+        lock_tokens: its cached prefix, evictable now, locked once it runs."""
+        need = ceil_pages(extend_tokens + load_tokens + reserve_tokens, self.page_size) * self.page_size + lock_tokens
         if need > self.rem_total_tokens:
             return AddReqResult.NO_TOKEN
         if extend_tokens > self.rem_input_tokens and self.can_run_list:

@@ -9,6 +9,7 @@ batch) -> prefill or one decode step -> results back to the frontend.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -100,6 +101,8 @@ class Scheduler:
         self.did_work = True
         self.ticks = 0
         self.last_metrics: dict | None = None
+        self.last_status = time.monotonic()
+        self.admission_trimmed = 0  # ticks this rank admitted more than its peers
 
     def _host_pages(self, device_pages: int) -> int:
         if self.args.hicache_size > 0:
@@ -140,14 +143,26 @@ class Scheduler:
     def run_tick(self) -> None:
         self.ticks += 1
         batch = self.get_new_batch_prefill()
-        if batch:
-            self.run_prefill(batch)
-        elif self.running:
-            self.run_decode()
-        self.did_work = bool(batch) or bool(self.running)
+        ran_prefill = bool(batch) and self.run_prefill(batch)
+        if not ran_prefill and self.running:
+            self.run_decode()  # also when no admitted request could get L1 pages
+        self.did_work = ran_prefill or bool(self.running)
         if self.check_integrity_each_tick:
             self.check_integrity()
         self._flush_outputs()
+        if time.monotonic() - self.last_status > 5.0:
+            self.log_status()
+
+    def log_status(self) -> None:
+        """A one-line state summary in the rank's log, every few seconds."""
+        self.last_status = time.monotonic()
+        t = self.tree_cache
+        prefetching = len(t.ongoing_prefetch) if self.hicache else 0
+        print(f"[rank {self.tp_rank}] tick {self.ticks}: waiting {len(self.waiting_queue)} running {len(self.running)} "
+              f"prefetching {prefetching} L1 free {self.token_to_kv_pool_allocator.available_size()} "
+              f"(logical {self.token_to_kv_pool_allocator.logical_available_size()}) evictable {t.evictable_size()} "
+              f"admission trimmed {self.admission_trimmed}x",
+              file=sys.stderr, flush=True)
 
     # -- requests ----------------------------------------------------------------------
     def _add_request(self, msg: dict) -> None:
@@ -194,9 +209,9 @@ class Scheduler:
                     ready = self.tree_cache.prefetch_ready(req.rid)
                 if not ready:
                     continue
-            device, host = self.tree_cache.peek_prefix(req.fill_ids[:-1])
+            device, host, unlocked = self.tree_cache.peek_prefix(req.fill_ids[:-1])
             res = adder.add_one_req(req, len(req.fill_ids) - device - host, host,
-                                    req.max_new_tokens - len(req.output_ids))
+                                    req.max_new_tokens - len(req.output_ids), unlocked)
             if res == AddReqResult.NO_TOKEN:
                 break  # batch_is_full
         # Budgets are rank-local: agree on how many of the (identically ordered)
@@ -205,6 +220,7 @@ class Scheduler:
         if self.tp_size > 1:
             dist.all_reduce(admitted, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
         batch = adder.can_run_list[: int(admitted.item())]
+        self.admission_trimmed += len(adder.can_run_list) > len(batch)
         if not batch:
             return None
         chosen = {id(r) for r in batch}
@@ -216,7 +232,8 @@ class Scheduler:
         return sum(ceil_pages(r.kv_len + r.max_new_tokens - len(r.output_ids), p) * p - len(r.pages) * p
                    for r in self.running)
 
-    def run_prefill(self, batch: list[Req]) -> None:
+    def run_prefill(self, batch: list[Req]) -> bool:
+        """Returns whether any request of the batch ran (others wait for room)."""
         items, ready, requeue = [], [], []
         for req in batch:
             item = self._prepare_extend(req)
@@ -227,7 +244,7 @@ class Scheduler:
                 ready.append(req)
         self.waiting_queue = requeue + self.waiting_queue
         if not ready:
-            return
+            return False
         consumer = self.tree_cache.cache_controller.start_loading() if self.hicache else -1
         wait = None
         if consumer >= 0:
@@ -247,6 +264,7 @@ class Scheduler:
             self._append_token(req, tok)
             if not req.finished:
                 self.running.append(req)
+        return True
 
     def _prepare_extend(self, req: Req) -> ForwardItem | None:
         """Mutates: tree (match, load-back, locks), allocators, req. None when L1 has no
