@@ -89,12 +89,24 @@ class HiRadixCache(RadixCache):
         node.write_event = self.cache_controller.start_writing()
         return True
 
-    def backup_new_nodes(self, nodes: list[TreeNode]) -> None:
-        """Apply the write policy to nodes that just got device KV."""
-        for node in nodes:
-            if self.write_policy == "write_through" or (
-                    self.write_policy == "write_through_selective" and node.hit_count >= 2):
+    def insert(self, key, pages: list[int]):
+        """The radix insert, then the write policy: write_through backs up every node
+        that just got device KV; write_through_selective backs up nodes on the path on
+        their 2nd hit (SGLang); write_back waits for eviction."""
+        res = super().insert(key, pages)
+        if self.write_policy == "write_through":
+            for node in res.new_nodes:
                 self.write_backup(node)
+        elif self.write_policy == "write_through_selective":
+            node, rest = self.root, self._aligned(key)
+            while rest:
+                child = node.children.get(rest[: self.page_size])
+                if child is None:
+                    break
+                if child.hit_count >= 2:
+                    self.write_backup(child)
+                node, rest = child, rest[len(child.key):]
+        return res
 
     def _evict_device(self, node: TreeNode) -> int:
         if not node.backuped and not node.writing and self.write_policy == "write_back":
@@ -112,31 +124,32 @@ class HiRadixCache(RadixCache):
         return len(node.key)
 
     # -- load-back (L2 -> L1) ---------------------------------------------------------
-    def init_load_back(self, last_host_node: TreeNode) -> list[TreeNode] | None:
+    def init_load_back(self, last_host_node: TreeNode, extra_pages: int = 0) -> tuple[list[TreeNode], list[int]] | None:
         """Mutates: gives every evicted node from last_host_node up to the first device
-        ancestor new device pages and queues their H2D copy. None if L1 is full."""
+        ancestor new device pages and queues their H2D copy; also allocates
+        `extra_pages` for the caller in the same step, so nothing is half done when
+        L1 is full (then: None, and nothing changed)."""
         chain = []
         node = last_host_node
         while node.evicted:
             chain.append(node)
             node = node.parent
         chain.reverse()
-        if not chain:
-            return []
         # Keep the device ancestor and the host chain while evicting for room.
         self.inc_lock_ref(node)
         self.inc_host_ref(last_host_node)  # released by the load ack
-        pages = self.alloc_pages(sum(len(n.host_value) for n in chain))
+        load_pages = sum(len(n.host_value) for n in chain)
+        pages = self.alloc_pages(load_pages + extra_pages)
         self.dec_lock_ref(node)
-        if pages is None:
+        if pages is None or not chain:
             self.dec_host_ref(last_host_node)
-            return None
+            return None if pages is None else ([], pages)
         at = 0
         for n in chain:
             n.value, at = pages[at:at + len(n.host_value)], at + len(n.host_value)
             self.load_back_tokens_total += len(n.key)
-        self.cache_controller.load([p for n in chain for p in n.host_value], pages, last_host_node)
-        return chain
+        self.cache_controller.load([p for n in chain for p in n.host_value], pages[:load_pages], last_host_node)
+        return chain, pages[load_pages:]
 
     # -- the per-tick agreement -------------------------------------------------------
     def _prefetch_set_digest(self) -> int:

@@ -272,19 +272,22 @@ class Scheduler:
         tree, p = self.tree_cache, self.page_size
         fill = req.fill_ids
         m = tree.match_prefix(fill[:-1])
-        prefix_pages, last = list(m.device_pages), m.last_device_node
-        host_tokens = 0
+        prefix_pages, last, host_tokens = list(m.device_pages), m.last_device_node, 0
         if m.host_hit_length:
-            chain = tree.init_load_back(m.last_host_node)
-            if chain is None:
+            loaded = tree.init_load_back(m.last_host_node, ceil_pages(len(fill), p) - len(prefix_pages)
+                                         - m.host_hit_length // p)
+            if loaded is None:
                 return None
+            chain, own = loaded
             prefix_pages += [pg for n in chain for pg in n.value]
             last, host_tokens = m.last_host_node, m.host_hit_length
-        tree.inc_lock_ref(last)
-        own = tree.alloc_pages(ceil_pages(len(fill), p) - len(prefix_pages))
-        if own is None:
-            tree.dec_lock_ref(last)
-            return None
+            tree.inc_lock_ref(last)  # the loaded nodes stay until this request ends
+        else:
+            tree.inc_lock_ref(last)
+            own = tree.alloc_pages(ceil_pages(len(fill), p) - len(prefix_pages))
+            if own is None:
+                tree.dec_lock_ref(last)
+                return None
         req.req_pool_idx = self.req_to_token_pool.alloc()
         req.pages, req.tree_pages, req.last_node = prefix_pages + own, len(prefix_pages), last
         self._write_req_to_token(req)
@@ -315,8 +318,6 @@ class Scheduler:
         tree.dec_lock_ref(req.last_node)
         req.last_node, req.tree_pages = m.last_device_node, aligned
         self._write_req_to_token(req)
-        if self.hicache:
-            tree.backup_new_nodes(res.new_nodes)
 
     # -- decode --------------------------------------------------------------------------
     def run_decode(self) -> None:
@@ -363,8 +364,6 @@ class Scheduler:
         aligned = req.kv_len // p
         res = tree.insert(key, req.pages)
         self.token_to_kv_pool_allocator.free(res.duplicate_pages + req.pages[max(aligned, req.tree_pages):])
-        if self.hicache:
-            tree.backup_new_nodes(res.new_nodes)
         tree.dec_lock_ref(req.last_node)
         self.req_to_token_pool.free(req.req_pool_idx)
         req.finished = True
