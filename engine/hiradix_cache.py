@@ -158,17 +158,19 @@ class HiRadixCache(RadixCache):
 
     def check_hicache_events(self) -> None:
         """Once per tick on every rank: one packed MIN all_reduce of the ready counts
-        (write acks, load acks, storage backups) and of [d, -d] for a digest d of the
-        live prefetch set, then every rank pops the same number of acks."""
-        if self.storage_io is not None and self.storage_io.error is not None:
-            raise RuntimeError(f"HiCache storage IO thread failed: {self.storage_io.error!r}")
+        (write acks, load acks, storage backups), of [d, -d] for a digest d of the
+        live prefetch set and of an IO-healthy flag; then every rank pops the same
+        number of acks, or every rank raises."""
         c = self.cache_controller
         d = self._prefetch_set_digest()
         backups = self.storage_io.backup_ready_count() if self.storage_io else 0
-        counts = torch.tensor([c.ready_count(c.ack_write_queue), c.ready_count(c.ack_load_queue), backups, d, -d],
-                              dtype=torch.int64)
+        io_ok = int(self.storage_io is None or self.storage_io.error is None)  # rank-local: agreed below
+        counts = torch.tensor([c.ready_count(c.ack_write_queue), c.ready_count(c.ack_load_queue), backups, d, -d,
+                               io_ok], dtype=torch.int64)
         dist.all_reduce(counts, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
-        writes, loads, backups, dmin, neg_dmax = (int(x) for x in counts.tolist())
+        writes, loads, backups, dmin, neg_dmax, all_io_ok = (int(x) for x in counts.tolist())
+        if not all_io_ok:  # every rank raises in the same tick, none is left in a collective
+            raise RuntimeError(f"HiCache storage IO thread failed on some rank (here: {self.storage_io.error!r})")
         if dmin != -neg_dmax:
             raise RuntimeError(f"HiCache live prefetch set diverged across ranks (local digest {d:x}, "
                                f"{len(self.ongoing_prefetch)} prefetches)")
