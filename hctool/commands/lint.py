@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
         fmt: str = typer.Option("text", "--format", "-f", help="text, json, sarif or github."),
         select: Optional[List[str]] = typer.Option(None, "--select", help="Only these rule codes (comma-separated, prefixes allowed)."),
         ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Skip these rule codes."),
-        config: Optional[Path] = typer.Option(None, "--config", help="pyproject.toml with [tool.hctool.lint] (default: nearest one)."),
+        config: Optional[Path] = typer.Option(None, "--config", help="pyproject.toml holding a tool.hctool.lint table (default: the nearest one)."),
         statistics: bool = typer.Option(False, "--statistics", help="Count findings per rule (text format)."),
         jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Worker processes (default: CPU count)."),
     ) -> None:

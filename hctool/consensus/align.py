@@ -72,6 +72,7 @@ class Channel:
         self.last_arrival = 0.0
         self.prev: dict[int, dict] = {}  # last dropped event per rank (loop heuristic)
         self.seen_sites: set = set()      # call sites of the agreed prefix (bounded by the program's sites)
+        self.seen_pairs: set = set()      # (site, next site) pairs of the agreed prefix (same bound, squared)
 
     def add(self, ev: dict, now: float) -> None:
         self.seqs.setdefault(ev["rank"], deque()).append(ev)
@@ -91,8 +92,11 @@ class Channel:
             if any(signature(s[0]) != sig for s in seqs[1:]):
                 return
             for r, s in zip(ranks, seqs):
+                before = self.prev.get(r)
                 self.prev[r] = s.popleft()
                 self.seen_sites.add(site_key(self.prev[r]))
+                if before is not None:
+                    self.seen_pairs.add((site_key(before), site_key(self.prev[r])))
             self.base += 1
 
 
@@ -114,7 +118,7 @@ def _cost(x: list, y: list, x_ended: bool, y_ended: bool) -> int:
 
 
 def decide_pair(a: list, b: list, i: int, ended_a: str | None, ended_b: str | None, prev_a, prev_b,
-                seen: set | None = None):
+                seen: set | None = None, pairs: set | None = None):
     """Two ranks' sequences differ at index i (both present). Returns
     (kind, culprit side 'a'|'b'|'both', ambiguous)."""
     ea, eb = ended_a is not None, ended_b is not None
@@ -146,6 +150,18 @@ def decide_pair(a: list, b: list, i: int, ended_a: str | None, ended_b: str | No
         return "extra", "a", True
     if rep_b and not rep_a and site_key(a[i]) in known:
         return "extra", "b", True
+    # If a inserted a[i], a's next call is b[i]: the group must have made the call
+    # at a[i]'s site followed by the one at b[i]'s before. When only one of the two
+    # orders was ever seen, that order names the inserting rank (a loop that voted
+    # once more, then reached the call its peer is already in).
+    seen_pairs = set(pairs or ())
+    for seq, p in ((a, pa), (b, pb)):
+        chain = ([p] if p is not None and i == 0 else []) + seq[:i]
+        seen_pairs.update(zip(map(site_key, chain), map(site_key, chain[1:])))
+    a_first = (site_key(a[i]), site_key(b[i])) in seen_pairs
+    b_first = (site_key(b[i]), site_key(a[i])) in seen_pairs
+    if a_first != b_first:
+        return "extra", "a" if a_first else "b", True
     return diff_kind(a[i], b[i]), "both", True
 
 
@@ -189,7 +205,7 @@ def find_divergence(ch: Channel, all_ranks: list[int], ended: dict[int, str | No
             if at[ra] is None or at[rb] is None:  # unreachable: handled above
                 return None
             kind, side, ambiguous = decide_pair(seqs[ra], seqs[rb], i, ended.get(ra), ended.get(rb),
-                                                ch.prev.get(ra), ch.prev.get(rb), ch.seen_sites)
+                                                ch.prev.get(ra), ch.prev.get(rb), ch.seen_sites, ch.seen_pairs)
             if ambiguous and not final and now - ch.last_arrival < settle:
                 return None  # more events may settle which rank inserted a call
             culprits = {"a": [ra], "b": [rb], "both": [ra, rb]}[side]
@@ -206,7 +222,7 @@ def find_divergence(ch: Channel, all_ranks: list[int], ended: dict[int, str | No
                 kinds.append("extra")
             else:
                 kind, side, _ = decide_pair(seqs[ref], seqs[r], i, ended.get(ref), ended.get(r),
-                                            ch.prev.get(ref), ch.prev.get(r), ch.seen_sites)
+                                            ch.prev.get(ref), ch.prev.get(r), ch.seen_sites, ch.seen_pairs)
                 kinds.append("missing" if side == "a" else kind)
         return _finding(ch, i, at, kinds[0], culprits)
     return None

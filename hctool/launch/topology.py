@@ -134,6 +134,21 @@ class Topology:
         with self._lock:
             return min(self._deaths, key=lambda d: d.when, default=None)
 
+    def shutdown(self, timeout: float = 10.0) -> dict[int, int | None]:
+        """Stop gracefully: end the frontend, so rank 0 reads EOF and every rank leaves
+        its loop at the same tick and exits 0; then stop() whatever is left.
+        Returns each rank's exit code (None: it had to be killed)."""
+        ranks = {c.name: c for c in self.procs.children if c.name.startswith("rank ")}
+        for child in self.procs.children:
+            if child.name == "frontend" and child.popen.poll() is None:
+                child.popen.terminate()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(c.popen.poll() is None for c in ranks.values()):
+            time.sleep(0.05)
+        codes = {int(name.split()[1]): c.popen.poll() for name, c in ranks.items()}
+        self.stop()
+        return codes
+
     def stop(self, timeout: float = 5.0) -> None:
         """Tear everything down: SIGTERM then SIGKILL every process of every child's
         session, so even descendants of an already-dead child are found. Idempotent."""
@@ -159,6 +174,10 @@ class Topology:
     # --- what the repro harness asks --------------------------------------
     def pids_by_rank(self) -> dict[int, int]:
         return {int(c.name.split()[1]): c.popen.pid for c in self.procs.children if c.name.startswith("rank ")}
+
+    def rank_exit_codes(self) -> dict[int, int | None]:
+        """Each rank's exit code now (None: still running)."""
+        return {int(c.name.split()[1]): c.popen.poll() for c in self.procs.children if c.name.startswith("rank ")}
 
     def pids(self) -> dict[str, int]:
         return {c.name: c.popen.pid for c in self.procs.children}

@@ -1,0 +1,1 @@
+"""Reproduce known incidents: scenarios, the workload driver, hang detection, verdicts."""

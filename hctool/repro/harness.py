@@ -1,0 +1,181 @@
+"""Run the variants of one scenario end to end and derive each verdict.
+
+Per invocation: a setup run writes the cold prefixes to storage (once), and a
+no-cache reference run answers every prompt (once). Per variant run: a copy of
+that storage, the topology with the recorder and the scenario's faults, the
+workload over HTTP, a live consensus check, stall detection; on trouble, stacks
+of every rank; then teardown, trace analysis and the verdict."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+import requests
+
+from engine.config import ServerArgs
+from hctool.consensus import analyze_dir
+from hctool.consensus.live import LiveWatcher
+from hctool.launch import Topology
+from hctool.repro.scenario import Scenario, Variant
+from hctool.repro.verdict import Observation, derive_verdict
+from hctool.repro.workload import WorkloadDriver, build_prompts, run_to_completion
+from hctool.stacks import dump_stacks
+
+POLL_S = 0.2
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+@dataclasses.dataclass
+class HarnessOptions:
+    artifacts: Path
+    tp: int | None = None
+    runs: int = 1
+    timeout: float | None = None      # overrides the scenario's per-variant deadline
+    startup_timeout: float = 300.0
+
+
+class ReproHarness:
+    def __init__(self, scenario: Scenario, opts: HarnessOptions):
+        self.s, self.opts = scenario, opts
+        self.tp = opts.tp or scenario.tp
+        self.root = Path(opts.artifacts)
+        self.root.mkdir(parents=True, exist_ok=True)
+        vocab = ServerArgs().model.vocab_size
+        self.rounds, self.cold = build_prompts(scenario.workload, vocab)
+        self.storage_seed: Path | None = None
+        self.reference: dict | None = None
+
+    # -- once per invocation ------------------------------------------------------------
+    def prepare(self) -> None:
+        if self.s.path is not None:
+            shutil.copy(self.s.path, self.root / "scenario.toml")
+        first = self.s.server_args(self.s.variants[0], self.tp)
+        if first.hicache_storage_backend and self.cold:
+            self.storage_seed = self.root / "storage-seed"
+            args = self.s.server_args(self.s.variants[0], self.tp, (*self.s.setup_flags, "--hicache-storage-dir",
+                                                                    str(self.storage_seed)))
+            log(f"setup: writing {len(self.cold)} cold prefixes to storage ({self.storage_seed})")
+            with Topology(args, self.root / "setup") as topo:
+                url = topo.start(self.opts.startup_timeout)
+                run_to_completion(url, [[c + [1] for c in self.cold]], 1, self.s.deadline)
+                requests.post(f"{url}/flush_cache", timeout=self.s.deadline).raise_for_status()  # waits for backups
+                topo.shutdown()
+        ref_args = dataclasses.replace(first, enable_hierarchical_cache=False, hicache_storage_backend=None,
+                                       disable_radix_cache=True, run_dir="",
+                                       max_total_tokens=max(first.max_total_tokens, 16384))
+        log("reference: answering every prompt without any cache")
+        with Topology(ref_args, self.root / "reference") as topo:
+            url = topo.start(self.opts.startup_timeout)
+            self.reference = run_to_completion(url, self.rounds, self.s.workload.max_new_tokens, self.s.deadline * 2)
+            topo.shutdown()
+
+    # -- one variant run -------------------------------------------------------------------
+    def run_variant(self, variant: Variant, index: int = 0) -> dict:
+        name = variant.name if self.opts.runs == 1 else f"{variant.name}-run{index + 1}"
+        vdir = self.root / name
+        traces = vdir / "traces"
+        extra: tuple[str, ...] = ()
+        if self.storage_seed is not None:
+            shutil.copytree(self.storage_seed, vdir / "storage")
+            extra = ("--hicache-storage-dir", str(vdir / "storage"))
+        args = self.s.server_args(variant, self.tp, extra)
+        deadline_s = self.opts.timeout or self.s.deadline
+        log(f"{name}: starting TP={self.tp} with faults {', '.join(self.s.faults) or 'none'}")
+        t0 = time.monotonic()
+        stacks: dict[str, str] = {}
+        with Topology(args, vdir, faults=list(self.s.faults), probes=list(self.s.probes),
+                      extra_env={"HCTOOL_TRACE_DIR": str(traces)}) as topo:
+            url = topo.start(self.opts.startup_timeout)
+            (vdir / "commands.txt").write_text(_commands(topo, args, self.s))
+            watcher = LiveWatcher(traces, self.tp, hang_after=self.s.hang_after)
+            driver = WorkloadDriver(url, self.rounds, self.s.workload.max_new_tokens, deadline_s).start()
+            started = time.monotonic()
+            outcome, live, death = self._watch(topo, watcher, driver, started, deadline_s)
+            if outcome != "done":
+                alive = {r: pid for r, pid in topo.pids_by_rank().items() if _alive(pid)}
+                stacks = dump_stacks(alive, timeout=10.0, trace_dir=str(traces)) if alive else {}
+            if outcome == "done":
+                codes = topo.shutdown()
+            else:
+                driver.stop()
+                codes = topo.rank_exit_codes()
+        final = analyze_dir(traces, exit_codes=codes, stacks=stacks)
+        obs = Observation(outcome, death, live, final, driver.sent, driver.succeeded, self._outputs_match(driver))
+        verdict, reason = derive_verdict(obs)
+        report = {"name": variant.name, "expected": list(variant.expected), "verdict": verdict,
+                  "ok": verdict in variant.expected, "seconds": round(time.monotonic() - t0, 2),
+                  "requests": driver.counts(), "reason": reason,
+                  "first_divergence": (live or {}).get("first_divergence") or final.get("first_divergence"),
+                  "stacks": stacks or final.get("stacks") or {}, "artifacts": str(vdir)}
+        (vdir / "report.json").write_text(json.dumps(report, indent=2))
+        if stacks:
+            (vdir / "stacks.txt").write_text("".join(f"== rank {r} ==\n{t}\n" for r, t in sorted(stacks.items())))
+        log(f"{name}: {verdict} ({reason}) in {report['seconds']} s")
+        return report
+
+    def _watch(self, topo: Topology, watcher: LiveWatcher, driver: WorkloadDriver, started: float, deadline_s: float):
+        while True:
+            time.sleep(POLL_S)
+            death = topo.first_death()
+            if death is not None:
+                time.sleep(0.5)  # let the checker read the last records of the dying rank
+                return "death", watcher.check(topo.rank_exit_codes()), death.message()
+            report = watcher.check()
+            if report is not None:
+                return "watcher", report, None
+            if driver.done.is_set():
+                return "done", None, None
+            now = time.monotonic()
+            if now - max(driver.last_progress, started) > self.s.stall_timeout:
+                return "stalled", None, None
+            if now - started > deadline_s:
+                return "deadline", None, None
+
+    def _outputs_match(self, driver: WorkloadDriver) -> bool:
+        ref = self.reference or {}
+        return all(ref.get(k) == v for k, v in driver.outputs.items())
+
+    def run(self, variants: list[Variant]) -> dict:
+        self.prepare()
+        results = []
+        for v in variants:
+            runs = [self.run_variant(v, k) for k in range(self.opts.runs)]
+            results.append(_summarize(runs) if len(runs) > 1 else runs[0])
+        out = {"id": self.s.id, "title": self.s.title, "variants": results, "artifacts": str(self.root)}
+        (self.root / "report.json").write_text(json.dumps(out, indent=2))
+        return out
+
+
+def _summarize(runs: list[dict]) -> dict:
+    """--runs K: the last run's details, with every run's verdict and the count that
+    came out as expected; ok only if all did."""
+    last = dict(runs[-1])
+    verdicts = [r["verdict"] for r in runs]
+    last.update(verdict=max(set(verdicts), key=verdicts.count), runs=len(runs),
+                ok_runs=sum(r["ok"] for r in runs), verdicts=verdicts,
+                seconds=round(sum(r["seconds"] for r in runs), 2), ok=all(r["ok"] for r in runs))
+    return last
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _commands(topo: Topology, args: ServerArgs, s: Scenario) -> str:
+    lines = [f"# scenario {s.id}; faults: {', '.join(s.faults) or 'none'}; probes: {', '.join(s.probes) or 'none'}",
+             f"# engine args: {args.to_json()}"]
+    lines += [f"{c.name}: pid {c.popen.pid}: {' '.join(c.popen.args)}" for c in topo.procs.children]
+    return "\n".join(lines) + "\n"

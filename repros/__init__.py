@@ -1,0 +1,1 @@
+"""The incident catalogue: one folder per incident with scenario.toml and README.md."""

@@ -1,0 +1,33 @@
+"""Verdicts come from what the processes did."""
+
+from __future__ import annotations
+
+import pytest
+
+from hctool.repro.verdict import Observation, derive_verdict
+
+BLOCKED = {"verdict": "diverged", "first_divergence": {"ranks": {"0": {"state": "blocked"}, "1": {"state": "blocked"}}}}
+PAIRED = {"verdict": "diverged", "first_divergence": {"ranks": {"0": {"state": "completed"}, "1": {"state": "completed"}}}}
+CONSISTENT = {"verdict": "consistent", "first_divergence": None}
+
+
+def obs(**kw):
+    base = dict(outcome="done", rank_died=None, watcher_report=None, final_report=CONSISTENT,
+                sent=10, succeeded=10, outputs_match=True)
+    return Observation(**{**base, **kw})
+
+
+@pytest.mark.parametrize("o, verdict", [
+    (obs(), "healthy"),
+    (obs(outcome="death", rank_died="rank 1 died (exit code 1)", final_report=BLOCKED), "crashed"),
+    (obs(outcome="stalled", succeeded=7), "deadlocked"),
+    (obs(outcome="deadline", succeeded=9), "deadlocked"),
+    (obs(outcome="watcher", watcher_report=BLOCKED, succeeded=3), "deadlocked"),
+    (obs(outcome="watcher", watcher_report={"verdict": "hung", "first_divergence": None}), "deadlocked"),
+    (obs(outcome="watcher", watcher_report=PAIRED, succeeded=3), "diverged"),
+    (obs(final_report=PAIRED), "diverged"),
+    (obs(outputs_match=False), "diverged"),
+    (obs(succeeded=9), "diverged"),
+])
+def test_derive_verdict(o, verdict):
+    assert derive_verdict(o)[0] == verdict
