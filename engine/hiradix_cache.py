@@ -43,15 +43,10 @@ class HiRadixCache(RadixCache):
     # -- host tier ------------------------------------------------------------------
     def inc_host_ref(self, node: TreeNode) -> None:
         """Mutates: host_ref of node and ancestors (their host pages stay put)."""
-        while node is not None:
-            node.host_ref += 1
-            node = node.parent
+        self._add_ref(node, "host_ref", 1)
 
     def dec_host_ref(self, node: TreeNode) -> None:
-        while node is not None:
-            node.host_ref -= 1
-            assert node.host_ref >= 0, "host_ref underflow"
-            node = node.parent
+        self._add_ref(node, "host_ref", -1)
 
     def alloc_host(self, num_pages: int) -> list[int] | None:
         """Mutates: host allocator, and the tree when host leaves must be dropped."""

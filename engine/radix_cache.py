@@ -196,17 +196,21 @@ class RadixCache:
             self.evict(short)
         return self.allocator.alloc(num_pages)
 
-    def inc_lock_ref(self, node: TreeNode) -> None:
-        """Mutates: lock_ref of node and its ancestors (protects them from eviction)."""
+    @staticmethod
+    def _add_ref(node: TreeNode | None, attr: str, delta: int) -> None:
+        """Mutates: a ref count of node and every ancestor (a ref pins the whole path)."""
         while node is not None:
-            node.lock_ref += 1
+            value = getattr(node, attr) + delta
+            assert value >= 0, f"{attr} underflow at node {node.id}"
+            setattr(node, attr, value)
             node = node.parent
 
+    def inc_lock_ref(self, node: TreeNode) -> None:
+        """Mutates: lock_ref of node and ancestors (protects their device pages)."""
+        self._add_ref(node, "lock_ref", 1)
+
     def dec_lock_ref(self, node: TreeNode) -> None:
-        while node is not None:
-            node.lock_ref -= 1
-            assert node.lock_ref >= 0, "lock_ref underflow"
-            node = node.parent
+        self._add_ref(node, "lock_ref", -1)
 
     def evict(self, num_tokens: int) -> int:
         """Mutates: removes device copies of least recently used unlocked leaves until
