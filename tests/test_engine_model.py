@@ -8,7 +8,7 @@ import torch
 
 from engine.config import ModelConfig
 from engine.model import TinyTransformer
-from engine_tp_worker import compute_cases, run_tp_workers
+from tests.engine_tp_worker import compute_cases, run_tp_workers
 
 TOL = dict(rtol=1e-4, atol=1e-4)
 

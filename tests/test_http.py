@@ -8,7 +8,7 @@ import time
 import pytest
 import requests
 
-from test_launch import Launched
+from tests.test_launch import Launched
 
 MAX_CONTEXT = 2048 - 16  # --max-total-tokens 2048 minus one page of 16
 TIMEOUT = 120

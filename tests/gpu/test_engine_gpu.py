@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-import test_engine_cache as cache
-import test_engine_serving as serving
+from tests import test_engine_cache as cache
+from tests import test_engine_serving as serving
 from engine.config import ModelConfig
 from engine.model import TinyTransformer
-from engine_tp_worker import compute_cases, run_tp_workers
-from test_engine_cache import groups, tiers  # noqa: F401 - fixtures
+from tests.engine_tp_worker import compute_cases, run_tp_workers
+from tests.test_engine_cache import groups, tiers  # noqa: F401 - fixtures
 
 CUDA = torch.device("cuda:0")
 
