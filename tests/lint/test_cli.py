@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import textwrap
 from pathlib import Path
@@ -41,8 +42,10 @@ def write(root: Path, name: str, text: str) -> Path:
     return p
 
 
-def test_json_contract_on_the_30760_fixture(cli):
-    res = cli(FIXTURE.parent, "sglang30760", "--format", "json")
+def test_json_contract_on_the_30760_fixture(cli, tmp_path):
+    # A copy outside the repo: the repo's own [tool.hctool.lint] must not apply.
+    shutil.copytree(FIXTURE, tmp_path / "sglang30760")
+    res = cli(tmp_path, "sglang30760", "--format", "json")
     assert res.exit_code == 1
     (f,) = json.loads(res.stdout)
     assert set(f) == {"rule", "name", "path", "line", "col", "message", "related"}
