@@ -61,6 +61,7 @@ class _State:
         self.default_key: str | None = None
         self.rank: int | None = None
         self.frame_cache: dict[tuple, tuple[str, str, str, bool]] = {}
+        self.stack_json: dict[tuple, str] = {}
         self.error: str | None = None
 
 
@@ -98,9 +99,21 @@ def _open() -> int:
 
 
 def _write(record: dict) -> None:
-    line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+    _write_line(json.dumps(record, separators=(",", ":")))
+
+
+def _write_line(text: str) -> None:
+    line = (text + "\n").encode()
     with _S.lock:
         os.write(_open(), line)
+
+
+def _stack_json(stack: tuple) -> str:
+    # A call site's short stack repeats on every call: serialize it once.
+    text = _S.stack_json.get(stack)
+    if text is None:
+        text = _S.stack_json[stack] = json.dumps(list(stack), separators=(",", ":"))
+    return text
 
 
 def _register_faulthandler(path: str) -> None:
@@ -132,7 +145,7 @@ def _excepthook(orig):
 
 # ---------------------------------------------------------------- describing a call
 
-def _call_site(frame) -> tuple[str, str, list[str]]:
+def _call_site(frame) -> tuple[str, str, tuple[str, ...]]:
     """(site "file.py:LINE", function, short stack innermost first) of the first
     frame outside torch and hctool."""
     cache = _S.frame_cache
@@ -153,7 +166,7 @@ def _call_site(frame) -> tuple[str, str, list[str]]:
             site, fn = info[0], info[1]
         stack.append(info[2])
         frame = frame.f_back
-    return site, fn, stack
+    return site, fn, tuple(stack)
 
 
 def _desc(x) -> tuple[list, list]:
@@ -257,9 +270,9 @@ def _wrap(op: str, fn):
                 g = rec["g"]
                 seq = _S.seq[g] = _S.seq.get(g, -1) + 1
                 site, func, stack = _call_site(sys._getframe(1))
-                rec.update(e=eid, s=seq, site=site, fn=func, stack=stack,
+                rec.update(e=eid, s=seq, site=site, fn=func,
                            th=threading.current_thread().name, t=time.monotonic(), w=time.time())
-                _write(rec)
+                _write_line(json.dumps(rec, separators=(",", ":"))[:-1] + ',"stack":' + _stack_json(stack) + "}")
         except Exception as exc:  # never break the program
             _note_failure(exc)
         _tls.depth = 1
@@ -272,7 +285,10 @@ def _wrap(op: str, fn):
         finally:
             _tls.depth = 0
         if eid is not None:
-            _safe_write({"c": eid, "t": time.monotonic()})
+            try:
+                _write_line(f'{{"c":{eid},"t":{time.monotonic()!r}}}')
+            except Exception as exc:
+                _note_failure(exc)
         return result
 
     recorded.__hctool_original__ = fn
