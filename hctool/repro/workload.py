@@ -62,10 +62,6 @@ class WorkloadDriver:
         self._stop.set()
         self._thread.join(timeout=5)
 
-    @property
-    def total(self) -> int:
-        return sum(len(r) for r in self.rounds)
-
     def _one(self, key: tuple[int, int], prompt: list[int]) -> None:
         body = {"input_ids": prompt, "rid": f"r{key[0]}-{key[1]}-{time.monotonic_ns()}",
                 "sampling_params": {"max_new_tokens": self.max_new_tokens, "temperature": 0, "ignore_eos": True}}
