@@ -256,11 +256,7 @@ class RadixCache:
         child.host_value = None if child.host_value is None else child.host_value[p:]
         child.parent = upper
         upper.children[child.key[: self.page_size]] = child
-        self._on_split(upper, child)
         return upper
-
-    def _on_split(self, upper: TreeNode, lower: TreeNode) -> None:
-        """Hook for tiers that track nodes in queues (HiCache acks)."""
 
     def _common_len(self, a, b) -> int:
         p, n = self.page_size, 0

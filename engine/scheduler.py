@@ -255,7 +255,8 @@ class Scheduler:
         next_ids = self.model.sample(logits, [r.temperature for r in ready], [r.generator for r in ready])
         for req, tok in zip(ready, next_ids):
             req.kv_len = len(req.fill_ids)
-            self.counters["prompt_tokens"] += len(req.input_ids) if not req.output_ids else 0
+            if not req.output_ids:  # a retracted request's prompt was counted already
+                self.counters["prompt_tokens"] += len(req.input_ids)
             if not self.args.disable_radix_cache:
                 self._cache_unfinished_req(req)
             if req.max_new_tokens == 0:

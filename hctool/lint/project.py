@@ -47,14 +47,11 @@ class Project:
         self.classes: dict[tuple, tuple] = {}
         self.class_by_name = defaultdict(list)
         self.methods_by_name = defaultdict(list)
-        self.funcs_by_name = defaultdict(list)
         self.mods_by_tail = defaultdict(list)
         self._memo: dict = {}
         for m in modules:
             self.mods_by_tail[m.modname.rsplit(".", 1)[-1]].append(m.modname)
             self.mod_funcs[m.modname] = m.module_funcs
-            for name, key in m.module_funcs.items():
-                self.funcs_by_name[name].append(key)
             for cname, (bases, methods) in m.classes.items():
                 self.classes[(m.modname, cname)] = (bases, methods)
                 self.class_by_name[cname].append((m.modname, cname))
