@@ -3,7 +3,6 @@ exits (hctool/inject/lifeline.py). Real hctool processes, real SIGKILL."""
 
 from __future__ import annotations
 
-import os
 import queue
 import signal
 import subprocess
@@ -16,36 +15,18 @@ import psutil
 import pytest
 
 from hctool.procs import free_port, inject_env
+from tests.reliability.helpers import REPO, child_env, running
 
-REPO = Path(__file__).resolve().parents[2]
 PROGRAMS = Path(__file__).resolve().parent / "programs"
-GONE_DEADLINE_S = 15.0  # lifeline: SIGTERM at once, SIGKILL 3 s later
-
-
-def _env() -> dict[str, str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    env.pop("HCTOOL_DEBUG", None)
-    return env
-
-
-def _running(pids: set[int]) -> list[int]:
-    alive = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                alive.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
+GONE_DEADLINE_S = 15.0  # lifeline: SIGTERM at once, SIGKILL 3 s later; a hang check, not a timing claim
 
 
 def _wait_gone(pids: set[int]) -> float:
     """Seconds until none of `pids` runs; kills survivors and fails after the deadline."""
     start = time.monotonic()
-    while _running(pids):
+    while running(pids):
         if time.monotonic() - start > GONE_DEADLINE_S:
-            left = _running(pids)
+            left = running(pids)
             for pid in left:
                 psutil.Process(pid).kill()
             pytest.fail(f"orphans {GONE_DEADLINE_S} s after hctool died: {left}")
@@ -58,6 +39,13 @@ def _tree(pid: int) -> set[int]:
         return {p.pid for p in psutil.Process(pid).children(recursive=True)}
     except psutil.NoSuchProcess:
         return set()
+
+
+def _is_engine(pid: int) -> bool:
+    try:
+        return "engine" in " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return False
 
 
 def _sigkill_and_reap(proc: subprocess.Popen) -> None:
@@ -87,7 +75,7 @@ class _Lines:
 def test_sigkill_of_launch_leaves_no_process(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "hctool", "launch", "--cpu", "--tp", "2", "--run-dir",
                              str(tmp_path), "--max-total-tokens", "2048", "--page-size", "16"],
-                            cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                            cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         _Lines(proc.stdout).wait_for("ready: ", 240)
         pids = _tree(proc.pid)
@@ -107,7 +95,7 @@ def test_sigkill_of_check_consensus_run_torchrun_leaves_no_process(tmp_path):
            "--trace-dir", str(tmp_path / "trace"), "--", sys.executable, "-m", "torch.distributed.run",
            "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
            str(PROGRAMS / "forever.py")]
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     log = tmp_path / "trace" / "cmd.log"
     try:  # wait for both workers (torchrun's grandchildren of hctool) to run collectives
         end = time.monotonic() + 120
@@ -135,7 +123,7 @@ time.sleep(300)
 
 
 def test_forked_grandchildren_exit_with_a_plain_supervisor():
-    sup = subprocess.Popen([sys.executable, "-c", SUPERVISOR], env=_env())
+    sup = subprocess.Popen([sys.executable, "-c", SUPERVISOR], env=child_env())
     try:
         end = time.monotonic() + 60
         while len(_tree(sup.pid)) < 2:  # the child and the child it forked
@@ -154,9 +142,25 @@ def test_forked_grandchildren_exit_with_a_plain_supervisor():
 def test_supervisor_already_gone_exits_at_start():
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    env = inject_env(_env())
+    env = inject_env(child_env())
     env["HCTOOL_SUPERVISOR_PID"] = str(dead.pid)
     res = subprocess.run([sys.executable, "-c", "import time; time.sleep(60); print('survived')"], env=env,
                          capture_output=True, text=True, timeout=30)
     assert res.returncode == -signal.SIGTERM and "survived" not in res.stdout
     assert f"supervisor (pid {dead.pid}) is gone" in res.stderr
+
+
+def test_sigkill_of_repro_leaves_no_process(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "hctool", "repro", "30760", "--variant", "bulk", "--artifacts",
+                             str(tmp_path)], cwd=REPO, env=child_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:  # wait until a topology (frontend + 2 ranks) runs under it
+        end = time.monotonic() + 120
+        while sum(_is_engine(p) for p in _tree(proc.pid)) < 3:
+            assert proc.poll() is None and time.monotonic() < end, "no topology started"
+            time.sleep(0.1)
+        time.sleep(1.0)
+    finally:
+        pids = _tree(proc.pid)
+        _sigkill_and_reap(proc)
+        _wait_gone(pids)
