@@ -9,6 +9,7 @@ import random
 import socket
 import threading
 import time
+import zlib
 from urllib.parse import urlparse
 
 import pytest
@@ -143,4 +144,44 @@ def test_concurrent_hostile_mix_keeps_answers_correct(server):
     for t in threads:
         t.join(TIMEOUT)
     assert codes == [400] * len(bodies)
+    assert_still_correct(server)
+
+
+# --- fuzz: hypothesis builds bodies, the server must answer each with 200/400/413 ---
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+VOCAB = 32768
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_infinity=True),
+                     st.text(st.characters() | st.characters(categories=["Cs"]), max_size=8))
+_json = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+                     max_leaves=12)
+_temperature = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0, 1e-39, 1e-320, 0.7, 2]),
+                         st.integers(-3, 3), _scalars)
+_sampling = st.fixed_dictionaries({}, optional={
+    "max_new_tokens": st.one_of(st.integers(0, 6), st.integers(-2**64, 2**64), _scalars),
+    "temperature": _temperature, "ignore_eos": st.one_of(st.booleans(), _scalars), "top_p": _json})
+_ids = st.lists(st.one_of(st.integers(1, VOCAB + 2), st.integers(-5, 2**65), _scalars), min_size=0, max_size=40)
+_body = st.fixed_dictionaries({}, optional={
+    "input_ids": st.one_of(_ids, _json), "text": st.one_of(st.text(max_size=40), _json),
+    "sampling_params": st.one_of(_sampling, _json), "rid": st.one_of(st.uuids().map(str), _scalars),
+    "stream": st.booleans(), "extra": _json})
+_bodies = st.one_of(_body.map(lambda b: json.dumps(b, allow_nan=True).encode()), st.binary(max_size=200))
+
+
+@settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(body=_bodies)
+def test_fuzz_generate_answers_or_4xx(server, body):
+    r = post(server.url, body)
+    assert r.status_code in (200, 400, 413), (body[:300], r.status_code, r.text[:300])
+    if r.status_code == 200:
+        out = r.json()["output_ids"]
+        assert all(isinstance(t, int) and 0 <= t < VOCAB for t in out)
+    else:
+        assert r.json()["error"]
+    if zlib.crc32(body) % 20 == 0:  # now and then: cached answers still equal the first ones
+        assert_still_correct(server)
+
+
+def test_after_fuzz_still_correct(server):
     assert_still_correct(server)
