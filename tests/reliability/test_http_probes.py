@@ -147,6 +147,19 @@ def test_concurrent_hostile_mix_keeps_answers_correct(server):
     assert_still_correct(server)
 
 
+def test_every_listening_socket_is_on_loopback(server):
+    """HTTP, the frontend's rank link, the rendezvous store and gloo: nothing of a
+    single-host launch may listen beyond 127.0.0.1 (docs/reliability.md lists them)."""
+    import psutil
+
+    listening = []
+    for pid in server.pids:
+        for c in psutil.Process(pid).net_connections(kind="inet"):
+            if c.status == psutil.CONN_LISTEN:
+                listening.append((pid, c.laddr.ip, c.laddr.port))
+    assert len(listening) >= 3, listening  # HTTP, rank link, store at least
+    assert {ip for _, ip, _ in listening} == {"127.0.0.1"}, listening
+
 # --- fuzz: hypothesis builds bodies, the server must answer each with 200/400/413 ---
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
