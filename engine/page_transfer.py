@@ -82,7 +82,9 @@ def _build_kernel():
     import triton
     import triton.language as tl
 
-    @triton.jit
+    # n and first_layer vary per call: specializing on their values (== 1, % 16) would
+    # compile new variants in the middle of serving.
+    @triton.jit(do_not_specialize=["n", "first_layer"])
     def _copy_pages(src_k, src_v, dst_k, dst_v, idx, n, first_layer, src_layer_stride, dst_layer_stride,
                     PAGE: tl.constexpr, BLOCK: tl.constexpr):
         # grid: (page pair, chunk of the page, layer); idx holds [src pages..., dst pages...]
@@ -106,13 +108,17 @@ def _build_kernel():
             tl.store(dst_k + do, k, mask=m)
             tl.store(dst_v + do, v, mask=m)
 
-    def launch(src, dst, idx, n, page_elems, first, count, cfg: KernelConfig):
+    def launch(src, dst, idx, n, page_elems, first, count, cfg: KernelConfig, warmup: bool = False):
         esize = src.k_buffer.element_size()
         block = min(triton.next_power_of_2(page_elems), max(cfg.block_bytes // esize, 1))
         grid = (n, triton.cdiv(page_elems, block), count)
-        _copy_pages[grid](src.k_buffer, src.v_buffer, dst.k_buffer, dst.v_buffer, idx, n, first,
-                          src.k_buffer.stride(0), dst.k_buffer.stride(0),
-                          PAGE=page_elems, BLOCK=block, num_warps=cfg.num_warps)
+        args = (src.k_buffer, src.v_buffer, dst.k_buffer, dst.v_buffer, idx, n, first,
+                src.k_buffer.stride(0), dst.k_buffer.stride(0))
+        opts = dict(PAGE=page_elems, BLOCK=block, num_warps=cfg.num_warps)
+        if warmup:  # compile only
+            _copy_pages.warmup(*args, grid=grid, **opts)
+        else:
+            _copy_pages[grid](*args, **opts)
     return launch
 
 
@@ -141,31 +147,52 @@ def _device_indices(idx: torch.Tensor, device: torch.device) -> torch.Tensor:
     return per_stream[stream]
 
 
-def transfer_pages(src, dst, src_pages: list[int], dst_pages: list[int], layer: int | None) -> bool:
-    """Copy the pages with the kernel if this copy should take it; False means the
-    caller copies run by run (CPU pools, device->device, large runs, no kernel)."""
+def _usable(src, dst) -> bool:
+    """Host<->device pools with the same pages, the kernel on and loadable."""
     sk, dk = src.k_buffer, dst.k_buffer
-    if sk.is_cuda == dk.is_cuda or not src_pages or not _State.enabled or _State.unavailable:
+    if sk.is_cuda == dk.is_cuda or not _State.enabled or _State.unavailable:
         return False
-    host, dev = (sk, dk) if dk.is_cuda else (dk, sk)
     if sk.dtype != dk.dtype or sk.shape[0] != dk.shape[0] or sk.shape[2:] != dk.shape[2:] \
             or src.page_size != dst.page_size or not (sk.is_contiguous() and dk.is_contiguous()):
         return False  # not the same page shape: the per-run copies raise or convert
-    if not host.is_pinned():
+    if not (dk if sk.is_cuda else sk).is_pinned():  # the host side
         _fall_back("a host KV pool is not pinned memory", disable=False)
         return False
-    kernel = _load_kernel()
-    if kernel is None:
+    return _load_kernel() is not None
+
+
+def warm_up(device_pool, host_pool) -> None:
+    """Compile the kernel for these pools now, at the controller's start, so the first
+    load-back does not stall the scheduler on a compile (and a failure shows here)."""
+    if not _usable(host_pool, device_pool):
+        return
+    dev = device_pool.k_buffer.device
+    page_elems = host_pool.page_size * host_pool.k_buffer[0, 0].numel()
+    with torch.cuda.device(dev):
+        idx = torch.zeros(2, dtype=torch.int64, device=dev)
+        try:
+            for src, dst in ((host_pool, device_pool), (device_pool, host_pool)):
+                _State.kernel(src, dst, idx, 1, page_elems, 0, 1, _State.config, warmup=True)
+        except Exception as e:
+            _fall_back(f"kernel compile failed ({type(e).__name__}: {e})")
+
+
+def transfer_pages(src, dst, src_pages: list[int], dst_pages: list[int], layer: int | None) -> bool:
+    """Copy the pages with the kernel if this copy should take it; False means the
+    caller copies run by run (CPU pools, device->device, large runs, no kernel)."""
+    if not src_pages or not _usable(src, dst):
         return False
+    sk = src.k_buffer
+    dev = dst.k_buffer.device if dst.k_buffer.is_cuda else sk.device
     page_elems = src.page_size * sk[0, 0].numel()
     runs, idx = _indices(src_pages, dst_pages)
     if len(src_pages) * page_elems * sk.element_size() >= runs * RUN_BYTES_FOR_COPY:
         return False  # long runs: per-run copies already run at copy-engine speed
     first, count = (0, sk.shape[0]) if layer is None else (layer, 1)
-    with torch.cuda.device(dev.device):
+    with torch.cuda.device(dev):
         try:
-            kernel(src, dst, _device_indices(idx, dev.device), len(src_pages), page_elems, first, count,
-                   _State.config)
+            _State.kernel(src, dst, _device_indices(idx, dev), len(src_pages), page_elems, first, count,
+                          _State.config)
         except Exception as e:  # a compile or launch failure: nothing was enqueued
             _fall_back(f"kernel launch failed ({type(e).__name__}: {e})")
             return False
