@@ -3,7 +3,7 @@
 
 Why: `copy_pages` issues one copy per page run, layer and buffer. For scattered small
 pages the cost per copy (submission plus DMA setup), not PCIe, bounds load-back:
-scattered 16-token pages ran at 0.25 of a pinned contiguous copy on H200. Here one
+scattered 16-token pages ran at 0.07-0.25 of a pinned contiguous copy on H200. Here one
 Triton program moves one chunk of one page: it reads (or writes) the pinned host pool
 through its device-visible address, since pinned memory from torch (cudaHostAlloc) is
 mapped into the unified address space, so a launch per layer moves every page at once.
@@ -25,10 +25,10 @@ import torch
 
 log = logging.getLogger(__name__)
 
-# A per-run copy costs a few microseconds of submission and DMA setup (~5 us measured on
-# H200 for a 64 KiB run); at 55 GB/s that is the time of ~0.3 MB, so runs of 1 MiB or
-# more already reach 0.8 of a contiguous copy without the kernel (and leave SMs alone).
-RUN_BYTES_FOR_COPY = 1 << 20
+# A per-run copy costs 7-11 us beyond its bytes (measured on H200: 16384 scattered
+# 64 KiB copies took 176 ms); at 55 GB/s only runs of a few MiB hide that as well as the
+# kernel does (~0.9 of a pinned copy). Longer runs stay on the copy engine (and off SMs).
+RUN_BYTES_FOR_COPY = 4 << 20
 
 
 class KernelConfig(NamedTuple):
