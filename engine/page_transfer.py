@@ -193,7 +193,7 @@ def transfer_pages(src, dst, src_pages: list[int], dst_pages: list[int], layer: 
         try:
             _State.kernel(src, dst, _device_indices(idx, dev), len(src_pages), page_elems, first, count,
                           _State.config)
-        except Exception as e:  # a compile or launch failure: nothing was enqueued
+        except Exception as e:  # a compile or launch failure: no page was copied yet
             _fall_back(f"kernel launch failed ({type(e).__name__}: {e})")
             return False
     _State.launches += 1
