@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine import streams
+from engine import page_transfer, streams
 from engine.memory_pool import KVPool, copy_pages
 
 
@@ -65,6 +65,7 @@ class HiCacheController:
         self.ack_write_queue: deque[Ack] = deque()
         self.ack_load_queue: deque[Ack] = deque()
         self.layer_done_counter = LayerDoneCounter(device_pool.num_layers, num_counters)
+        page_transfer.warm_up(device_pool, host_pool)  # no compile stall at the first load-back
 
     # -- device -> host ---------------------------------------------------------------
     def write(self, device_pages: list[int], host_pages: list[int], node) -> None:
