@@ -17,8 +17,8 @@ from multiprocessing.connection import Client, Connection
 import torch
 import torch.distributed as dist
 
-from engine.config import ServerArgs
-from engine.scheduler import Scheduler
+from engine.server_args import ServerArgs
+from engine.managers.scheduler import Scheduler
 
 CONNECT_TIMEOUT_S = 120.0
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import requests
 
-from engine.config import ServerArgs
+from engine.server_args import ServerArgs
 from hctool.procs import Child, ProcessSet, describe_exit, free_port, inject_env, kill_tree, python_cmd, torchrun_env
 
 
@@ -88,7 +88,7 @@ class Topology:
         common = {"HCTOOL_ENGINE_ARGS": self.server_args.to_json(),
                   "HCTOOL_IPC_PORT": str(ipc_port), "HCTOOL_IPC_AUTHKEY": authkey}
 
-        self._spawn("frontend", "engine.frontend", {
+        self._spawn("frontend", "engine.entrypoints.http_server", {
             **env, **common, "HCTOOL_HTTP_HOST": self.host, "HCTOOL_HTTP_PORT": str(self.port)})
         world = self.server_args.tp_size
         for rank in range(world):

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from engine import streams
-from engine.memory_pool import KVPool
+from engine.mem_cache.memory_pool import KVPool
 
 
 class HiCacheStorage(ABC):

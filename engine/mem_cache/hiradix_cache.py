@@ -15,11 +15,11 @@ import time
 import torch
 import torch.distributed as dist
 
-from engine.cache_controller import HiCacheController
-from engine.config import ServerArgs
-from engine.memory_pool import KVPool, PagedAllocator
-from engine.radix_cache import RadixCache, TreeNode, chain_hashes
-from engine.storage import BackupOperation, PrefetchOperation, StorageIO
+from engine.managers.cache_controller import HiCacheController
+from engine.server_args import ServerArgs
+from engine.mem_cache.memory_pool import KVPool, PagedAllocator
+from engine.mem_cache.radix_cache import RadixCache, TreeNode, chain_hashes
+from engine.mem_cache.hicache_storage import BackupOperation, PrefetchOperation, StorageIO
 
 
 class HiRadixCache(RadixCache):

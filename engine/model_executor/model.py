@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from engine.config import ModelConfig
+from engine.server_args import ModelConfig
 
 
 @dataclass

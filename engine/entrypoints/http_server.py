@@ -1,6 +1,6 @@
 """HTTP frontend: an SGLang-compatible subset of the API in front of rank 0.
 
-Run as `python -m engine.frontend` by `hctool launch`. It listens for rank 0 on
+Run as `python -m engine.entrypoints.http_server` by `hctool launch`. It listens for rank 0 on
 HCTOOL_IPC_PORT (multiprocessing.connection, authkey HCTOOL_IPC_AUTHKEY) and
 serves HTTP on HCTOOL_HTTP_HOST:HCTOOL_HTTP_PORT. Every request is validated
 here, so nothing a client sends reaches the ranks unless it is servable.
@@ -21,7 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from engine import tokenizer
-from engine.config import ServerArgs
+from engine.server_args import ServerArgs
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily
 

@@ -17,13 +17,13 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from engine.config import ServerArgs
-from engine.hiradix_cache import HiRadixCache
-from engine.memory_pool import KVPool, PagedAllocator, ReqToTokenPool
-from engine.model import ForwardItem, TinyTransformer
-from engine.radix_cache import RadixCache, TreeNode
-from engine.schedule_policy import AddReqResult, PrefillAdder, ceil_pages
-from engine.storage import HiCacheFile, StorageIO
+from engine.server_args import ServerArgs
+from engine.mem_cache.hiradix_cache import HiRadixCache
+from engine.mem_cache.memory_pool import KVPool, PagedAllocator, ReqToTokenPool
+from engine.model_executor.model import ForwardItem, TinyTransformer
+from engine.mem_cache.radix_cache import RadixCache, TreeNode
+from engine.managers.schedule_policy import AddReqResult, PrefillAdder, ceil_pages
+from engine.mem_cache.hicache_storage import HiCacheFile, StorageIO
 
 
 @dataclass

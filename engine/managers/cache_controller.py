@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine import streams
-from engine.memory_pool import KVPool, copy_pages
+from engine.mem_cache.memory_pool import KVPool, copy_pages
 
 
 @dataclass
