@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.server_args import ServerArgs
+from engine.managers.collectives import TickCollectives
 from engine.mem_cache.hiradix_cache import HiRadixCache
 from engine.mem_cache.memory_pool import KVPool, PagedAllocator
 from engine.mem_cache.radix_cache import RadixCache, chain_hashes
@@ -44,7 +45,7 @@ def groups():
 
 
 class Tiers:
-    """One rank's L1/L2(/L3) stack built the way engine.managers.scheduler builds it."""
+    """One rank's L1/L2(/L3) stack built the way engine.mem_cache.cache_factory builds it."""
 
     def __init__(self, groups, device_pages=16, host_pages=64, storage_dir: Path | None = None,
                  write_policy="write_through", vote="per-tick", prefetch_policy="wait_complete", device=CPU):
@@ -61,7 +62,7 @@ class Tiers:
         self.storage_io = (StorageIO(HiCacheFile(str(storage_dir), 0, 1), self.host_pool, groups[1], PAGE)
                            if storage_dir else None)
         self.tree = HiRadixCache(self.args, PagedAllocator(device_pages, PAGE, "device"), self.device_pool,
-                                 self.host_pool, PagedAllocator(host_pages, PAGE, "host"), groups[0], device,
+                                 self.host_pool, PagedAllocator(host_pages, PAGE, "host"), TickCollectives(groups[0]), device,
                                  self.storage_io)
         self.ctrl = self.tree.cache_controller
 

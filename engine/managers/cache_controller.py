@@ -107,25 +107,30 @@ class HiCacheController:
         return slot
 
     # -- acks -------------------------------------------------------------------------
-    @staticmethod
-    def ready_count(queue: deque[Ack]) -> int:
-        """Leading acks whose copy finished on this rank (rank-local)."""
-        n = 0
-        for ack in queue:
-            if not ack.event.query():
-                break
-            n += 1
-        return n
+    def ready_counts(self) -> tuple[int, int]:
+        """(write, load) acks whose copies finished on this rank (rank-local: the
+        cache agrees on them before popping)."""
+        return self._ready(self.ack_write_queue), self._ready(self.ack_load_queue)
 
-    @staticmethod
-    def pop_acks(queue: deque[Ack], n: int) -> list[Ack]:
-        """Pop the agreed number of acks (every rank pops the same n)."""
+    def pop_acks(self, kind: str, n: int) -> list[Ack]:
+        """Pop the agreed number of `kind` ("write" or "load") acks; every rank pops the same n."""
+        queue = {"write": self.ack_write_queue, "load": self.ack_load_queue}[kind]
         out = []
         for _ in range(n):
             ack = queue.popleft()
             ack.event.synchronize()
             out.append(ack)
         return out
+
+    @staticmethod
+    def _ready(queue: deque[Ack]) -> int:
+        """Leading acks whose copy finished on this rank."""
+        n = 0
+        for ack in queue:
+            if not ack.event.query():
+                break
+            n += 1
+        return n
 
     def close(self) -> None:
         self.write_stream.close()

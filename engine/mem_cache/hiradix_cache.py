@@ -1,9 +1,11 @@
-"""HiRadixCache: the radix cache with an L2 host tier and an optional L3 store.
+"""SGLang: srt/mem_cache/hiradix_cache.py.
+
+HiRadixCache: the radix cache with an L2 host tier and an optional L3 store.
 
 Tree mutations must be identical on every rank while their triggers (copy
 events, IO threads, clocks) are rank-local, so each trigger is turned into a
-number every rank agrees on with a collective on the TP CPU group
-(`check_hicache_events`, the prefetch votes) before the tree changes.
+number every rank agrees on with a collective of `TickCollectives` (TP CPU
+group: `check_hicache_events`, the prefetch votes) before the tree changes.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ import hashlib
 import heapq
 import time
 
+from typing import Callable
+
 import torch
-import torch.distributed as dist
 
 from engine.managers.cache_controller import HiCacheController
+from engine.managers.collectives import TickCollectives
 from engine.server_args import ServerArgs
 from engine.mem_cache.memory_pool import KVPool, PagedAllocator
 from engine.mem_cache.radix_cache import RadixCache, TreeNode, chain_hashes
@@ -24,21 +28,17 @@ from engine.mem_cache.hicache_storage import BackupOperation, PrefetchOperation,
 
 class HiRadixCache(RadixCache):
     def __init__(self, args: ServerArgs, allocator: PagedAllocator, device_pool: KVPool,
-                 host_pool: KVPool, host_allocator: PagedAllocator, tp_cpu_group, device: torch.device,
+                 host_pool: KVPool, host_allocator: PagedAllocator, sync: TickCollectives, device: torch.device,
                  storage_io: StorageIO | None = None):
         self.host_allocator = host_allocator
         super().__init__(args.page_size, allocator)
         self.args = args
-        self.tp_cpu_group = tp_cpu_group
+        self.sync = sync
         self.cache_controller = HiCacheController(device_pool, host_pool, device)
         self.write_policy = args.hicache_write_policy
         self.prefetch_vote = args.prefetch_vote
         self.storage_io = storage_io
-        self.ongoing_prefetch: dict[str, PrefetchOperation] = {}  # insertion order is replicated
         self.prefetched_tokens: dict[str, int] = {}  # rid -> tokens its prefetch inserted
-        self.load_back_tokens_total = 0
-        self.backup_tokens_total = 0
-        self.prefetched_tokens_total = 0
 
     # -- host tier ------------------------------------------------------------------
     def inc_host_ref(self, node: TreeNode) -> None:
@@ -146,6 +146,13 @@ class HiRadixCache(RadixCache):
         self.cache_controller.load([p for n in chain for p in n.host_value], pages[:load_pages], last_host_node)
         return chain, pages[load_pages:]
 
+    def ready_to_load_host_cache(self) -> Callable[[int], None] | None:
+        consumer = self.cache_controller.start_loading()
+        if consumer < 0:
+            return None
+        counter = self.cache_controller.layer_done_counter
+        return lambda layer: counter.wait_until(consumer, layer)
+
     # -- the per-tick agreement -------------------------------------------------------
     def _prefetch_set_digest(self) -> int:
         h = hashlib.blake2b("\0".join(self.ongoing_prefetch).encode(), digest_size=7)
@@ -160,20 +167,19 @@ class HiRadixCache(RadixCache):
         d = self._prefetch_set_digest()
         backups = self.storage_io.backup_ready_count() if self.storage_io else 0
         io_ok = int(self.storage_io is None or self.storage_io.error is None)  # rank-local: agreed below
-        counts = torch.tensor([c.ready_count(c.ack_write_queue), c.ready_count(c.ack_load_queue), backups, d, -d,
-                               io_ok], dtype=torch.int64)
-        dist.all_reduce(counts, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
-        writes, loads, backups, dmin, neg_dmax, all_io_ok = (int(x) for x in counts.tolist())
+        writes, loads = c.ready_counts()
+        writes, loads, backups, dmin, neg_dmax, all_io_ok = self.sync.agree_hicache_events(
+            [writes, loads, backups, d, -d, io_ok])
         if not all_io_ok:  # every rank raises in the same tick, none is left in a collective
             raise RuntimeError(f"HiCache storage IO thread failed on some rank (here: {self.storage_io.error!r})")
         if dmin != -neg_dmax:
             raise RuntimeError(f"HiCache live prefetch set diverged across ranks (local digest {d:x}, "
                                f"{len(self.ongoing_prefetch)} prefetches)")
-        for ack in c.pop_acks(c.ack_write_queue, writes):
+        for ack in c.pop_acks("write", writes):
             self.backup_tokens_total += ack.tokens
             for node in ack.nodes:
                 self._finish_write(node, ack.event)
-        for ack in c.pop_acks(c.ack_load_queue, loads):
+        for ack in c.pop_acks("load", loads):
             for node in ack.nodes:
                 self.dec_host_ref(node)
         if self.storage_io is not None:
@@ -211,6 +217,17 @@ class HiRadixCache(RadixCache):
         self.ongoing_prefetch[rid] = op
         self.storage_io.prefetch(op)
 
+    def prefetch_kvcache(self, rid: str, key) -> None:
+        """Mutates: as match_prefix, then prefetch_from_storage (with a storage backend)."""
+        if self.storage_io is None:
+            return
+        m = self.match_prefix(key)
+        matched = len(m.device_pages) * self.page_size + m.host_hit_length
+        self.prefetch_from_storage(rid, key, m.last_host_node, matched)
+
+    def pop_prefetched_tokens(self, rid: str) -> int:
+        return self.prefetched_tokens.pop(rid, 0)
+
     def can_terminate_prefetch(self, op: PrefetchOperation) -> bool:
         """Rank-local: whether this rank may stop waiting for this prefetch."""
         if op.done.is_set():
@@ -246,15 +263,12 @@ class HiRadixCache(RadixCache):
                 self._vote_prefetch(op)
 
     def _vote_prefetch(self, op: PrefetchOperation) -> bool:
-        state = torch.tensor([int(not self.can_terminate_prefetch(op)), int(op.terminate_flag.is_set())],
-                             dtype=torch.int64)
-        dist.all_reduce(state, op=dist.ReduceOp.MAX, group=self.tp_cpu_group)
-        if int(state[0]) > 0:
+        not_terminable, _ = self.sync.vote_prefetch(int(not self.can_terminate_prefetch(op)),
+                                                    int(op.terminate_flag.is_set()))
+        if not_terminable > 0:
             return False
         op.terminate()
-        completed = torch.tensor([op.completed_tokens], dtype=torch.int64)
-        dist.all_reduce(completed, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
-        self._finish_prefetch(op, int(completed.item()))
+        self._finish_prefetch(op, self.sync.agree_completed(op.completed_tokens))
         return True
 
     def _vote_all_prefetches(self) -> None:
@@ -262,9 +276,8 @@ class HiRadixCache(RadixCache):
         prefetch in insertion order; -max(-c) is the MIN completed count."""
         ops = list(self.ongoing_prefetch.values())
         snap = [[int(not self.can_terminate_prefetch(op)), -op.completed_tokens] for op in ops]
-        votes = torch.tensor(snap, dtype=torch.int64).reshape(-1)
-        dist.all_reduce(votes, op=dist.ReduceOp.MAX, group=self.tp_cpu_group)
-        for op, (not_terminable, neg_completed) in zip(ops, votes.view(-1, 2).tolist()):
+        votes = self.sync.vote_all_prefetches([x for pair in snap for x in pair])
+        for op, not_terminable, neg_completed in zip(ops, votes[0::2], votes[1::2]):
             if not_terminable == 0:
                 op.terminate()
                 self._finish_prefetch(op, -neg_completed)
@@ -336,3 +349,8 @@ class HiRadixCache(RadixCache):
             if n.host_value is not None:
                 self.host_allocator.free(n.host_value)
         self.reset()
+
+    def close(self) -> None:
+        self.cache_controller.close()
+        if self.storage_io is not None:
+            self.storage_io.close()
