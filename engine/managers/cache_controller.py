@@ -1,4 +1,6 @@
-"""HiCacheController: the copy engine between L1 (device) and L2 (host).
+"""SGLang: srt/managers/cache_controller.py.
+
+HiCacheController: the copy engine between L1 (device) and L2 (host).
 
 `write()`/`load()` queue copies; `start_writing()`/`start_loading()` submit them
 on the D2H/H2D stream and append an ack (with the copy's event) to

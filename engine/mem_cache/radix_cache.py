@@ -4,8 +4,7 @@ Radix prefix cache over page-aligned token keys (the L1 tier).
 
 Each method says what it mutates. Access order uses a logical clock advanced by
 the replicated schedule, never the wall clock, so every rank picks the same
-eviction victims (the CP shared-KV incident in DESIGN.md is what happens
-otherwise).
+eviction victims (a wall-clock LRU lets ranks evict different nodes).
 """
 
 from __future__ import annotations

@@ -179,9 +179,6 @@ class Topology:
         """Each rank's exit code now (None: still running)."""
         return {int(c.name.split()[1]): c.popen.poll() for c in self.procs.children if c.name.startswith("rank ")}
 
-    def pids(self) -> dict[str, int]:
-        return {c.name: c.popen.pid for c in self.procs.children}
-
     def dead(self) -> list[tuple[str, int]]:
         with self._lock:
             return [(d.name, d.returncode) for d in sorted(self._deaths, key=lambda d: d.when)]
