@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.server_args import ServerArgs
-from engine.managers.collectives import TickCollectives
 from engine.mem_cache.hiradix_cache import HiRadixCache
 from engine.mem_cache.memory_pool import KVPool, PagedAllocator
 from engine.mem_cache.radix_cache import RadixCache, chain_hashes
@@ -62,7 +61,7 @@ class Tiers:
         self.storage_io = (StorageIO(HiCacheFile(str(storage_dir), 0, 1), self.host_pool, groups[1], PAGE)
                            if storage_dir else None)
         self.tree = HiRadixCache(self.args, PagedAllocator(device_pages, PAGE, "device"), self.device_pool,
-                                 self.host_pool, PagedAllocator(host_pages, PAGE, "host"), TickCollectives(groups[0]), device,
+                                 self.host_pool, PagedAllocator(host_pages, PAGE, "host"), groups[0], device,
                                  self.storage_io)
         self.ctrl = self.tree.cache_controller
 

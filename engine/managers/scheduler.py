@@ -38,7 +38,7 @@ class Scheduler:
         self.sync = TickCollectives(tp_cpu_group, tp_size)
         self.model_runner = ModelRunner(args, tp_rank, tp_size, device, group=model_group)
         r = self.model_runner
-        self.tree_cache = create_tree_cache(args, r.token_to_kv_pool_allocator, r.kv_pool, self.sync, io_group,
+        self.tree_cache = create_tree_cache(args, r.token_to_kv_pool_allocator, r.kv_pool, tp_cpu_group, io_group,
                                             tp_rank, tp_size, device)
         self.counters = TokenCounters()
         self.resources = ReqResources(r, self.tree_cache, args.page_size, self.counters)

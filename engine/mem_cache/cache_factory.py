@@ -11,7 +11,6 @@ import os
 
 import torch
 
-from engine.managers.collectives import TickCollectives
 from engine.mem_cache.base_prefix_cache import BasePrefixCache
 from engine.mem_cache.hicache_storage import HiCacheFile, StorageIO
 from engine.mem_cache.hiradix_cache import HiRadixCache
@@ -26,7 +25,7 @@ def host_pool_pages(args: ServerArgs, device_pool: KVPool) -> int:
     return int(args.max_total_tokens // args.page_size * args.hicache_ratio)
 
 
-def create_tree_cache(args: ServerArgs, allocator: PagedAllocator, device_pool: KVPool, sync: TickCollectives,
+def create_tree_cache(args: ServerArgs, allocator: PagedAllocator, device_pool: KVPool, tp_cpu_group,
                       io_group, tp_rank: int, tp_size: int, device: torch.device) -> BasePrefixCache:
     p, cfg = args.page_size, args.model
     if not args.enable_hierarchical_cache:
@@ -38,5 +37,5 @@ def create_tree_cache(args: ServerArgs, allocator: PagedAllocator, device_pool: 
     if args.hicache_storage_backend == "file":
         directory = args.hicache_storage_dir or os.path.join(args.run_dir or ".", "storage")
         storage_io = StorageIO(HiCacheFile(directory, tp_rank, tp_size), host_pool, io_group, p)
-    return HiRadixCache(args, allocator, device_pool, host_pool, PagedAllocator(host_pages, p, "host"), sync,
+    return HiRadixCache(args, allocator, device_pool, host_pool, PagedAllocator(host_pages, p, "host"), tp_cpu_group,
                         device, storage_io)

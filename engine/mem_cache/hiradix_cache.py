@@ -4,8 +4,11 @@ HiRadixCache: the radix cache with an L2 host tier and an optional L3 store.
 
 Tree mutations must be identical on every rank while their triggers (copy
 events, IO threads, clocks) are rank-local, so each trigger is turned into a
-number every rank agrees on with a collective of `TickCollectives` (TP CPU
-group: `check_hicache_events`, the prefetch votes) before the tree changes.
+number every rank agrees on with a collective on the TP CPU group
+(`check_hicache_events`, the prefetch votes) before the tree changes. These
+collectives stay here, where SGLang has them, so a trace names the same
+function (`_vote_prefetch`) as an SGLang trace; docs/architecture.md lists
+them with the scheduler's (`TickCollectives`).
 """
 
 from __future__ import annotations
@@ -13,13 +16,12 @@ from __future__ import annotations
 import hashlib
 import heapq
 import time
-
 from typing import Callable
 
 import torch
+import torch.distributed as dist
 
 from engine.managers.cache_controller import HiCacheController
-from engine.managers.collectives import TickCollectives
 from engine.server_args import ServerArgs
 from engine.mem_cache.memory_pool import KVPool, PagedAllocator
 from engine.mem_cache.radix_cache import RadixCache, TreeNode, chain_hashes
@@ -28,12 +30,12 @@ from engine.mem_cache.hicache_storage import BackupOperation, PrefetchOperation,
 
 class HiRadixCache(RadixCache):
     def __init__(self, args: ServerArgs, allocator: PagedAllocator, device_pool: KVPool,
-                 host_pool: KVPool, host_allocator: PagedAllocator, sync: TickCollectives, device: torch.device,
+                 host_pool: KVPool, host_allocator: PagedAllocator, tp_cpu_group, device: torch.device,
                  storage_io: StorageIO | None = None):
         self.host_allocator = host_allocator
         super().__init__(args.page_size, allocator)
         self.args = args
-        self.sync = sync
+        self.tp_cpu_group = tp_cpu_group
         self.cache_controller = HiCacheController(device_pool, host_pool, device)
         self.write_policy = args.hicache_write_policy
         self.prefetch_vote = args.prefetch_vote
@@ -168,8 +170,9 @@ class HiRadixCache(RadixCache):
         backups = self.storage_io.backup_ready_count() if self.storage_io else 0
         io_ok = int(self.storage_io is None or self.storage_io.error is None)  # rank-local: agreed below
         writes, loads = c.ready_counts()
-        writes, loads, backups, dmin, neg_dmax, all_io_ok = self.sync.agree_hicache_events(
-            [writes, loads, backups, d, -d, io_ok])
+        counts = torch.tensor([writes, loads, backups, d, -d, io_ok], dtype=torch.int64)
+        dist.all_reduce(counts, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
+        writes, loads, backups, dmin, neg_dmax, all_io_ok = (int(x) for x in counts.tolist())
         if not all_io_ok:  # every rank raises in the same tick, none is left in a collective
             raise RuntimeError(f"HiCache storage IO thread failed on some rank (here: {self.storage_io.error!r})")
         if dmin != -neg_dmax:
@@ -263,12 +266,15 @@ class HiRadixCache(RadixCache):
                 self._vote_prefetch(op)
 
     def _vote_prefetch(self, op: PrefetchOperation) -> bool:
-        not_terminable, _ = self.sync.vote_prefetch(int(not self.can_terminate_prefetch(op)),
-                                                    int(op.terminate_flag.is_set()))
-        if not_terminable > 0:
+        state = torch.tensor([int(not self.can_terminate_prefetch(op)), int(op.terminate_flag.is_set())],
+                             dtype=torch.int64)
+        dist.all_reduce(state, op=dist.ReduceOp.MAX, group=self.tp_cpu_group)
+        if int(state[0]) > 0:
             return False
         op.terminate()
-        self._finish_prefetch(op, self.sync.agree_completed(op.completed_tokens))
+        completed = torch.tensor([op.completed_tokens], dtype=torch.int64)
+        dist.all_reduce(completed, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
+        self._finish_prefetch(op, int(completed.item()))
         return True
 
     def _vote_all_prefetches(self) -> None:
@@ -276,8 +282,9 @@ class HiRadixCache(RadixCache):
         prefetch in insertion order; -max(-c) is the MIN completed count."""
         ops = list(self.ongoing_prefetch.values())
         snap = [[int(not self.can_terminate_prefetch(op)), -op.completed_tokens] for op in ops]
-        votes = self.sync.vote_all_prefetches([x for pair in snap for x in pair])
-        for op, not_terminable, neg_completed in zip(ops, votes[0::2], votes[1::2]):
+        votes = torch.tensor(snap, dtype=torch.int64).reshape(-1)
+        dist.all_reduce(votes, op=dist.ReduceOp.MAX, group=self.tp_cpu_group)
+        for op, (not_terminable, neg_completed) in zip(ops, votes.view(-1, 2).tolist()):
             if not_terminable == 0:
                 op.terminate()
                 self._finish_prefetch(op, -neg_completed)
