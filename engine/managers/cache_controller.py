@@ -5,8 +5,9 @@ HiCacheController: the copy engine between L1 (device) and L2 (host).
 `write()`/`load()` queue copies; `start_writing()`/`start_loading()` submit them
 on the D2H/H2D stream and append an ack (with the copy's event) to
 `ack_write_queue`/`ack_load_queue`. Whether an ack is ready is rank-local
-(`event.query()`); how many acks every rank pops is agreed by the scheduler's
-packed MIN all_reduce in `HiRadixCache.check_hicache_events`.
+(`event.query()`, counted by `ready_counts()`); how many acks every rank pops
+(`pop_acks(kind, n)`) is agreed by the packed MIN all_reduce in
+`HiRadixCache.check_hicache_events`.
 """
 
 from __future__ import annotations
@@ -133,6 +134,11 @@ class HiCacheController:
                 break
             n += 1
         return n
+
+    def synchronize(self) -> None:
+        """Wait for every submitted copy on this rank (flush, before pages are freed)."""
+        self.write_stream.synchronize()
+        self.load_stream.synchronize()
 
     def close(self) -> None:
         self.write_stream.close()

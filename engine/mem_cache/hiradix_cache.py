@@ -339,9 +339,7 @@ class HiRadixCache(RadixCache):
 
     def flush(self) -> None:
         """Mutates: everything. Callers ensure no request is running or waiting."""
-        c = self.cache_controller
-        c.write_stream.synchronize()
-        c.load_stream.synchronize()
+        self.cache_controller.synchronize()
         # Every copy is done on every rank now, so the agreed counts pop everything;
         # write acks may start storage backups, which must finish before pages go.
         self.check_hicache_events()
