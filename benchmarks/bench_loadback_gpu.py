@@ -31,8 +31,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine import page_transfer  # noqa: E402
-from engine.cache_controller import HiCacheController  # noqa: E402
-from engine.memory_pool import KVPool  # noqa: E402
+from engine.managers.cache_controller import HiCacheController  # noqa: E402
+from engine.mem_cache.memory_pool import KVPool  # noqa: E402
 
 
 def timed(fn) -> float:

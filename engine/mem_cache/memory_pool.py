@@ -1,4 +1,6 @@
-"""L1 and L2 memory: request slots, paged KV pools and their allocators.
+"""SGLang: srt/mem_cache/memory_pool.py (+ allocator.py, memory_pool_host.py: the host pool is a KVPool on CPU).
+
+L1 and L2 memory: request slots, paged KV pools and their allocators.
 
 Device frees may be deferred until a copy's event completes (a page being read
 by a D2H copy must not be reused). So the device allocator has two counts:
