@@ -171,21 +171,19 @@ _json = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4) | st.di
                      max_leaves=12)
 _temperature = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0, 1e-39, 1e-320, 0.7, 2]),
                          st.integers(-3, 3), _scalars)
-_sampling = st.fixed_dictionaries({}, optional={
-    "max_new_tokens": st.one_of(st.integers(0, 6), st.integers(-2**64, 2**64), _scalars),
-    "temperature": _temperature, "ignore_eos": st.one_of(st.booleans(), _scalars), "top_p": _json})
+# max_new_tokens is always given (SGLang's default of 128 would make each valid case slow)
+_sampling = st.fixed_dictionaries({"max_new_tokens": st.one_of(st.integers(0, 4), st.integers(-2**64, 2**64), _scalars)},
+                                  optional={"temperature": _temperature, "ignore_eos": st.one_of(st.booleans(), _scalars),
+                                            "top_p": _json})
 _ids = st.lists(st.one_of(st.integers(1, VOCAB + 2), st.integers(-5, 2**65), _scalars), min_size=0, max_size=40)
-_body = st.fixed_dictionaries({}, optional={
+_body = st.fixed_dictionaries({"sampling_params": _sampling}, optional={
     "input_ids": st.one_of(_ids, _json), "text": st.one_of(st.text(max_size=40), _json),
-    "sampling_params": st.one_of(_sampling, _json), "rid": st.one_of(st.uuids().map(str), _scalars),
-    "stream": st.booleans(), "extra": _json})
+    "rid": st.one_of(st.uuids().map(str), _scalars), "stream": st.booleans(), "extra": _json})
 _bodies = st.one_of(_body.map(lambda b: json.dumps(b, allow_nan=True).encode()), st.binary(max_size=200))
 
 
-@settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(body=_bodies)
-def test_fuzz_generate_answers_or_4xx(server, body):
-    r = post(server.url, body)
+def _fuzz_one(srv: Server, body: bytes) -> None:
+    r = post(srv.url, body)
     assert r.status_code in (200, 400, 413), (body[:300], r.status_code, r.text[:300])
     if r.status_code == 200:
         out = r.json()["output_ids"]
@@ -193,8 +191,57 @@ def test_fuzz_generate_answers_or_4xx(server, body):
     else:
         assert r.json()["error"]
     if zlib.crc32(body) % 20 == 0:  # now and then: cached answers still equal the first ones
-        assert_still_correct(server)
+        assert_still_correct(srv)
+
+
+FUZZ = dict(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+
+
+@settings(max_examples=30, **FUZZ)
+@given(body=_bodies)
+def test_fuzz_generate_answers_or_4xx(server, body):
+    _fuzz_one(server, body)
+
+
+@pytest.mark.slow
+@settings(max_examples=1000, **FUZZ)
+@given(body=_bodies)
+def test_fuzz_generate_long(server, body):
+    _fuzz_one(server, body)
 
 
 def test_after_fuzz_still_correct(server):
+    assert_still_correct(server)
+
+
+@pytest.mark.slow
+def test_load_with_hostile_clients_stays_correct(server):
+    """32 clients x 10 correct requests and 16 clients x 10 hostile bodies at once:
+    every correct answer equals the first (uncached) answer of its prompt."""
+    rng = random.Random(17)
+    prompts = [[rng.randrange(1, 30000) for _ in range(48)] for _ in range(8)]
+    ref = [post(server.url, {"input_ids": p, "sampling_params": GREEDY}).json()["output_ids"] for p in prompts]
+    bad, wrong, hostile = [], [], list(REJECTED.values())
+
+    def good_client(c: int) -> None:
+        for i in range(10):
+            k = (c + i) % len(prompts)
+            r = post(server.url, {"input_ids": prompts[k], "sampling_params": GREEDY})
+            if r.status_code != 200 or r.json()["output_ids"] != ref[k]:
+                wrong.append((k, r.status_code))
+
+    def bad_client(c: int) -> None:
+        for i in range(10):
+            r = post(server.url, hostile[(c + i) % len(hostile)])
+            if r.status_code != 400:
+                bad.append(r.status_code)
+    threads = [threading.Thread(target=good_client, args=(c,)) for c in range(32)]
+    threads += [threading.Thread(target=bad_client, args=(c,)) for c in range(16)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    print(f"\n480 requests (320 correct, 160 hostile) in {time.monotonic() - t0:.1f} s")
+    assert not wrong and not bad, (wrong[:5], bad[:5])
     assert_still_correct(server)

@@ -90,6 +90,7 @@ def test_sigkill_of_launch_leaves_no_process(tmp_path):
     assert "supervisor" in (tmp_path / "rank1.log").read_text()
 
 
+@pytest.mark.slow  # the launch case covers the mechanism in the default run
 def test_sigkill_of_check_consensus_run_torchrun_leaves_no_process(tmp_path):
     cmd = [sys.executable, "-m", "hctool", "check-consensus", "run", "--timeout", "300", "--hang-after", "60",
            "--trace-dir", str(tmp_path / "trace"), "--", sys.executable, "-m", "torch.distributed.run",
@@ -150,6 +151,7 @@ def test_supervisor_already_gone_exits_at_start():
     assert f"supervisor (pid {dead.pid}) is gone" in res.stderr
 
 
+@pytest.mark.slow
 def test_sigkill_of_repro_leaves_no_process(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "hctool", "repro", "30760", "--variant", "bulk", "--artifacts",
                              str(tmp_path)], cwd=REPO, env=child_env(), stdout=subprocess.DEVNULL,
