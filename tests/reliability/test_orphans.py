@@ -72,12 +72,23 @@ class _Lines:
         raise AssertionError(f"no line starting with {prefix!r} within {deadline_s} s")
 
 
-def test_sigkill_of_launch_leaves_no_process(tmp_path):
+@pytest.mark.parametrize("when", ["starting", pytest.param("ready", marks=pytest.mark.slow)])
+def test_sigkill_of_launch_leaves_no_process(tmp_path, when):
+    """`starting`: killed once its 3 processes run (the watch starts before any
+    engine import, so this is the same mechanism, without the wait for torch);
+    `ready`: killed while serving."""
     proc = subprocess.Popen([sys.executable, "-m", "hctool", "launch", "--cpu", "--tp", "2", "--run-dir",
                              str(tmp_path), "--max-total-tokens", "2048", "--page-size", "16"],
                             cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
-        _Lines(proc.stdout).wait_for("ready: ", 240)
+        if when == "ready":
+            _Lines(proc.stdout).wait_for("ready: ", 240)
+        else:
+            end = time.monotonic() + 120
+            while sum(_is_engine(p) for p in _tree(proc.pid)) < 3:
+                assert proc.poll() is None and time.monotonic() < end, "no topology started"
+                time.sleep(0.05)
+            time.sleep(1.0)  # past sitecustomize in each
         pids = _tree(proc.pid)
         assert len(pids) >= 3, "frontend and two ranks expected"
     except BaseException:

@@ -2,7 +2,8 @@
 between waves of real requests (flipped bytes, another page's bytes, a page of
 NaNs, a store written by another --model-seed); every answer must equal the
 no-cache answer, the damage must be counted in /metrics, and the damaged files
-must be rewritten."""
+must be rewritten. The same server then loses its storage directory
+(test_storage_faults.py)."""
 
 from __future__ import annotations
 
@@ -113,6 +114,9 @@ def test_damaged_pages_are_misses_counted_and_rewritten(tmp_path):
         assert [a["output_ids"] for a in third] == reference
         assert sum(a["meta_info"]["cached_tokens_details"]["storage"] for a in third) > 0, "storage unused"
         assert metric(url, "hicache_storage_corrupt_pages_total") == corrupt, "rewritten pages still bad"
+
+        from tests.reliability.test_storage_faults import fail_storage_and_check_degrade
+        fail_storage_and_check_degrade(srv, store)  # then the disk fails (one server start less)
     finally:
         assert srv.close() == 0, srv.log()[-3000:]
 
