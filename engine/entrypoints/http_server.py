@@ -22,7 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from engine import tokenizer
-from engine.entrypoints.request_guard import BodyError, parse_json, read_body
+from engine.entrypoints.request_guard import BodyError, body_limit, parse_json, read_body
 from engine.managers.io_struct import (ErrorOutput, FlushCacheReqInput, FlushCacheReqOutput, GenerateReqOutput,
                                        MetricsOutput, ReadyOutput, SamplingParams, TokenizedGenerateReqInput)
 from engine.server_args import ServerArgs
@@ -239,7 +239,8 @@ def build_app(link: RankLink, server_args: ServerArgs) -> FastAPI:
             return error(503, "engine is not ready")
         ready = link.ready
         try:
-            msg = parse_generate(await read_body(request), ready.vocab_size, ready.max_context_len)
+            body = await read_body(request, body_limit(ready.max_context_len))
+            msg = parse_generate(body, ready.vocab_size, ready.max_context_len)
             answer = await link.call("req:" + msg.rid, msg)
         except BodyError as exc:
             return error(exc.status, str(exc))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-MAX_BODY_BYTES = 1 << 20   # a prompt at the longest context is well under 100 KB
+MIN_BODY_LIMIT = 1 << 20   # bytes; raised for long contexts by body_limit()
 MAX_JSON_DEPTH = 16        # {"sampling_params": {...}} needs 2
 DRAIN_BYTES = 8 << 20      # after the limit, read and drop up to this much (and DRAIN_S) so the client sees the 413
 DRAIN_S = 1.0
@@ -27,7 +27,13 @@ class BodyError(Exception):
         self.status = status
 
 
-async def read_body(request, limit: int = MAX_BODY_BYTES) -> bytes:
+def body_limit(max_context_len: int) -> int:
+    """1 MiB, or enough for the longest servable prompt written out in full (an id
+    takes at most 7 bytes of JSON, a text byte at most 6 as an escape, + 16 for margin)."""
+    return max(MIN_BODY_LIMIT, 16 * max_context_len + (64 << 10))
+
+
+async def read_body(request, limit: int = MIN_BODY_LIMIT) -> bytes:
     """The request body, or BodyError(413) as soon as it is known to exceed `limit`."""
     declared = request.headers.get("content-length")
     if declared is not None:
