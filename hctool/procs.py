@@ -71,8 +71,7 @@ def torchrun_env(rank: int, world_size: int, master_addr: str, master_port: int,
 
 def inject_env(env: dict[str, str], **hctool_vars: str) -> dict[str, str]:
     """Put hctool's inject/ first on PYTHONPATH so its sitecustomize loads in every
-    Python process started with this environment, and set HCTOOL_* variables
-    (HCTOOL_SUPERVISOR_PID: this process, whose death ends theirs)."""
+    Python process started with this environment, and set HCTOOL_* variables."""
     env = dict(env)
     env["HCTOOL_SUPERVISOR_PID"] = str(os.getpid())  # children exit when we die (inject/lifeline.py)
     parts = [str(INJECT_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
