@@ -201,7 +201,9 @@ def load_scenario(path: Path) -> Scenario:
     _known(data, TOP_LEVEL, where)
     sid = _name(str(_get(data, "id", (str, int), where)), "id", where)
     tables = {key: _get(data, key, dict, where, {}) for key in ("upstream", "topology", "engine", "setup", "workload", "run")}
-    for key, allowed in (("topology", ("tp",)), ("engine", ("flags",)), ("setup", ("flags",)), ("run", RUN_LIMITS)):
+    # prefill_tp, decode_tp and require_load_back belong to PD scenarios (issue #13)
+    for key, allowed in (("topology", ("tp", "prefill_tp", "decode_tp")), ("engine", ("flags",)), ("setup", ("flags",)),
+                         ("run", (*RUN_LIMITS, "require_load_back"))):
         _known(tables[key], allowed, f"{where} [{key}]")
     _plain(tables["upstream"], where)
     for key in ("issues", "prs"):
