@@ -73,6 +73,7 @@ def inject_env(env: dict[str, str], **hctool_vars: str) -> dict[str, str]:
     """Put hctool's inject/ first on PYTHONPATH so its sitecustomize loads in every
     Python process started with this environment, and set HCTOOL_* variables."""
     env = dict(env)
+    env["HCTOOL_SUPERVISOR_PID"] = str(os.getpid())  # children exit when we die (inject/lifeline.py)
     parts = [str(INJECT_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
     for key, value in hctool_vars.items():

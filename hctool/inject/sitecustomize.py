@@ -66,6 +66,14 @@ def _main():
     except Exception as exc:
         _warn("chaining to the shadowed sitecustomize", exc)
     env = os.environ
+    if env.get("HCTOOL_SUPERVISOR_PID"):  # exit with the hctool that started us (lifeline.py)
+        try:
+            _ensure_hctool_importable()
+            from hctool.inject import lifeline
+
+            lifeline.install_from_env(env)
+        except Exception as exc:
+            _warn("watching the supervising hctool", exc)
     if not (env.get("HCTOOL_TRACE_DIR") or env.get("HCTOOL_FAULTS") or env.get("HCTOOL_PROBES")):
         return
     try:
