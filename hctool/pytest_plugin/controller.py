@@ -1,0 +1,143 @@
+"""The plugin's side in the pytest process that collected a multi-rank test:
+start one pytest per rank on the same test id with the recorder injected
+(hctool.consensus.run.run_job watches the traces live, takes stacks and reaps
+every process), then turn what the ranks did into this test's outcome."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from hctool.pytest_plugin.worker import read_outcomes
+
+_FRAME = re.compile(r"\.py:\d+\)")
+
+
+def _marker_args(item: pytest.Function, marker) -> tuple[int, float, float, str]:
+    from hctool.pytest_plugin import settings
+
+    backend, timeout, hang_after = settings(item.config)
+    n = marker.args[0] if marker.args else marker.kwargs.get("n")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        pytest.fail(f"@pytest.mark.world_size needs a positive int rank count, got {n!r}", pytrace=False)
+    timeout = float(marker.kwargs.get("timeout") or timeout)
+    hang_after = float(marker.kwargs.get("hang_after") or hang_after)
+    return n, timeout, hang_after, backend
+
+
+def _rank_command(item: pytest.Function, trace_dir: str, backend: str, timeout: float, hang_after: float) -> list[str]:
+    config = item.config
+    # An absolute id: the rank's pytest finds the file (and its conftests) from any cwd.
+    path, _, rest = item.nodeid.partition("::")
+    node = f"{(config.rootpath / path).resolve()}::{rest}" if rest else str((config.rootpath / path).resolve())
+    cmd = ["-m", "pytest", node, "-p", "hctool.pytest_plugin", "--hctool-worker", trace_dir,
+           "--hctool-backend", backend, "--hctool-timeout", str(timeout), "--hctool-hang-after", str(hang_after),
+           "--rootdir", str(config.rootpath), "-o", "addopts=", "-p", "no:cacheprovider", "-s", "-q",
+           "--no-header", "-rN"]
+    if config.inipath is not None:
+        cmd += ["-c", str(config.inipath)]
+    return cmd
+
+
+def _gpus(n: int) -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def run_on_ranks(item: pytest.Function, marker) -> None:
+    from hctool.consensus.run import RUN_INFO, RunOptions, run_job
+
+    n, timeout, hang_after, backend = _marker_args(item, marker)
+    if backend == "nccl" and _gpus(n) < n:
+        pytest.skip(f"--hctool-backend nccl needs {n} GPU(s), found {_gpus(n)}")
+    trace_dir = tempfile.mkdtemp(prefix="hctool-ranks-")
+    opts = RunOptions(command=_rank_command(item, trace_dir, backend, timeout, hang_after), nproc=n,
+                      timeout=timeout, hang_after=hang_after, abort=True, trace_dir=Path(trace_dir), script_mode=True)
+    report, _latency = run_job(opts)
+    codes = {int(r): c for r, c in json.loads((Path(trace_dir) / RUN_INFO).read_text())["exit_codes"].items()}
+    failure = _failure(report, read_outcomes(trace_dir), codes, trace_dir, n, timeout)
+    if failure is None:
+        shutil.rmtree(trace_dir, ignore_errors=True)
+        return
+    if failure.startswith("SKIP "):
+        shutil.rmtree(trace_dir, ignore_errors=True)
+        pytest.skip(failure[5:])
+    pytest.fail(failure + f"\n(rank logs and traces kept in {trace_dir})", pytrace=False)
+
+
+def _failure(report: dict, outcomes: dict[int, list[dict]], codes: dict[int, int | None], trace_dir: str,
+             n: int, timeout: float) -> str | None:
+    """None when every rank passed and the collectives agree; else the message."""
+    failed = sorted((e for es in outcomes.values() for e in es if e["outcome"] == "failed"), key=lambda e: e["t"])
+    verdict = report["verdict"]
+    parts: list[str] = []
+    if failed:
+        first = failed[0]
+        others = sorted({e["rank"] for e in failed[1:]} - {first["rank"]})
+        parts.append(f"rank {first['rank']} of {n} failed in {first['when']}" +
+                     (f" (then rank(s) {', '.join(map(str, others))} failed too)" if others else "") + ":")
+        parts.append(first["longrepr"])
+    elif verdict == "consistent" and all(c == 0 for c in codes.values()) and len(codes) == n:
+        skipped = {e["rank"]: e for es in outcomes.values() for e in es if e["outcome"] == "skipped"}
+        if len(skipped) == n:
+            return "SKIP " + (skipped[min(skipped)].get("reason") or "skipped on every rank")
+        if skipped:
+            return f"rank(s) {sorted(skipped)} skipped the test while the others ran it (a rank-local skip condition)"
+        return None
+    lost = [r for r, c in sorted(codes.items()) if c not in (0, None) and not outcomes.get(r)]
+    for r in lost:
+        parts.append(f"rank {r} died ({_describe(codes[r])}) before reporting; last lines of its log:\n"
+                     + _tail(Path(trace_dir) / f"rank{r}.log"))
+    if failed and verdict != "consistent":  # the traceback is the news; the collectives give context
+        parts.append(f"collectives at that point ({verdict}):\n" + _sites(report))
+    elif verdict != "consistent" or not parts:
+        header = {"diverged": "ranks diverged: the first divergent collective differs between ranks",
+                  "hung": "ranks hung: a collective waited for a peer that is elsewhere",
+                  "crashed": "a rank crashed while its peers were in a collective",
+                  "consistent": f"ranks did not finish within {timeout:.0f} s"}[verdict]
+        first = report.get("first_divergence") or {}
+        absent = [r for r, e in first.get("ranks", {}).items() if e["state"] == "absent"]
+        if absent and any(e["state"] == "blocked" for e in first["ranks"].values()):
+            header = f"ranks hung: a collective waits for rank(s) {', '.join(absent)}, which never reached it"
+        parts += [header, _sites(report), _render(report)]
+    return "\n".join(p for p in parts if p)
+
+def _describe(code: int | None) -> str:
+    from hctool.procs import describe_exit
+
+    return describe_exit(code)
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _sites(report: dict) -> str:
+    """One plain line per rank: readable in any CI log, even where tables wrap."""
+    first = report.get("first_divergence")
+    if not first:
+        return ""
+    return "\n".join(f"  rank {r}: {e['op'] or '-'} @ {e['site'] or '-'} ({e.get('function') or '-'}) [{e['state']}]"
+                     for r, e in first["ranks"].items())
+
+
+def _render(report: dict) -> str:
+    from rich.console import Console
+
+    from hctool.consensus.report import render
+
+    # A stack without a Python frame (a rank already leaving) only adds noise.
+    stacks = {r: t for r, t in report.get("stacks", {}).items() if _FRAME.search(t)}
+    buf = io.StringIO()
+    render(dict(report, stacks=stacks), Console(file=buf, width=160, color_system=None, soft_wrap=True))
+    return buf.getvalue()
