@@ -17,7 +17,7 @@ HINT = "see docs/ci.md for the [tool.hctool.gate] keys"
 
 @dataclass(frozen=True)
 class Chaos:
-    target: str
+    target: str  # what `hctool chaos explore` explores: its target options, e.g. "--scenario 30760 --variant bulk"
     budget: float
     seed: int = 0
     shard: str | None = None

@@ -5,6 +5,7 @@ into cases: one per lint finding, test, repro variant or chaos anomaly."""
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -153,26 +154,28 @@ def repro_step(cfg: GateConfig, work: Path, deadline: float) -> StepResult:
 
 def chaos_step(cfg: GateConfig, work: Path, deadline: float) -> StepResult:
     ch = cfg.chaos
-    cmd = python_hctool("chaos", "explore", ch.target, "--budget", str(ch.budget), "--seed", str(ch.seed), "--json")
+    cmd = python_hctool("chaos", "explore", *shlex.split(ch.target), "--budget", str(ch.budget),
+                        "--seed", str(ch.seed), "--json", "--artifacts", str((work / "chaos").resolve()))
     if ch.shard:
         cmd += ["--shard", ch.shard]
     proc = run_command(cmd, cfg.root, deadline, work, "chaos")
     try:
-        report = json.loads(proc.stdout) if proc.code in (0, 1) else None
+        report = json.loads(proc.stdout) if proc.code is not None else None
     except json.JSONDecodeError:
         report = None
-    if report is None or report.get("verdict") not in ("valid", "invalid"):
+    if not isinstance(report, dict) or report.get("verdict") not in ("valid", "invalid"):
         case = _could_not_run("chaos", proc, f"hctool chaos explore {ch.target}")
-        if report is not None:
+        if isinstance(report, dict):  # it ran, but could not decide (verdict unknown)
             case = case._replace(message=f"chaos explore {ch.target}: verdict {report.get('verdict')!r}")
         return StepResult("chaos", ERROR, proc.seconds, [case], case.message)
-    cases = [Case(f"{ch.target}: {report.get('schedules', 0)} schedule(s), seed {ch.seed}", f"chaos.{ch.target}",
+    anomalies = report.get("anomalies", [])
+    cases = [Case(f"{report.get('schedules', 0)} schedule(s), seed {ch.seed}", "chaos",
                   PASSED if report["verdict"] == "valid" else FAILED,
-                  "" if report["verdict"] == "valid" else f"{len(report['anomalies'])} anomal(y/ies)",
-                  f"history: {report.get('history', '')}", proc.seconds)]
-    for i, a in enumerate(report.get("anomalies", []), 1):
+                  "" if report["verdict"] == "valid" else f"{len(anomalies)} anomal(y/ies)",
+                  f"target: {ch.target}\nhistory: {report.get('history', '')}", proc.seconds)]
+    for i, a in enumerate(anomalies, 1):
         text = json.dumps({k: a.get(k) for k in ("evidence", "schedule", "shrunk", "reproduced")}, indent=1)
-        cases.append(Case(f"anomaly {i}: {a['invariant']}", f"chaos.{ch.target}", FAILED,
+        cases.append(Case(f"anomaly {i}: {a['invariant']}", "chaos", FAILED,
                           f"{a['invariant']} violated; replay: {a.get('replay', '')}", text))
     return StepResult("chaos", _status(cases), proc.seconds, cases,
-                      f"{report['verdict']}: {report.get('schedules', 0)} schedule(s), {len(report['anomalies'])} anomal(y/ies)")
+                      f"{report['verdict']}: {report.get('schedules', 0)} schedule(s), {len(anomalies)} anomal(y/ies)")

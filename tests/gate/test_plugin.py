@@ -1,0 +1,67 @@
+"""The pytest plugin on real ranks: pass, divergence, an exception on one rank, a
+hang, -k, -x and xdist, each in a real pytest subprocess over tests/fixtures/plugin_cases."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from tests.gate.helpers import CASES, run_pytest, site_line
+
+pytestmark = pytest.mark.timeout(400)
+
+
+def test_outcomes_pass_diverge_raise_hang(tmp_path, no_leftover_processes):
+    proc, res = run_pytest([str(CASES)], tmp_path / "j.xml", CASES.parent)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert res["test_pass"][0] == "passed" and res["test_plain_runs_in_process"][0] == "passed"
+
+    outcome, text = res["test_diverge"]
+    assert outcome == "failure" and "ranks diverged" in text
+    # each rank's call site, by file and line: the culprit's extra call and its peer's
+    assert f"rank 0: all_reduce @ test_ranks.py:{site_line(CASES, 'extra')} (test_diverge)" in text
+    assert f"rank 1: all_reduce @ test_ranks.py:{site_line(CASES, 'common')} (test_diverge)" in text
+
+    outcome, text = res["test_raise"]
+    assert outcome == "failure" and text.index("rank 1 of 2 failed in call") < text.index("ValueError: rank one is broken")
+    assert f"rank 0: all_reduce @ test_ranks.py:{site_line(CASES, 'waits')}" in text  # where its peer was left
+
+    outcome, text = res["test_hang"]
+    assert outcome == "failure" and "ranks hung" in text and "waits for rank(s) 1" in text
+    assert f"rank 0: all_reduce @ test_ranks.py:{site_line(CASES, 'blocked')}" in text
+    # the stacks: rank 1 is asleep in the test body, not in a collective
+    assert "--- stack of rank 1 ---" in text and f"test_hang (test_ranks.py:{site_line(CASES, 'sleeps')})" in text
+
+
+@pytest.mark.slow
+def test_k_selects_and_x_stops(tmp_path, no_leftover_processes):
+    proc, res = run_pytest([str(CASES), "-k", "pass"], tmp_path / "k.xml", CASES.parent)
+    assert proc.returncode == 0 and set(res) == {"test_pass"}, proc.stdout[-2000:]
+    proc, res = run_pytest([str(CASES), "-x", "-k", "diverge or raise"], tmp_path / "x.xml", CASES.parent)
+    assert proc.returncode == 1 and list(res) == ["test_diverge"], proc.stdout[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("xdist") is None, reason="pytest-xdist is not installed (pip install -e '.[test]')")
+def test_xdist_workers_run_their_own_ranks(tmp_path, no_leftover_processes):
+    proc, res = run_pytest([str(CASES), "-n", "2", "-k", "pass or diverge or plain"], tmp_path / "n.xml", CASES.parent)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert res["test_pass"][0] == "passed" and res["test_plain_runs_in_process"][0] == "passed"
+    assert res["test_diverge"][0] == "failure"
+    assert f"all_reduce @ test_ranks.py:{site_line(CASES, 'extra')}" in res["test_diverge"][1]
+
+
+def test_rank_fixture_without_marker_is_a_clear_failure(tmp_path):
+    test = tmp_path / "test_misuse.py"
+    test.write_text("def test_no_marker(rank):\n    pass\n")
+    proc, res = run_pytest([str(test)], tmp_path / "m.xml", tmp_path)
+    assert proc.returncode == 1
+    assert "fixture 'rank' needs @pytest.mark.world_size(n)" in res["test_no_marker"][1]
+
+
+def test_bad_world_size_is_a_clear_failure(tmp_path):
+    test = tmp_path / "test_bad.py"
+    test.write_text("import pytest\n\n@pytest.mark.world_size(0)\ndef test_zero():\n    pass\n")
+    proc, res = run_pytest([str(test)], tmp_path / "b.xml", tmp_path)
+    assert proc.returncode == 1 and "positive int rank count, got 0" in res["test_zero"][1]
