@@ -43,11 +43,20 @@ def _status(cases: list[Case]) -> str:
     return ERROR if ERROR in states else FAILED if FAILED in states else PASSED if PASSED in states else SKIPPED
 
 
+def _reason(text: str) -> str:
+    """The line that says why: an `Error: ...` line, else the last line with words
+    (typer's usage errors come boxed in rich's frame characters)."""
+    lines = [ln.strip(" \t│╭╮╰╯─") for ln in text.splitlines()]
+    lines = [ln for ln in lines if ln]
+    errors = [ln for ln in lines if ln.startswith("Error:")]
+    return (errors or lines or ["no output"])[-1][:300]
+
+
 def _could_not_run(step: str, proc: Proc, what: str) -> Case:
     if proc.code is None:
-        return Case(what, step, ERROR, f"{what}: deadline passed after {proc.seconds:.0f} s; every process was ended",
+        return Case(what, step, ERROR, f"deadline passed after {proc.seconds:.0f} s; every process was ended",
                     tail(proc.stderr, 30), proc.seconds)
-    return Case(what, step, ERROR, f"{what} could not run (exit {proc.code})",
+    return Case(what, step, ERROR, f"could not run (exit {proc.code}): {_reason(proc.stderr or proc.stdout)}",
                 tail(proc.stderr + "\n" + proc.stdout, 30), proc.seconds)
 
 
@@ -64,7 +73,7 @@ def lint_step(cfg: GateConfig, work: Path, changed_since: str | None, deadline: 
         sarif = None
     if sarif is None:
         case = _could_not_run("lint", proc, "hctool lint " + " ".join(cfg.lint))
-        return StepResult("lint", ERROR, proc.seconds, [case], case.message)
+        return StepResult("lint", ERROR, proc.seconds, [case], f"{case.name}: {case.message}")
     cases = [_finding_case(r) for run in sarif.get("runs", []) for r in run.get("results", [])]
     if proc.code == 2:  # some file could not be analyzed; the findings of the others still count
         cases.append(Case("analysis errors", "lint", ERROR, "hctool lint could not analyze some files",
@@ -101,7 +110,7 @@ def tests_step(cfg: GateConfig, work: Path, deadline: float) -> StepResult:
     if proc.code not in (0, 1) or not cases:
         why = "no tests collected" if proc.code == 5 else None
         case = _could_not_run("tests", proc, "pytest " + " ".join(cfg.tests))
-        case = case._replace(message=f"pytest {' '.join(cfg.tests)}: {why}") if why else case
+        case = case._replace(message=why) if why else case
         cases.append(case)
     counts = {s: sum(c.status == s for c in cases) for s in (PASSED, FAILED, ERROR, SKIPPED)}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
@@ -166,8 +175,8 @@ def chaos_step(cfg: GateConfig, work: Path, deadline: float) -> StepResult:
     if not isinstance(report, dict) or report.get("verdict") not in ("valid", "invalid"):
         case = _could_not_run("chaos", proc, f"hctool chaos explore {ch.target}")
         if isinstance(report, dict):  # it ran, but could not decide (verdict unknown)
-            case = case._replace(message=f"chaos explore {ch.target}: verdict {report.get('verdict')!r}")
-        return StepResult("chaos", ERROR, proc.seconds, [case], case.message)
+            case = case._replace(message=f"verdict {report.get('verdict')!r}")
+        return StepResult("chaos", ERROR, proc.seconds, [case], f"{case.name}: {case.message}")
     anomalies = report.get("anomalies", [])
     cases = [Case(f"{report.get('schedules', 0)} schedule(s), seed {ch.seed}", "chaos",
                   PASSED if report["verdict"] == "valid" else FAILED,

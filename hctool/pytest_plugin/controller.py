@@ -42,7 +42,24 @@ def _rank_command(item: pytest.Function, trace_dir: str, backend: str, timeout: 
            "--no-header", "-rN"]
     if config.inipath is not None:
         cmd += ["-c", str(config.inipath)]
-    return cmd
+    return cmd + _forwarded(config.invocation_params.args)
+
+
+def _forwarded(args) -> list[str]:
+    """Options of the user's pytest command line that change how a test file is
+    imported or which plugins exist: the ranks must see the same."""
+    out, args = [], list(args)
+    for i, a in enumerate(args):
+        nxt = args[i + 1] if i + 1 < len(args) else ""
+        if a == "-p" and nxt and nxt != "hctool.pytest_plugin":
+            out += ["-p", nxt]
+        elif a.startswith("-p") and len(a) > 2 and a[2:] != "hctool.pytest_plugin":
+            out += ["-p", a[2:]]
+        elif a.startswith("--import-mode="):
+            out.append(a)
+        elif a == "--import-mode" and nxt:
+            out += [a, nxt]
+    return out
 
 
 def _gpus(n: int) -> int:
