@@ -77,9 +77,11 @@ def run_on_ranks(item: pytest.Function, marker) -> None:
     trace_dir = tempfile.mkdtemp(prefix="hctool-ranks-")
     opts = RunOptions(command=_rank_command(item, trace_dir, backend, timeout, hang_after), nproc=n,
                       timeout=timeout, hang_after=hang_after, abort=True, trace_dir=Path(trace_dir), script_mode=True)
-    report, _latency = run_job(opts)
+    report, latency = run_job(opts)
     codes = {int(r): c for r, c in json.loads((Path(trace_dir) / RUN_INFO).read_text())["exit_codes"].items()}
     failure = _failure(report, read_outcomes(trace_dir), codes, trace_dir, n, timeout)
+    if failure and latency is not None and report["verdict"] != "consistent":
+        failure += f"\n(detected {latency:.1f} s after the divergent call)"
     if failure is None:
         shutil.rmtree(trace_dir, ignore_errors=True)
         return

@@ -1,5 +1,6 @@
 """The pytest plugin on real ranks: pass, divergence, an exception on one rank, a
-hang, -k, -x and xdist, each in a real pytest subprocess over tests/fixtures/plugin_cases."""
+hang, misuse, -k, -x and xdist, in real pytest subprocesses over
+tests/fixtures/plugin_cases/test_ranks.py (one run covers every outcome)."""
 
 from __future__ import annotations
 
@@ -33,10 +34,14 @@ def test_outcomes_pass_diverge_raise_hang(tmp_path, no_leftover_processes):
     # the stacks: rank 1 is asleep in the test body, not in a collective
     assert "--- stack of rank 1 ---" in text and f"test_hang (test_ranks.py:{site_line(CASES, 'sleeps')})" in text
 
+    # misuse: one clear line each, no ranks started
+    assert "fixture 'rank' needs @pytest.mark.world_size(n)" in res["test_rank_fixture_without_marker"][1]
+    assert "positive int rank count, got 0" in res["test_zero_ranks"][1]
+
 
 @pytest.mark.slow
 def test_k_selects_and_x_stops(tmp_path, no_leftover_processes):
-    proc, res = run_pytest([str(CASES), "-k", "pass"], tmp_path / "k.xml", CASES.parent)
+    proc, res = run_pytest([str(CASES), "-k", "test_pass"], tmp_path / "k.xml", CASES.parent)
     assert proc.returncode == 0 and set(res) == {"test_pass"}, proc.stdout[-2000:]
     proc, res = run_pytest([str(CASES), "-x", "-k", "diverge or raise"], tmp_path / "x.xml", CASES.parent)
     assert proc.returncode == 1 and list(res) == ["test_diverge"], proc.stdout[-2000:]
@@ -45,23 +50,9 @@ def test_k_selects_and_x_stops(tmp_path, no_leftover_processes):
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("xdist") is None, reason="pytest-xdist is not installed (pip install -e '.[test]')")
 def test_xdist_workers_run_their_own_ranks(tmp_path, no_leftover_processes):
-    proc, res = run_pytest([str(CASES), "-n", "2", "-k", "pass or diverge or plain"], tmp_path / "n.xml", CASES.parent)
+    proc, res = run_pytest([str(CASES), "-n", "2", "-k", "test_pass or diverge or plain"], tmp_path / "n.xml", CASES.parent)
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert res["test_pass"][0] == "passed" and res["test_plain_runs_in_process"][0] == "passed"
     assert res["test_diverge"][0] == "failure"
     assert f"all_reduce @ test_ranks.py:{site_line(CASES, 'extra')}" in res["test_diverge"][1]
 
-
-def test_rank_fixture_without_marker_is_a_clear_failure(tmp_path):
-    test = tmp_path / "test_misuse.py"
-    test.write_text("def test_no_marker(rank):\n    pass\n")
-    proc, res = run_pytest([str(test)], tmp_path / "m.xml", tmp_path)
-    assert proc.returncode == 1
-    assert "fixture 'rank' needs @pytest.mark.world_size(n)" in res["test_no_marker"][1]
-
-
-def test_bad_world_size_is_a_clear_failure(tmp_path):
-    test = tmp_path / "test_bad.py"
-    test.write_text("import pytest\n\n@pytest.mark.world_size(0)\ndef test_zero():\n    pass\n")
-    proc, res = run_pytest([str(test)], tmp_path / "b.xml", tmp_path)
-    assert proc.returncode == 1 and "positive int rank count, got 0" in res["test_zero"][1]
