@@ -134,7 +134,8 @@ def _pytest_cases(xml_path: Path) -> list[Case]:
 
 def repro_step(cfg: GateConfig, work: Path, deadline: float) -> StepResult:
     cases: list[Case] = []
-    end = time.monotonic() + deadline
+    start = time.monotonic()
+    end = start + deadline
     for entry in cfg.repro:
         incident, _, variant = entry.partition(":")
         cmd = python_hctool("repro", incident, "--json", "--artifacts", str((work / f"repro-{incident}").resolve()))
@@ -157,7 +158,7 @@ def repro_step(cfg: GateConfig, work: Path, deadline: float) -> StepResult:
                               "" if v["ok"] else msg, f"{msg}\n{sites}\nartifacts: {v.get('artifacts', '')}".strip(),
                               float(v.get("seconds", 0))))
     ok = sum(c.status == PASSED for c in cases)
-    return StepResult("repro", _status(cases), sum(c.seconds for c in cases), cases,
+    return StepResult("repro", _status(cases), time.monotonic() - start, cases,
                       f"{ok}/{len(cases)} variant(s) as expected")
 
 
