@@ -11,6 +11,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -68,6 +69,11 @@ def _gpus(n: int) -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+class Outcome(NamedTuple):
+    status: str  # "passed", "skipped" or "failed"
+    message: str = ""
+
+
 def run_on_ranks(item: pytest.Function, marker) -> None:
     from hctool.consensus.run import RUN_INFO, RunOptions, run_job
 
@@ -79,23 +85,31 @@ def run_on_ranks(item: pytest.Function, marker) -> None:
                       timeout=timeout, hang_after=hang_after, abort=True, trace_dir=Path(trace_dir), script_mode=True)
     report, latency = run_job(opts)
     codes = {int(r): c for r, c in json.loads((Path(trace_dir) / RUN_INFO).read_text())["exit_codes"].items()}
-    failure = _failure(report, read_outcomes(trace_dir), codes, trace_dir, n, timeout)
-    if failure and latency is not None and report["verdict"] != "consistent":
-        failure += f"\n(detected {latency:.1f} s after the divergent call)"
-    if failure is None:
+    outcome = _outcome(report, read_outcomes(trace_dir), codes, trace_dir, n, timeout)
+    if outcome.status != "failed":
         shutil.rmtree(trace_dir, ignore_errors=True)
+        if outcome.status == "skipped":
+            pytest.skip(outcome.message)
         return
-    if failure.startswith("SKIP "):
-        shutil.rmtree(trace_dir, ignore_errors=True)
-        pytest.skip(failure[5:])
-    pytest.fail(failure + f"\n(rank logs and traces kept in {trace_dir})", pytrace=False)
+    message = outcome.message
+    if latency is not None and report["verdict"] != "consistent":
+        message += f"\n(detected {latency:.1f} s after the divergent call)"
+    pytest.fail(f"{message}\n(rank logs and traces kept in {trace_dir})", pytrace=False)
 
 
-def _failure(report: dict, outcomes: dict[int, list[dict]], codes: dict[int, int | None], trace_dir: str,
-             n: int, timeout: float) -> str | None:
-    """None when every rank passed and the collectives agree; else the message."""
+def _outcome(report: dict, outcomes: dict[int, list[dict]], codes: dict[int, int | None], trace_dir: str,
+             n: int, timeout: float) -> Outcome:
+    """What the ranks did, as this test's outcome."""
     failed = sorted((e for es in outcomes.values() for e in es if e["outcome"] == "failed"), key=lambda e: e["t"])
     verdict = report["verdict"]
+    if not failed and verdict == "consistent" and len(codes) == n and all(c == 0 for c in codes.values()):
+        skipped = {e["rank"]: e for es in outcomes.values() for e in es if e["outcome"] == "skipped"}
+        if len(skipped) == n:
+            return Outcome("skipped", skipped[min(skipped)].get("reason") or "skipped on every rank")
+        if skipped:
+            return Outcome("failed", f"rank(s) {sorted(skipped)} skipped the test while the others ran it "
+                                     "(a rank-local skip condition)")
+        return Outcome("passed")
     parts: list[str] = []
     if failed:
         first = failed[0]
@@ -103,30 +117,32 @@ def _failure(report: dict, outcomes: dict[int, list[dict]], codes: dict[int, int
         parts.append(f"rank {first['rank']} of {n} failed in {first['when']}" +
                      (f" (then rank(s) {', '.join(map(str, others))} failed too)" if others else "") + ":")
         parts.append(first["longrepr"])
-    elif verdict == "consistent" and all(c == 0 for c in codes.values()) and len(codes) == n:
-        skipped = {e["rank"]: e for es in outcomes.values() for e in es if e["outcome"] == "skipped"}
-        if len(skipped) == n:
-            return "SKIP " + (skipped[min(skipped)].get("reason") or "skipped on every rank")
-        if skipped:
-            return f"rank(s) {sorted(skipped)} skipped the test while the others ran it (a rank-local skip condition)"
-        return None
-    lost = [r for r, c in sorted(codes.items()) if c not in (0, None) and not outcomes.get(r)]
-    for r in lost:
-        parts.append(f"rank {r} died ({_describe(codes[r])}) before reporting; last lines of its log:\n"
-                     + _tail(Path(trace_dir) / f"rank{r}.log"))
+    for r, c in sorted(codes.items()):
+        if c not in (0, None) and not outcomes.get(r):
+            parts.append(f"rank {r} died ({_describe(c)}) before reporting; last lines of its log:\n"
+                         + _tail(Path(trace_dir) / f"rank{r}.log"))
     if failed and verdict != "consistent":  # the traceback is the news; the collectives give context
         parts.append(f"collectives at that point ({verdict}):\n" + _sites(report))
     elif verdict != "consistent" or not parts:
-        header = {"diverged": "ranks diverged: the first divergent collective differs between ranks",
-                  "hung": "ranks hung: a collective waited for a peer that is elsewhere",
-                  "crashed": "a rank crashed while its peers were in a collective",
-                  "consistent": f"ranks did not finish within {timeout:.0f} s"}[verdict]
-        first = report.get("first_divergence") or {}
-        absent = [r for r, e in first.get("ranks", {}).items() if e["state"] == "absent"]
-        if absent and any(e["state"] == "blocked" for e in first["ranks"].values()):
-            header = f"ranks hung: a collective waits for rank(s) {', '.join(absent)}, which never reached it"
-        parts += [header, _sites(report), _render(report)]
-    return "\n".join(p for p in parts if p)
+        parts += [_headline(report, codes, timeout), _sites(report), _render(report)]
+    return Outcome("failed", "\n".join(p for p in parts if p))
+
+
+def _headline(report: dict, codes: dict[int, int | None], timeout: float) -> str:
+    first = report.get("first_divergence") or {}
+    states = {r: e["state"] for r, e in first.get("ranks", {}).items()}
+    absent = [r for r, s in states.items() if s == "absent"]
+    alive = [str(r) for r, c in sorted(codes.items()) if c is None]
+    if absent and "blocked" in states.values():
+        return f"ranks hung: a collective waits for rank(s) {', '.join(absent)}, which never reached it"
+    if first and report["verdict"] == "diverged":
+        return "ranks diverged: the first divergent collective differs between ranks"
+    if report["verdict"] == "crashed":
+        return "a rank crashed while its peers were in a collective"
+    if alive:
+        return f"ranks did not finish within {timeout:.0f} s (rank(s) {', '.join(alive)} still running): their stacks"
+    return f"the ranks' collectives: {report['verdict']}"
+
 
 def _describe(code: int | None) -> str:
     from hctool.procs import describe_exit

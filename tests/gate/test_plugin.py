@@ -14,7 +14,7 @@ pytestmark = pytest.mark.timeout(400)
 
 
 def test_outcomes_pass_diverge_raise_hang(tmp_path, no_leftover_processes):
-    proc, res = run_pytest([str(CASES)], tmp_path / "j.xml", CASES.parent)
+    proc, res = run_pytest([str(CASES), "-k", "not past_timeout"], tmp_path / "j.xml", CASES.parent)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert res["test_pass"][0] == "passed" and res["test_plain_runs_in_process"][0] == "passed"
 
@@ -45,6 +45,17 @@ def test_k_selects_and_x_stops(tmp_path, no_leftover_processes):
     assert proc.returncode == 0 and set(res) == {"test_pass"}, proc.stdout[-2000:]
     proc, res = run_pytest([str(CASES), "-x", "-k", "diverge or raise"], tmp_path / "x.xml", CASES.parent)
     assert proc.returncode == 1 and list(res) == ["test_diverge"], proc.stdout[-2000:]
+
+
+@pytest.mark.slow
+def test_no_collective_hang_fails_at_the_timeout_with_stacks(tmp_path, no_leftover_processes):
+    proc, res = run_pytest([str(CASES), "-k", "past_timeout"], tmp_path / "t.xml", CASES.parent)
+    outcome, text = res["test_sleep_past_timeout"]
+    assert outcome == "failure" and "ranks did not finish within 45 s (rank(s) 0, 1 still running)" in text
+    line = site_line(CASES, "asleep")
+    rank0, rank1 = text.split("--- stack of rank 0 ---", 1)[1].split("--- stack of rank 1 ---", 1)
+    assert f"test_sleep_past_timeout (test_ranks.py:{line})" in rank0  # each rank's own stack, at the sleep
+    assert f"test_sleep_past_timeout (test_ranks.py:{line})" in rank1.split("--- stack of rank", 1)[0]
 
 
 @pytest.mark.slow
