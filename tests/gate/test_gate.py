@@ -55,7 +55,8 @@ def test_gate_stops_a_collective_under_a_rank_local_branch(tmp_path, no_leftover
 
     # GitHub: workflow commands on stdout, at the finding's file and line, and a step summary
     assert f"::error file=tpmini/layers.py,line={line},title=hctool gate lint%3A HC102" in res.stdout
-    assert "::error file=tests/test_tp.py,line=" in res.stdout
+    test_line = (project / "tests" / "test_tp.py").read_text().splitlines().index("@pytest.mark.world_size(2)") + 1
+    assert f"::error file=tests/test_tp.py,line={test_line},title=hctool gate tests%3A test_tp_mlp" in res.stdout
     assert "| lint | ❌ failed |" in step_summary.read_text()
 
 
