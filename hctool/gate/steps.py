@@ -178,14 +178,29 @@ def chaos_step(cfg: GateConfig, work: Path, deadline: float) -> StepResult:
         if isinstance(report, dict):  # it ran, but could not decide (verdict unknown)
             case = case._replace(message=f"verdict {report.get('verdict')!r}")
         return StepResult("chaos", ERROR, proc.seconds, [case], f"{case.name}: {case.message}")
+    cases = chaos_cases(report, ch.target, ch.seed, proc.seconds)
     anomalies = report.get("anomalies", [])
-    cases = [Case(f"{report.get('schedules', 0)} schedule(s), seed {ch.seed}", "chaos",
-                  PASSED if report["verdict"] == "valid" else FAILED,
-                  "" if report["verdict"] == "valid" else f"{len(anomalies)} anomal(y/ies)",
-                  f"target: {ch.target}\nhistory: {report.get('history', '')}", proc.seconds)]
-    for i, a in enumerate(anomalies, 1):
+    return StepResult("chaos", _status(cases), proc.seconds, cases,
+                      f"{report['verdict']}: {report.get('schedules', 0)} schedule(s), {len(anomalies)} anomal(y/ies)")
+
+
+def chaos_cases(report: dict, target: str, seed: int, seconds: float) -> list[Case]:
+    """One case per explored schedule (where the report lists them under "runs"),
+    else one for the exploration; then one per anomaly, with its replay command."""
+    status = {"valid": PASSED, "invalid": FAILED, "unknown": SKIPPED}
+    runs = report.get("runs")
+    if runs:
+        cases = [Case(f"{r.get('name', i)}: {'; '.join(r.get('schedule') or []) or 'no faults'}", "chaos",
+                      status.get(r.get("verdict"), ERROR),
+                      {"invalid": "violated: " + ", ".join(r.get("invariants") or []),
+                       "unknown": "could not judge this schedule"}.get(r.get("verdict"), ""),
+                      f"artifacts: {r.get('artifacts', '')}", float(r.get("seconds") or 0))
+                 for i, r in enumerate(runs, 1)]
+    else:
+        cases = [Case(f"{report.get('schedules', 0)} schedule(s), seed {seed}", "chaos",
+                      PASSED if report["verdict"] == "valid" else FAILED, "", f"target: {target}", seconds)]
+    for i, a in enumerate(report.get("anomalies", []), 1):
         text = json.dumps({k: a.get(k) for k in ("evidence", "schedule", "shrunk", "reproduced")}, indent=1)
         cases.append(Case(f"anomaly {i}: {a['invariant']}", "chaos", FAILED,
                           f"{a['invariant']} violated; replay: {a.get('replay', '')}", text))
-    return StepResult("chaos", _status(cases), proc.seconds, cases,
-                      f"{report['verdict']}: {report.get('schedules', 0)} schedule(s), {len(anomalies)} anomal(y/ies)")
+    return cases

@@ -63,3 +63,28 @@ def test_github_annotations_escape_properties_and_message():
     assert first.startswith("::error file=a/b.py,line=7,title=hctool gate lint%3A HC102 a/b.py%3A7::")
     body = first.split("::", 2)[2]
     assert "\n" not in body and "%0Asecond line, with: colons %25" in body
+
+
+def test_chaos_report_becomes_one_case_per_schedule_and_anomaly(tmp_path):
+    from hctool.gate.steps import chaos_cases
+
+    # the shape of `hctool chaos explore --json` (DESIGN.md contract plus its per-schedule "runs")
+    report = {"verdict": "invalid", "target": "--scenario 30760", "seed": 3, "schedules": 3, "history": "h.jsonl",
+              "anomalies": [{"invariant": "consensus", "evidence": {"site": "x.py:1"},
+                             "schedule": [{"kind": "free-delay"}], "shrunk": None,
+                             "replay": "hctool chaos run a.toml --scenario 30760", "reproduced": "4/5"}],
+              "runs": [{"name": "s1", "schedule": ["free-delay:rank=1,ms=30"], "verdict": "valid", "invariants": [],
+                        "seconds": 20.5, "artifacts": "r1"},
+                       {"name": "s2", "schedule": ["clock-skew:rank=0,ms=5"], "verdict": "invalid",
+                        "invariants": ["consensus"], "seconds": 31.0, "artifacts": "r2"},
+                       {"name": "s3", "schedule": [], "verdict": "unknown", "invariants": [], "seconds": 9.0}]}
+    cases = chaos_cases(report, "--scenario 30760", 3, 70.0)
+    assert [(c.name, c.status) for c in cases] == [
+        ("s1: free-delay:rank=1,ms=30", "passed"), ("s2: clock-skew:rank=0,ms=5", "failed"),
+        ("s3: no faults", "skipped"), ("anomaly 1: consensus", "failed")]
+    assert "hctool chaos run a.toml" in cases[-1].message and '"reproduced": "4/5"' in cases[-1].text
+    write_junit([StepResult("chaos", "failed", 70.0, cases, "invalid")], tmp_path / "j.xml")
+    assert junit_errors((tmp_path / "j.xml").read_text()) == []
+    # a report without per-schedule runs (the bare contract) still gives one case
+    bare = dict(report, runs=None, anomalies=[], verdict="valid")
+    assert [c.status for c in chaos_cases(bare, "t", 3, 1.0)] == ["passed"]
