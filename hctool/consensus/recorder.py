@@ -206,49 +206,80 @@ def _register_default_group() -> None:
     _write({"grp": _S.default_key, "idx": 0, "ranks": ranks})
 
 
-def _describe(op: str, names: tuple, defaults: dict, args, kwargs) -> dict | None:
-    bound = dict(defaults)
-    bound.update(zip(names, args))
-    bound.update(kwargs)
-    key, ranks = _group_key(bound.get("group"))
-    if key is None:
-        return None
-    if ranks is not None and _S.rank is not None and _S.rank not in ranks:
-        return None  # torch returns early for non-members
-    rec: dict = {"g": key, "op": op}
-    if op == "batch_isend_irecv":
-        p2p = []
-        for p in bound.get("p2p_op_list") or ():
-            sh, dt = _desc(p.tensor)
-            direction = "send" if getattr(p.op, "__name__", "").endswith("send") else "recv"
-            p2p.append([direction, p.peer, sh, dt])
-        rec["p2p"] = p2p
-        if p2p:
-            g = getattr(bound["p2p_op_list"][0], "group", None)
-            rec["g"] = _group_key(g)[0] or key
-    elif op in ("barrier", "monitored_barrier"):
-        rec["sh"], rec["dt"] = [], []
-    else:
-        arg = _DESCRIBED_ARG.get(op, names[0] if names else None)
-        rec["sh"], rec["dt"] = _desc(bound.get(arg))
-    ro = bound.get("op")
-    if ro is not None and op != "batch_isend_irecv":
-        rec["ro"] = getattr(ro, "name", None) or str(ro).rsplit(".", 1)[-1]
-    if op in P2P:
-        rec["dir"] = P2P[op]
-        peers = [bound.get(n) for n in ("dst", "src", "group_dst", "group_src")]
-        rec["peer"] = next((p for p in peers if p is not None), None)
-    else:
-        for name in _ROOT_ARGS:
-            if bound.get(name) is not None:
-                rec["root"] = bound[name]
-                break
-    if op.startswith("i") and op in P2P or bound.get("async_op"):
-        rec["async"] = True
-    return rec
+def _desc_p2p(ops) -> list:
+    out = []
+    for p in ops or ():
+        sh, dt = _desc(p.tensor)
+        direction = "send" if getattr(p.op, "__name__", "").endswith("send") else "recv"
+        out.append([direction, p.peer, sh, dt])
+    return out
 
 
-def _wrap(op: str, fn):
+def _reduce_name(ro) -> str:
+    return getattr(ro, "name", None) or str(ro).rsplit(".", 1)[-1]
+
+
+# ---------------------------------------------------------------- the hot-path entry
+
+def record_collective(op: str, group, tensors, *, reduce_op=None, root=None, async_op: bool = False,
+                      frame=None) -> int:
+    """Record that this rank entered collective `op` on `group` (None: the default
+    group). `tensors`: what this rank contributes (a tensor, a list of tensors, an
+    object list, or for "batch_isend_irecv" the P2POp list). `root`: the root of
+    a rooted op, or the peer of a p2p op. `frame`: the Python frame to attribute
+    the call to (default: the first frame outside torch and hctool on the calling
+    thread). Returns a token for record_complete, 0 when nothing was recorded
+    (recorder off, or this rank is not a member). Never raises."""
+    if _S.trace_dir is None:
+        return 0
+    try:
+        key, ranks = _group_key(group)
+        if key is None or (ranks is not None and _S.rank is not None and _S.rank not in ranks):
+            return 0  # torch returns early for non-members
+        rec: dict = {"g": key, "op": op}
+        if op == "batch_isend_irecv":
+            rec["p2p"] = _desc_p2p(tensors)
+        elif op in ("barrier", "monitored_barrier"):
+            rec["sh"], rec["dt"] = [], []
+        else:
+            rec["sh"], rec["dt"] = _desc(tensors)
+        if reduce_op is not None:
+            rec["ro"] = _reduce_name(reduce_op)
+        if op in P2P:
+            rec["dir"], rec["peer"] = P2P[op], root
+        elif root is not None:
+            rec["root"] = root
+        if async_op:
+            rec["async"] = True
+        eid = next(_S.ids)
+        seq = _S.seq[key] = _S.seq.get(key, -1) + 1
+        site, func, stack = _call_site(frame if frame is not None else sys._getframe(1))
+        rec.update(e=eid, s=seq, site=site, fn=func, th=threading.current_thread().name,
+                   t=time.monotonic(), w=time.time())
+        _write_line(json.dumps(rec, separators=(",", ":"))[:-1] + ',"stack":' + _stack_json(stack) + "}")
+        return eid
+    except Exception as exc:  # never break the program
+        _note_failure(exc)
+        return 0
+
+
+def record_complete(token: int, ok: bool = True, error: str | None = None) -> None:
+    """The call of `token` returned (ok) or raised (error: its text)."""
+    if not token:
+        return
+    try:
+        if ok:
+            _write_line(f'{{"c":{token},"t":{time.monotonic()!r}}}')
+        else:
+            _write({"x": token, "err": (error or "failed")[:300], "t": time.monotonic()})
+    except Exception as exc:
+        _note_failure(exc)
+
+
+# ---------------------------------------------------------------- wrapping torch.distributed
+
+def _extractor(op: str, fn):
+    """(args, kwargs) -> (group, tensors, reduce_op, root, async_op), from fn's signature."""
     import inspect
 
     try:
@@ -257,38 +288,48 @@ def _wrap(op: str, fn):
         params = []
     names = tuple(p.name for p in params)
     defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+    described = "p2p_op_list" if op == "batch_isend_irecv" else _DESCRIBED_ARG.get(op, names[0] if names else None)
+    root_names = ("dst", "src", "group_dst", "group_src") if op in P2P else _ROOT_ARGS
+
+    def extract(args, kwargs):
+        bound = dict(defaults)
+        bound.update(zip(names, args))
+        bound.update(kwargs)
+        group = bound.get("group")
+        if op == "batch_isend_irecv":
+            ops = bound.get("p2p_op_list") or ()
+            group = getattr(ops[0], "group", None) if ops else None
+        root = next((bound[n] for n in root_names if bound.get(n) is not None), None)
+        ro = bound.get("op") if op != "batch_isend_irecv" else None
+        async_op = bool(bound.get("async_op")) or (op.startswith("i") and op in P2P)
+        return group, bound.get(described), ro, root, async_op
+
+    return extract
+
+
+def _wrap(op: str, fn):
+    extract = _extractor(op, fn)
 
     @functools.wraps(fn)
     def recorded(*args, **kwargs):
         if getattr(_tls, "depth", 0) or _S.trace_dir is None:
             return fn(*args, **kwargs)  # nested inside a recorded call: one event per user call
-        eid = None
+        token = 0
         try:
-            rec = _describe(op, names, defaults, args, kwargs)
-            if rec is not None:
-                eid = next(_S.ids)
-                g = rec["g"]
-                seq = _S.seq[g] = _S.seq.get(g, -1) + 1
-                site, func, stack = _call_site(sys._getframe(1))
-                rec.update(e=eid, s=seq, site=site, fn=func,
-                           th=threading.current_thread().name, t=time.monotonic(), w=time.time())
-                _write_line(json.dumps(rec, separators=(",", ":"))[:-1] + ',"stack":' + _stack_json(stack) + "}")
+            group, tensors, ro, root, async_op = extract(args, kwargs)
+            token = record_collective(op, group, tensors, reduce_op=ro, root=root, async_op=async_op,
+                                      frame=sys._getframe(1))
         except Exception as exc:  # never break the program
             _note_failure(exc)
         _tls.depth = 1
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
-            if eid is not None:
-                _safe_write({"x": eid, "err": f"{type(exc).__name__}: {exc}"[:300], "t": time.monotonic()})
+            record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
             raise
         finally:
             _tls.depth = 0
-        if eid is not None:
-            try:
-                _write_line(f'{{"c":{eid},"t":{time.monotonic()!r}}}')
-            except Exception as exc:
-                _note_failure(exc)
+        record_complete(token)
         return result
 
     recorded.__hctool_original__ = fn
