@@ -103,7 +103,13 @@ def ranks(backend: str, nproc: int, iters: int, repeats: int) -> dict:
                         logs = "\n".join(p.read_text()[-1500:] for p in tmp.glob(f"{mode}-{i}-*.log"))
                         raise SystemExit(f"{mode} run failed:\n{logs}")
                 runs[mode].append(json.loads(out.read_text()))
-    return {k: statistics.median(v) for k, v in runs.items()} | {"runs": runs}
+                if mode == "on":  # evidence the recorder was on: what it saw
+                    from hctool.consensus import analyze_dir
+
+                    report = analyze_dir(tmp / f"trace-{i}")
+                    runs.setdefault("verdicts", []).append(report["verdict"])
+                    runs.setdefault("recorded_rank0", []).append(report["counts"].get("0", {}))
+    return {k: statistics.median(v) for k, v in runs.items() if k in ("off", "on")} | {"runs": runs}
 
 
 def main() -> None:

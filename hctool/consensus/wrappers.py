@@ -33,7 +33,7 @@ _DESCRIBED_ARG = {"all_gather": "tensor", "all_gather_into_tensor": "input_tenso
                   "batch_isend_irecv": "p2p_op_list", "barrier": None, "monitored_barrier": None}
 _ROOT_ARGS = ("src", "dst", "group_src", "group_dst")
 _P2P_PEER_ARGS = ("dst", "src", "group_dst", "group_src")
-_tls = threading.local()
+_inside: set[int] = set()  # threads inside a recorded call (cheaper than a threading.local)
 
 
 def _extractor(op: str, fn):
@@ -79,25 +79,26 @@ def _wrap(op: str, fn):
     extract = _extractor(op, fn)
     record, complete = recorder.record_collective, recorder.record_complete
     state = recorder._S
-    monotonic = time.monotonic
+    monotonic, get_ident = time.monotonic, threading.get_ident
 
     @functools.wraps(fn)
     def recorded(*args, **kwargs):
-        if state.trace_dir is None or getattr(_tls, "depth", 0):
+        ident = get_ident()
+        if state.trace_dir is None or ident in _inside:
             return fn(*args, **kwargs)  # nested inside a recorded call: one event per user call
         try:
             group, tensors, ro, root, async_op = extract(*args, **kwargs)
         except TypeError:
             return fn(*args, **kwargs)  # the call itself is wrong: torch says how
         token = record(op, group, tensors, reduce_op=ro, root=root, async_op=async_op, frame=sys._getframe(1))
-        _tls.depth = 1
+        _inside.add(ident)
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
             complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
             raise
         finally:
-            _tls.depth = 0
+            _inside.discard(ident)
         if token:  # record_complete, inline: this is the hot path
             slot = token - 1
             off = (slot % PER_SEGMENT) * RECORD_SIZE
@@ -113,12 +114,14 @@ def _wrap(op: str, fn):
 def _wrap_group_creation(name: str, fn):
     @functools.wraps(fn)
     def created(*args, **kwargs):
-        depth = getattr(_tls, "depth", 0)
-        _tls.depth = 1  # collectives torch issues while creating a group are not user calls
+        ident = threading.get_ident()
+        nested = ident in _inside
+        _inside.add(ident)  # collectives torch issues while creating a group are not user calls
         try:
             result = fn(*args, **kwargs)
         finally:
-            _tls.depth = depth
+            if not nested:
+                _inside.discard(ident)
         if recorder._S.trace_dir is None:
             return result
         try:

@@ -35,7 +35,7 @@ def test_trace_survives_sigkill_with_every_field(tmp_path, no_leftover_processes
                     "MainThread"),
                    ("all_reduce", "1:[0]", [[3]], ["float32"], "SUM", None, site(prog, "async"), "completed", True,
                     "MainThread"),
-                   ("reduce_scatter_tensor", "0:[0]", [[2]], ["int64"], None, None, site(prog, "join"),
+                   ("reduce_scatter_tensor", "0:[0]", [[2]], ["int64"], None, None, site(prog, "frame"),
                     "completed", False, "helper")]
     assert all(e["t"] <= e["t_done"] for e in events)
     report = analyze_dir(trace)

@@ -1,11 +1,10 @@
 """A world of one that records a few calls, one of them through the public
-record_collective entry from a helper thread attributed to the main thread's
-frame (the line it is executing then), then SIGKILLs itself: the trace must hold every call."""
+record_collective entry from a helper thread attributed to a frame of the
+main thread's (as a capture route on autograd's thread does), then SIGKILLs itself: the trace must hold every call."""
 
 import datetime
 import os
 import signal
-import sys
 import tempfile
 import threading
 
@@ -22,16 +21,23 @@ for _ in range(3):
 dist.broadcast(t, src=0)  # SITE:bcast
 sub = dist.new_group([0])
 dist.all_reduce(t, group=sub, async_op=True).wait()  # SITE:async
-here = sys._getframe()  # the main thread's module frame: where it is when the helper records
+
+
+def paused():
+    yield  # SITE:frame
+
+
+gen = paused()
+next(gen)  # a frame that stays at one line: what a capture route hands to record_collective
 
 
 def helper():
     token = recorder.record_collective("reduce_scatter_tensor", None, torch.zeros(2, dtype=torch.int64),
-                                       frame=here)
+                                       frame=gen.gi_frame)
     recorder.record_complete(token)
 
 
 th = threading.Thread(target=helper, name="helper")
 th.start()
-th.join()  # SITE:join
+th.join()
 os.kill(os.getpid(), signal.SIGKILL)
