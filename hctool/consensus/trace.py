@@ -21,8 +21,10 @@ from hctool.consensus.records import (CALL, FLAG_ASYNC, INTERNED, KIND_CALL, KIN
 
 TRACE_NAME = re.compile(r"^rank(\d{1,6}|X)-(\d{1,10})\.jsonl$")
 MAX_WORLD = 1 << 16
-MAX_SIDE_BYTES = 256 << 20     # one side table
-MAX_RING_BYTES = 1 << 30       # one ring file (16 M calls)
+# Limits for folders from elsewhere (strict); reading goes in rounds, so these
+# bound time, not memory. Live mode reads its own job's files without limits.
+MAX_SIDE_BYTES = 1 << 30       # one side table
+MAX_RING_BYTES = 16 << 30      # one ring file (256 M calls)
 MAX_LINE = 1 << 20
 SIDE_CHUNK = 4 << 20           # read per file per poll: ranks advance together, the agreed prefix is dropped
 RING_CHUNK = 1 << 16           # records per file per poll
@@ -35,15 +37,15 @@ class TraceError(ValueError):
     """A trace file that is not what hctool writes (one line, names the file)."""
 
 
-def open_regular(path: str, limit: int) -> int:
-    """An fd of `path` if it is a regular file of at most `limit` bytes (no FIFO,
-    device or symlink: O_NOFOLLOW and O_NONBLOCK, then fstat)."""
+def open_regular(path: str, limit: int | None) -> int:
+    """An fd of `path` if it is a regular file of at most `limit` bytes (None: any
+    size; never a FIFO, device or symlink: O_NOFOLLOW and O_NONBLOCK, then fstat)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         raise TraceError(f"{path}: cannot be read as a regular file ({exc.strerror})") from None
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+    if not stat.S_ISREG(st.st_mode) or (limit is not None and st.st_size > limit):
         os.close(fd)
         why = "not a regular file" if not stat.S_ISREG(st.st_mode) else f"larger than {limit >> 20} MiB"
         raise TraceError(f"{path}: {why}")
@@ -147,7 +149,7 @@ class TraceDirReader:
     def _read_ring(self, f: _File, path: str) -> list:
         if not os.path.lexists(path):
             return []
-        fd = open_regular(path, MAX_RING_BYTES)
+        fd = open_regular(path, MAX_RING_BYTES if self.strict else None)
         try:
             data = os.pread(fd, RING_CHUNK * RECORD_SIZE, f.next_slot * RECORD_SIZE)
         finally:
@@ -199,7 +201,7 @@ class TraceDirReader:
 
     def _recheck_open(self, f: _File, path: str) -> None:
         """Completion rewrites a record's state byte in place: re-read the open ones."""
-        fd = open_regular(path, MAX_RING_BYTES)
+        fd = open_regular(path, MAX_RING_BYTES if self.strict else None)
         try:
             for slot in list(f.open):
                 data = os.pread(fd, RECORD_SIZE, slot * RECORD_SIZE)
@@ -212,7 +214,7 @@ class TraceDirReader:
     # ------------------------------------------------------------ side table
 
     def _read_side(self, f: _File, path: str, new: list) -> None:
-        fd = open_regular(path, MAX_SIDE_BYTES)
+        fd = open_regular(path, MAX_SIDE_BYTES if self.strict else None)
         try:
             data = os.pread(fd, SIDE_CHUNK, f.side_off)
         finally:
