@@ -17,7 +17,8 @@ import stat
 from dataclasses import dataclass, field
 
 from hctool.consensus.records import (CALL, FLAG_ASYNC, INTERNED, KIND_CALL, KIND_EMPTY, KIND_VOID, NO_ROOT,
-                                      RECORD_SIZE, STATE_COMPLETED, STATE_ENTERED, STATE_FAILED, T_DONE_OFFSET, Event)
+                                      RECORD_SIZE, STATE_COMPLETED, STATE_ENTERED, STATE_FAILED, CallRecord,
+                                      Event, Site)
 
 TRACE_NAME = re.compile(r"^rank(\d{1,6}|X)-(\d{1,10})\.jsonl$")
 MAX_WORLD = 1 << 16
@@ -30,6 +31,7 @@ SIDE_CHUNK = 4 << 20           # read per file per poll: ranks advance together,
 RING_CHUNK = 1 << 16           # records per file per poll
 P2P_DIR = {"send": "send", "isend": "send", "send_object_list": "send",
            "recv": "recv", "irecv": "recv", "recv_object_list": "recv"}
+_NO_SITE = Site(None, None, ())
 _STATE = {STATE_ENTERED: "blocked", STATE_COMPLETED: "completed", STATE_FAILED: "failed"}
 
 
@@ -135,18 +137,18 @@ class TraceDirReader:
         base = os.path.join(self.path, f.name[:-len(".jsonl")])
         records = self._read_ring(f, base + ".ring")  # first: every id it uses is in the side table by now
         self._read_side(f, base + ".jsonl", new)
-        for slot, raw in records:
+        for rec in records:
             try:
-                new.extend(self._ring_event(f, slot, raw))
+                new.extend(self._ring_event(f, rec))
             except (KeyError, TypeError, ValueError):
                 if self.strict:
-                    raise TraceError(f"{f.name[:-6]}.ring: record {slot} refers to names its side table lacks") from None
+                    raise TraceError(f"{f.name[:-6]}.ring: record {rec.slot} refers to names its side table lacks") from None
         if f.open:
             self._recheck_open(f, base + ".ring")
 
     # ------------------------------------------------------------ ring
 
-    def _read_ring(self, f: _File, path: str) -> list:
+    def _read_ring(self, f: _File, path: str) -> list[CallRecord]:
         if not os.path.lexists(path):
             return []
         fd = open_regular(path, MAX_RING_BYTES if self.strict else None)
@@ -156,27 +158,28 @@ class TraceDirReader:
             os.close(fd)
         out = []
         usable = len(data) - len(data) % RECORD_SIZE
-        for i, raw in enumerate(CALL.iter_unpack(data[:usable])):
+        for raw in CALL.iter_unpack(data[:usable]):
             kind = raw[0]
             if kind == KIND_EMPTY:
                 return out  # not written yet (or still being written)
             slot = f.next_slot
             f.next_slot += 1
             if kind == KIND_CALL:
-                out.append((slot, raw))
+                out.append(CallRecord.unpack(slot, raw))
             elif kind != KIND_VOID and self.strict:
                 raise TraceError(f"{os.path.basename(path)}: record {slot} has unknown kind {kind}")
         self.more = self.more or usable == RING_CHUNK * RECORD_SIZE
         return out
 
-    def _ring_event(self, f: _File, slot: int, raw: tuple) -> list[Event]:
-        _, state, flags, op, gid, site, desc, th, ro, root, seq, t, t_done = raw
-        op_name = f.tables["op"][op]
-        s = f.tables["site"][site] if site else {"site": None, "fn": None, "stack": []}
-        d = f.tables["desc"][desc]
-        rec = {"g": f.groups[gid], "op": op_name, "sh": d.get("sh", []), "dt": d.get("dt", []),
-               "ro": f.tables["ro"][ro] if ro else None, "site": s["site"], "fn": s["fn"], "stack": s["stack"],
-               "th": f.tables["th"].get(th), "t": t, "w": t + f.wall_offset, "async": bool(flags & FLAG_ASYNC)}
+    def _ring_event(self, f: _File, c: CallRecord) -> list[Event]:
+        op_name = f.tables["op"][c.op]
+        s = f.tables["site"][c.site] if c.site else _NO_SITE
+        d = f.tables["desc"][c.desc]
+        rec = {"g": f.groups[c.group], "op": op_name, "sh": d.get("sh", []), "dt": d.get("dt", []),
+               "ro": f.tables["ro"][c.reduce_op] if c.reduce_op else None, "site": s.site, "fn": s.fn,
+               "stack": list(s.stack), "th": f.tables["th"].get(c.thread), "t": c.t, "w": c.t + f.wall_offset,
+               "async": bool(c.flags & FLAG_ASYNC)}
+        root = c.root
         if "p2p" in d:
             rec["p2p"] = d["p2p"]
         if op_name in P2P_DIR:
@@ -184,9 +187,9 @@ class TraceDirReader:
         elif root != NO_ROOT:
             rec["root"] = root
         evs = split_event(f.rt.rank, rec)
-        self._set_state(f, slot, evs, state, t_done)
-        if state == STATE_ENTERED:
-            f.open[slot] = evs
+        self._set_state(f, c.slot, evs, c.state, c.t_done)
+        if c.state == STATE_ENTERED:
+            f.open[c.slot] = evs
         if evs:
             f.rt.last_event = evs[0]
         return evs
@@ -247,6 +250,7 @@ class TraceDirReader:
             if kind == "site":
                 _check(isinstance(v.get("site"), str) and isinstance(v.get("fn"), str) and _strs(v.get("stack")),
                        "bad site")
+                v = Site(v["site"], v["fn"], tuple(v["stack"]))
             elif kind == "desc":
                 _check(isinstance(v, dict) and all(isinstance(v.get(k, []), list) for k in ("sh", "dt", "p2p")),
                        "bad shapes")
