@@ -27,6 +27,7 @@ MAX_WORLD = 1 << 16
 MAX_SIDE_BYTES = 1 << 30       # one side table
 MAX_RING_BYTES = 16 << 30      # one ring file (256 M calls)
 MAX_LINE = 1 << 20
+MAX_INTERNED = 1 << 20         # values of one kind in one side table (real traces: thousands)
 SIDE_CHUNK = 4 << 20           # read per file per poll: ranks advance together, the agreed prefix is dropped
 RING_CHUNK = 1 << 16           # records per file per poll
 P2P_DIR = {"send": "send", "isend": "send", "send_object_list": "send",
@@ -239,14 +240,16 @@ class TraceDirReader:
                 rec = json.loads(line)
                 _check(isinstance(rec, dict), "not a JSON object")
                 self._fold(f, rec, new)
-            except (ValueError, TypeError, KeyError, IndexError) as exc:
+            except (ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
                 if self.strict:
-                    raise TraceError(f"{f.name}:{f.line_no}: not an hctool trace record ({exc})") from None
+                    why = "nested too deeply" if isinstance(exc, RecursionError) else exc
+                    raise TraceError(f"{f.name}:{f.line_no}: not an hctool trace record ({why})") from None
 
     def _fold(self, f: _File, rec: dict, new: list) -> None:
         if "i" in rec:
             kind, ident, v = rec["i"], rec["id"], rec["v"]
             _check(kind in f.tables and _is_int(ident, 1), "bad interned id")
+            _check(len(f.tables[kind]) < MAX_INTERNED, f"more than {MAX_INTERNED} interned {kind} values")
             if kind == "site":
                 _check(isinstance(v.get("site"), str) and isinstance(v.get("fn"), str) and _strs(v.get("stack")),
                        "bad site")
@@ -281,6 +284,7 @@ class TraceDirReader:
             ranks = rec["ranks"]
             _check(isinstance(rec["grp"], str) and isinstance(ranks, list) and len(ranks) <= MAX_WORLD
                    and all(_is_int(r, 0, MAX_WORLD) for r in ranks), "bad group")
+            _check(rec["grp"] in self.groups or len(self.groups) < MAX_WORLD, "too many groups")
             self.groups[rec["grp"]] = ranks
             if "id" in rec:
                 f.groups[rec["id"]] = rec["grp"]

@@ -63,6 +63,7 @@ def _header(world_size=2, rank=0) -> str:
     ("world_far_beyond_files", "claims world_size 60000"),
     ("json_string_line", "rank0-1.jsonl:2"),
     ("junk_line", "rank0-1.jsonl:2"),
+    ("deeply_nested_line", "nested too deeply"),
     ("rank_beyond_world", "world_size 2"),
     ("ring_unknown_ids", "rank0-1.ring"),
 ])
@@ -85,6 +86,8 @@ def test_hostile_trace_folder_is_a_one_line_error(case, needle, tmp_path, capsys
         side.write_text(_header() + '\n"just a string"\n')
     elif case == "junk_line":
         side.write_text(_header() + "\n{not json at all\n")
+    elif case == "deeply_nested_line":
+        side.write_text(_header() + "\n" + "[" * 200_000 + "]" * 200_000 + "\n")
     elif case == "rank_beyond_world":
         side.write_text(_header() + "\n")
         (folder / "rank7-2.jsonl").write_text(_header(rank=7) + "\n")
