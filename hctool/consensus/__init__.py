@@ -1,6 +1,7 @@
 """check-consensus: record every collective on every rank, name the first divergence.
 
-Modules: recorder (inside ranks: record_collective/record_complete), wrappers
+Modules: recorder (inside ranks: record_collective/record_complete), tracefile
+(its files and interned names), wrappers
 (the torch.distributed capture route), records (the trace format), trace
 (reading traces), flight_recorder (reading FR dumps safely), align (per-group alignment and the first divergence), live (the
 supervisor's incremental watcher), report (rich rendering).
