@@ -254,6 +254,10 @@ def record_collective(op: str, group, tensors, *, reduce_op=None, root=None, asy
         eid = next(_S.ids)
         seq = _S.seq[key] = _S.seq.get(key, -1) + 1
         site, func, stack = _call_site(frame if frame is not None else sys._getframe(1))
+        if not site and threading.current_thread() is not threading.main_thread():
+            # autograd's device threads and C++ threads hold no user frame: the user's
+            # line is where the main thread is now (e.g. its `loss.backward()`)
+            site, func, stack = _call_site(sys._current_frames().get(threading.main_thread().ident))
         rec.update(e=eid, s=seq, site=site, fn=func, th=threading.current_thread().name,
                    t=time.monotonic(), w=time.time())
         _write_line(json.dumps(rec, separators=(",", ":"))[:-1] + ',"stack":' + _stack_json(stack) + "}")
@@ -364,6 +368,9 @@ def _wrap_group_creation(name: str, fn):
             _tls.depth = depth
         try:
             if name == "init_process_group":
+                from hctool.consensus import capture_c10d  # C++-issued and functional collectives
+
+                capture_c10d.install()  # here, not at import: torch is fully imported by now
                 _S.next_group_idx = 1
                 _register_default_group()
             else:
