@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
+from typing import NamedTuple
 
 ROOTED = {"broadcast", "reduce", "gather", "scatter", "broadcast_object_list", "gather_object",
           "scatter_object_list"}
@@ -117,6 +118,10 @@ def _cost(x: list, y: list, x_ended: bool, y_ended: bool) -> int:
     return c
 
 
+def _matches(x: list, y: list) -> int:
+    return sum(1 for p, q in zip(x, y) if signature(p) == signature(q))
+
+
 def decide_pair(a: list, b: list, i: int, ended_a: str | None, ended_b: str | None, prev_a, prev_b,
                 seen: set | None = None, pairs: set | None = None):
     """Two ranks' sequences differ at index i (both present). Returns
@@ -129,6 +134,16 @@ def decide_pair(a: list, b: list, i: int, ended_a: str | None, ended_b: str | No
     }
     best = min(options.values())
     winners = [k for k, v in options.items() if v == best]
+    if len(winners) > 1:
+        # Equal cost: the explanation under which more later calls pair up wins (an
+        # inserted call that paired silently with the peer's next same-shape call
+        # leaves the inserting rank one call ahead; only "it inserted" aligns that call).
+        shifts = {"both": (a[i + 1:], b[i + 1:]), "a": (a[i + 1:], b[i:]), "b": (a[i:], b[i + 1:])}
+        matched = {k: _matches(*shifts[k]) for k in winners}
+        most = max(matched.values())
+        if most > 0 and list(matched.values()).count(most) == 1:
+            side = max(matched, key=matched.get)
+            return ("extra" if side != "both" else diff_kind(a[i], b[i])), side, True
     if len(winners) == 1:
         side = winners[0]
         return ("extra" if side != "both" else diff_kind(a[i], b[i])), side, False
@@ -166,13 +181,17 @@ def decide_pair(a: list, b: list, i: int, ended_a: str | None, ended_b: str | No
 
 
 def find_divergence(ch: Channel, all_ranks: list[int], ended: dict[int, str | None], now: float,
-                    hang_after: float | None, final: bool, settle: float = 0.5) -> dict | None:
+                    hang_after: float | None, final: bool, settle: float = 0.5,
+                    waits: Waits | None = None) -> dict | None:
     """The channel's first divergence as an internal finding, or None (agreeing
-    so far, or live data not yet conclusive)."""
+    so far, or live data not yet conclusive). waits: which ranks are inside a
+    collective elsewhere and which wait in a cycle (see wait_state)."""
+    waits = waits or Waits({}, set())
     ranks = [r for r in ch.member_ranks(all_ranks)]
     if len(ranks) < 2:
         return None
     seqs = {r: list(ch.seqs.get(r, ())) for r in ranks}
+    stuck = any(r in waits.stuck for r in ranks)  # the data can no longer change
     n = max(len(s) for s in seqs.values())
     for i in range(n):
         at = {r: (s[i] if i < len(s) else None) for r, s in seqs.items()}
@@ -185,16 +204,19 @@ def find_divergence(ch: Channel, all_ranks: list[int], ended: dict[int, str | No
             # Some ranks have not (yet) reached this call.
             waiting_long = any(e["state"] == "blocked" and hang_after is not None and now - (e["t"] or now) > hang_after
                                for e in present.values())
-            if not (final or waiting_long or all(ended.get(r) for r in absent)):
+            # A wait cycle across groups can never resolve: report it now, not after hang_after.
+            if not (final or waiting_long or stuck or all(ended.get(r) for r in absent)):
                 return None
-            if len(ranks) == 2 and ch.seen_sites and _novel(ch, seqs, i, present):
+            elsewhere = all(waits.busy.get(r, set()) - {ch.key} for r in absent)
+            if len(ranks) == 2 and ch.seen_sites and elsewhere and _novel(ch, seqs, i, present):
                 # The present rank waits in a call from a place this group never
-                # used before, while its peer is busy elsewhere: that call is the
-                # inserted one (an extra call in one group deadlocks another).
-                return _finding(ch, i, at, "extra", sorted(present))
+                # used before, while its peer waits in a collective of another
+                # group: that call is the inserted one (an extra call in one group
+                # deadlocks another). A peer outside any collective is `missing`.
+                return _finding(ch, i, at, "extra", sorted(present), waits)
             if len(absent) < len(present) or not all(ended.get(r) == "clean" for r in absent):
-                return _finding(ch, i, at, "missing", absent)
-            return _finding(ch, i, at, "extra", sorted(present))
+                return _finding(ch, i, at, "missing", absent, waits)
+            return _finding(ch, i, at, "extra", sorted(present), waits)
         # Signatures differ: compare each odd rank with a reference of the majority.
         classes: dict = {}
         for r in ranks:
@@ -206,10 +228,10 @@ def find_divergence(ch: Channel, all_ranks: list[int], ended: dict[int, str | No
                 return None
             kind, side, ambiguous = decide_pair(seqs[ra], seqs[rb], i, ended.get(ra), ended.get(rb),
                                                 ch.prev.get(ra), ch.prev.get(rb), ch.seen_sites, ch.seen_pairs)
-            if ambiguous and not final and now - ch.last_arrival < settle:
-                return None  # more events may settle which rank inserted a call
+            if ambiguous and not final and not stuck and now - ch.last_arrival < settle:
+                return None  # more events may settle which rank inserted a call (not in a deadlock)
             culprits = {"a": [ra], "b": [rb], "both": [ra, rb]}[side]
-            return _finding(ch, i, at, kind, culprits)
+            return _finding(ch, i, at, kind, culprits, waits)
         ref = min(majority)
         culprits, kinds = [], []
         for r in ranks:
@@ -224,7 +246,7 @@ def find_divergence(ch: Channel, all_ranks: list[int], ended: dict[int, str | No
                 kind, side, _ = decide_pair(seqs[ref], seqs[r], i, ended.get(ref), ended.get(r),
                                             ch.prev.get(ref), ch.prev.get(r), ch.seen_sites, ch.seen_pairs)
                 kinds.append("missing" if side == "a" else kind)
-        return _finding(ch, i, at, kinds[0], culprits)
+        return _finding(ch, i, at, kinds[0], culprits, waits)
     return None
 
 
@@ -235,7 +257,67 @@ def _novel(ch: Channel, seqs: dict, i: int, present: dict) -> bool:
     return all(site_key(e) not in seen for e in present.values())
 
 
-def _finding(ch: Channel, i: int, at: dict, kind: str, culprits: list[int]) -> dict:
+def _finding(ch: Channel, i: int, at: dict, kind: str, culprits: list[int], waits: Waits | None = None) -> dict:
     times = [e["w"] for e in at.values() if e is not None and e.get("w") is not None]
-    return {"channel": ch.key, "seq": ch.base + i, "kind": kind, "culprits": sorted(culprits),
-            "events": at, "time": min(times) if times else 0.0}
+    out = {"channel": ch.key, "seq": ch.base + i, "kind": kind, "culprits": sorted(culprits),
+           "events": at, "time": min(times) if times else 0.0}
+    if waits is not None and waits.cycle and any(r in waits.stuck for r in at):
+        out["deadlock"] = waits.cycle
+    return out
+
+
+class Waits(NamedTuple):
+    busy: dict[int, set[str]]   # rank -> channels where one of its calls has not completed
+    stuck: set[int]             # ranks in a wait cycle: a deadlock that can never resolve
+    cycle: str = ""             # the cycle in words
+
+
+def wait_state(channels: dict[str, Channel], all_ranks: list[int], ended: dict[int, str | None],
+               thread_last: dict[tuple, dict] | None = None) -> Waits:
+    """Who waits for whom. A rank is held when every thread that issued a
+    collective sits in a synchronous call that has not completed (thread_last:
+    (rank, thread) -> its latest event). A held rank blocked at index i of a
+    channel waits for every member that has not entered index i (entries are
+    written before the call, so "not entered" is certain). A cycle of such waits
+    across groups is a deadlock the moment it forms."""
+    held: dict[int, bool] = {}
+    for (r, _th), ev in (thread_last or {}).items():
+        held[r] = held.get(r, True) and ev["state"] == "blocked" and not ev.get("async")
+    busy: dict[int, set[str]] = {}
+    edges: dict[int, dict[int, str]] = {}
+    for ch in channels.values():
+        members = ch.member_ranks(all_ranks)
+        for r, seq in ch.seqs.items():
+            for i, ev in enumerate(seq):
+                if ev["state"] == "completed":
+                    continue
+                busy.setdefault(r, set()).add(ch.key)  # also a rank that died in there
+                if ended.get(r) or not held.get(r) or ev.get("async") or ev["state"] != "blocked":
+                    continue  # a rank with a thread still running may yet make the call
+                for m in members:
+                    if m != r and len(ch.seqs.get(m, ())) <= i:
+                        edges.setdefault(r, {})[m] = f"rank {r} waits in {ch.key} seq {ch.base + i} for rank {m}"
+    stuck: set[int] = set()
+    words: list[str] = []
+    for start in sorted(edges):
+        if start in stuck:
+            continue
+        parent: dict[int, int] = {}
+        frontier = [start]
+        while frontier and start not in parent:  # breadth-first back to start: a cycle
+            nxt = []
+            for r in frontier:
+                for m in sorted(edges.get(r, {})):
+                    if m not in parent:
+                        parent[m] = r
+                        nxt.append(m)
+            frontier = nxt
+        if start in parent:
+            cycle, r = [start], parent[start]
+            while r != start:
+                cycle.append(r)
+                r = parent[r]
+            cycle.reverse()  # start -> ... -> start, in wait order
+            stuck |= set(cycle)
+            words = words or [edges[a][b] for a, b in zip(cycle, cycle[1:] + cycle[:1])]
+    return Waits(busy, stuck, "; ".join(words))

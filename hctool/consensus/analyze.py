@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from hctool.consensus.align import Channel, channel_members, find_divergence, route
+from hctool.consensus.align import Channel, channel_members, find_divergence, route, wait_state
 from hctool.consensus.trace import TraceDirReader, is_flight_recorder_dir, read_flight_recorder
 
 
@@ -18,6 +18,7 @@ class Tracker:
         self.ranks: set[int] = set()
         self.world_size: int | None = None
         self.last_event: dict[int, dict] = {}
+        self.thread_last: dict[tuple, dict] = {}  # (rank, thread) -> latest event (align.wait_state)
 
     def add(self, ev: dict, now: float) -> None:
         key = route(ev, self.groups)
@@ -32,6 +33,7 @@ class Tracker:
         ch.add(ev, now)
         self.ranks.add(ev["rank"])
         self.last_event[ev["rank"]] = ev
+        self.thread_last[(ev["rank"], ev.get("th"))] = ev
 
     def all_ranks(self) -> list[int]:
         n = self.world_size or 0
@@ -45,8 +47,9 @@ class Tracker:
     def first_divergence(self, ended: dict[int, str | None], now: float, hang_after: float | None,
                          final: bool) -> dict | None:
         ranks = self.all_ranks()
+        waits = wait_state(self.channels, ranks, ended, self.thread_last)
         found = [f for ch in self.channels.values()
-                 if (f := find_divergence(ch, ranks, ended, now, hang_after, final)) is not None]
+                 if (f := find_divergence(ch, ranks, ended, now, hang_after, final, waits=waits)) is not None]
         # A rank missing from one group is often a consequence of its own divergent
         # call in another group: prefer a finding that names a call over a missing one.
         return min(found, key=lambda f: (f["kind"] == "missing", f["time"])) if found else None
@@ -86,6 +89,8 @@ def build_report(tracker: Tracker, ended: dict[int, str | None], finding: dict |
         first = {"group": finding["channel"], "seq": finding["seq"], "kind": finding["kind"],
                  "culprit_ranks": finding["culprits"],
                  "ranks": {str(r): _rank_entry(e, tracker.last_event.get(r)) for r, e in sorted(finding["events"].items())}}
+        if finding.get("deadlock"):
+            first["deadlock"] = finding["deadlock"]  # the wait cycle across groups, in words
         if finding["kind"] == "missing":
             culprit_states = {ended.get(r) for r in finding["culprits"]}
             verdict = "crashed" if "crashed" in culprit_states else ("hung" if None in culprit_states else "diverged")
