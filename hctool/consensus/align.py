@@ -134,11 +134,11 @@ def decide_pair(a: list, b: list, i: int, ended_a: str | None, ended_b: str | No
     }
     best = min(options.values())
     winners = [k for k, v in options.items() if v == best]
+    shifts = {"both": (a[i + 1:], b[i + 1:]), "a": (a[i + 1:], b[i:]), "b": (a[i:], b[i + 1:])}
     if len(winners) > 1:
         # Equal cost: the explanation under which more later calls pair up wins (an
         # inserted call that paired silently with the peer's next same-shape call
         # leaves the inserting rank one call ahead; only "it inserted" aligns that call).
-        shifts = {"both": (a[i + 1:], b[i + 1:]), "a": (a[i + 1:], b[i:]), "b": (a[i:], b[i + 1:])}
         matched = {k: _matches(*shifts[k]) for k in winners}
         most = max(matched.values())
         if most > 0 and list(matched.values()).count(most) == 1:
@@ -150,8 +150,7 @@ def decide_pair(a: list, b: list, i: int, ended_a: str | None, ended_b: str | No
     # A tie between "the calls differ" and one insertion: the rest matches either
     # way (a uniform loop), and only the insertion explains the odd call.
     sides = [w for w in winners if w != "both"]
-    evidence = {"a": min(len(a) - i - 1, len(b) - i), "b": min(len(a) - i, len(b) - i - 1)}
-    if len(sides) == 1 and evidence[sides[0]] > 0:
+    if len(sides) == 1 and _matches(*shifts[sides[0]]) > 0:
         return "extra", sides[0], True
     # No data decides: the call that repeats the previous one (a loop taking one
     # more turn) is the inserted one if the peer moved on to a call this group
@@ -177,7 +176,26 @@ def decide_pair(a: list, b: list, i: int, ended_a: str | None, ended_b: str | No
     b_first = (site_key(b[i]), site_key(a[i])) in seen_pairs
     if a_first != b_first:
         return "extra", "a" if a_first else "b", True
+    # A block of calls inserted (one more training step while the peer moved on to
+    # its checkpoint): the inserting rank's sequence lines up with its peer's again
+    # after k calls, and the peer's never does.
+    ka, kb = _block(a, b, i), _block(b, a, i)
+    if (ka is None) != (kb is None):
+        return "extra", "a" if ka is not None else "b", True
     return diff_kind(a[i], b[i]), "both", True
+
+
+def _block(x: list, y: list, i: int, limit: int = 4096, window: int = 64) -> int | None:
+    """Smallest k > 1 such that x[i+k:] agrees with y[i:] on every compared call
+    (at least one): x inserted k calls at i."""
+    want = [signature(e) for e in y[i:i + window]]
+    if not want:
+        return None
+    for k in range(2, min(len(x) - i, limit)):
+        got = x[i + k:i + k + len(want)]
+        if got and all(signature(p) == q for p, q in zip(got, want)):
+            return k
+    return None
 
 
 def find_divergence(ch: Channel, all_ranks: list[int], ended: dict[int, str | None], now: float,

@@ -122,8 +122,11 @@ def _c10d_kernel(op_name: str, packet):
             if root is not None and root >= 0 and group is not dist.GroupMember.WORLD:
                 root = dist.get_global_rank(group, root)  # the ops take group ranks; records hold global ones
             tensors = args[t_arg] if t_arg is not None else None
+            # This frame, not its caller: on autograd's device threads (DDP's reducer on
+            # CUDA) the kernel is the thread's only Python frame. The recorder skips
+            # hctool's frames and falls back to the main thread's line.
             token = recorder.record_collective(recorded, group, tensors, reduce_op=ro, root=root,
-                                               async_op=True, frame=sys._getframe(1))
+                                               async_op=True, frame=sys._getframe())
         except Exception as exc:
             recorder._note_failure(exc)
         try:
@@ -180,7 +183,7 @@ def _funcol_wrapper(recorded: str, fn):
             token = recorder.record_collective(recorded, pg, bound.get(t_name),
                                                reduce_op=str(ro).upper() if ro else None,
                                                root=bound.get(root_name) if root_name else None,
-                                               async_op=True, frame=sys._getframe(1))
+                                               async_op=True, frame=sys._getframe())
         except Exception as exc:
             recorder._note_failure(exc)
         recorder._tls.depth = 1

@@ -391,6 +391,20 @@ def _wrap_group_creation(name: str, fn):
     return created
 
 
+def _wrap_destroy(fn):
+    """destroy_process_group() of the default group: this rank issues no more
+    collectives, so it counts as ended clean even if it then hangs in the
+    teardown (NCCL) or exits late (the analyzer reads an `end` record)."""
+    @functools.wraps(fn)
+    def destroy(group=None, *args, **kwargs):
+        if group is None and _S.fd is not None:
+            _safe_write({"end": 1, "t": time.monotonic(), "destroy": 1})
+        return fn(group, *args, **kwargs)
+
+    destroy.__hctool_original__ = fn
+    return destroy
+
+
 # ---------------------------------------------------------------- labelled events
 
 def record_label(label: str, value, depth: int = 2) -> None:
@@ -450,6 +464,11 @@ def patch_torch_distributed() -> None:
         setattr(c10d, name, wrapped)
         if getattr(dist, name, None) is fn:
             setattr(dist, name, wrapped)
+    fn = c10d.destroy_process_group
+    wrapped = _wrap_destroy(fn)
+    c10d.destroy_process_group = wrapped
+    if getattr(dist, "destroy_process_group", None) is fn:
+        dist.destroy_process_group = wrapped
     dist.__hctool_patched__ = True
 
 

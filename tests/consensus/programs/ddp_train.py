@@ -1,11 +1,13 @@
 """DDP training on gloo: every gradient bucket all-reduce comes from DDP's C++
 reducer. Rank 1 gets one batch more than rank 0 (uneven inputs, the classic DDP
-hang): its extra backward() all-reduces alone. Clean twin: PROG_FIX=1.
+hang): its extra backward() all-reduces alone, while rank 0 lingers after
+destroy_process_group. Clean twin: PROG_FIX=1.
 Prints how many bucket all-reduces DDP made (its buckets in effect at each
 backward: one before the first rebuild, then the rebuilt ones) so a test can
 check every one was recorded."""
 
 import sys
+import time
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import torch  # noqa: E402
@@ -34,3 +36,5 @@ for step in range(batches):
         user_reduces += 1
 print(f"ddp_bucket_allreduces={bucket_reduces} user_allreduces={user_reduces}", flush=True)
 finish()
+if not fixed() and rank == 0:
+    time.sleep(30)  # lingers after destroy_process_group, as NCCL's teardown can: not a missing rank
