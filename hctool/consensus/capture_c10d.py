@@ -26,8 +26,9 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
+import threading
 
-from hctool.consensus import recorder
+from hctool.consensus import recorder, wrappers
 
 # dispatcher op -> (recorded op, contributed-tensors arg, group arg, reduce-op arg, root arg, peer?)
 # The recorded name and described argument match what the Python wrapper records for the
@@ -70,7 +71,7 @@ _installed = False
 
 
 def _nested() -> bool:
-    return bool(getattr(recorder._tls, "depth", 0))
+    return threading.get_ident() in wrappers._inside
 
 
 def _work_of(result):
@@ -128,7 +129,7 @@ def _c10d_kernel(op_name: str, packet):
             token = recorder.record_collective(recorded, group, tensors, reduce_op=ro, root=root,
                                                async_op=True, frame=sys._getframe())
         except Exception as exc:
-            recorder._note_failure(exc)
+            recorder.note_failure(exc)
         try:
             with below_autograd():
                 result = packet(*args, **kwargs)
@@ -185,15 +186,16 @@ def _funcol_wrapper(recorded: str, fn):
                                                root=bound.get(root_name) if root_name else None,
                                                async_op=True, frame=sys._getframe())
         except Exception as exc:
-            recorder._note_failure(exc)
-        recorder._tls.depth = 1
+            recorder.note_failure(exc)
+        ident = threading.get_ident()
+        wrappers._inside.add(ident)
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
             recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
             raise
         finally:
-            recorder._tls.depth = 0
+            wrappers._inside.discard(ident)
         recorder.record_complete(token)
         return result
 
