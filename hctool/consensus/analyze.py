@@ -7,7 +7,7 @@ import time
 
 from hctool.consensus.align import Channel, channel_members, find_divergence, route, wait_state
 from hctool.consensus.flight_recorder import is_flight_recorder_dir, read_flight_recorder
-from hctool.consensus.trace import TRACE_NAME, TraceDirReader, TraceError
+from hctool.consensus.trace import TraceDirReader, TraceError, trace_files
 
 MAX_MISSING_RANKS = 1024      # ranks a header may claim beyond the trace files present
 MAX_PENDING = 1_000_000       # unagreed events held before the analysis stops reading
@@ -152,7 +152,7 @@ def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: d
     path = os.fspath(path)
     tracker = Tracker()
     now = time.monotonic()
-    if not any(TRACE_NAME.match(n) for n in os.listdir(path)) and is_flight_recorder_dir(path):
+    if not trace_files(path) and is_flight_recorder_dir(path):
         per_rank, groups = read_flight_recorder(path)
         tracker.groups.update(groups)
         tracker.world_size = len(per_rank)

@@ -5,7 +5,11 @@ run for real on gloo through `hctool check-consensus run`."""
 from __future__ import annotations
 
 import collections
+import json
 import re
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -82,6 +86,20 @@ def test_silent_pairing_names_inserter_and_cycle_is_immediate(tmp_path, no_lefto
     assert ranks["1"]["site"] == site("subgroup_pairs.py", "mlp")
     latency = latency_ms(stderr)
     assert latency is not None and latency < 1500, stderr[-2000:]
+    # Gathered from several hosts: one subfolder per host, ranks from RANK; same finding.
+    gathered = tmp_path / "gathered"
+    for rank in (0, 1):
+        host = gathered / f"host{rank}"
+        host.mkdir(parents=True)
+        for f in (tmp_path / "trace").glob(f"rank{rank}-*"):
+            if not f.name.endswith(".log"):
+                shutil.copy(f, host / f.name)
+    proc = subprocess.run([sys.executable, "-m", "hctool", "check-consensus", "analyze", "--json", str(gathered)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.startswith("{"), proc.stderr[-2000:]
+    offline = json.loads(proc.stdout)
+    first = offline["first_divergence"]
+    assert (offline["world_size"], first["group"], first["kind"], first["culprit_ranks"]) == (2, "1:[0,1]", "extra", [0])
 
 
 @pytest.mark.slow
