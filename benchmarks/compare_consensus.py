@@ -35,6 +35,7 @@ PROGRAMS = REPO / "tests" / "consensus" / "programs"
 # What each tool prints when it names a divergence (first match counts).
 NAMES = {
     "detail": re.compile(r"(Detected mismatch between collectives on ranks[^\n]*|check rank \d+ logs for faulty rank"
+                         r"|Ranks? [\d, ]+ failed to pass monitoredBarrier[^\n]*"
                          r"|collective operation mismatch[^\n]*|mismatch[^\n]{0,160})", re.I),
     "desync": re.compile(r"(Desync debug report[^\n]*|\[Rank \d+\][^\n]*(?:not joined|never joined|missing)[^\n]*"
                          r"|ranks? [\d, ]+ (?:did not|have not) join[^\n]*)", re.I),
