@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import time
 
-from hctool.consensus.align import Channel, channel_members, find_divergence, route, wait_state
+from hctool.consensus.align import Channel, channel_members, find_divergence, route
 from hctool.consensus.flight_recorder import is_flight_recorder_dir, read_flight_recorder
 from hctool.consensus.trace import TraceDirReader, TraceError, trace_files
+from hctool.consensus.waits import wait_state
 
 MAX_MISSING_RANKS = 1024      # ranks a header may claim beyond the trace files present
 MAX_PENDING = 1_000_000       # unagreed events held before the analysis stops reading
