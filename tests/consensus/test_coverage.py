@@ -66,6 +66,7 @@ def test_ddp_uneven_inputs_named_at_backward(tmp_path, no_leftover_processes):
     assert _counts(report, tmp_path / "trace")["0"]["all_reduce"] == _printed_reduces(tmp_path / "trace")
 
 
+@pytest.mark.slow  # the same rule runs in the default suite on synthetic traces (test_align_pairs.py)
 def test_outside_any_collective_is_missing(tmp_path, no_leftover_processes):
     """Rank 1 alive in a queue wait while rank 0 waits in a barrier at a new site."""
     code, report, stderr = run_check("outside_collective.py", tmp_path)
