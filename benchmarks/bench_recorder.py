@@ -11,7 +11,7 @@ ranks: N rank processes (gloo on CPU, or nccl with one GPU per rank), started
   (one device sync per run). Prints the off/on ratio.
 
     python benchmarks/bench_recorder.py [--iters 20000] [--repeats 7]
-    python benchmarks/bench_recorder.py --mode ranks --backend nccl --nproc 2
+    python benchmarks/bench_recorder.py --mode ranks --backend nccl --nproc 2 [--sync-each]
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def inproc(iters: int, repeats: int) -> dict:
     return res
 
 
-def rank_worker(backend: str, iters: int, out: str) -> None:
+def rank_worker(backend: str, iters: int, out: str, sync_each: bool) -> None:
     import torch
     import torch.distributed as dist
 
@@ -75,15 +75,20 @@ def rank_worker(backend: str, iters: int, out: str) -> None:
     dist.init_process_group(backend)
     t = torch.ones(1, device=device)
     sync = torch.cuda.synchronize if backend == "nccl" else (lambda: None)
-    _time_loop(dist.all_reduce, t, iters // 10, sync)
+    call = dist.all_reduce
+    if sync_each:  # the latency of one collective, not the enqueue rate
+        def call(x):
+            dist.all_reduce(x)
+            sync()
+    _time_loop(call, t, iters // 10, sync)
     dist.barrier()
-    us = _time_loop(dist.all_reduce, t, iters, sync)
+    us = _time_loop(call, t, iters, sync)
     if dist.get_rank() == 0:
         Path(out).write_text(json.dumps(us))
     dist.destroy_process_group()
 
 
-def ranks(backend: str, nproc: int, iters: int, repeats: int) -> dict:
+def ranks(backend: str, nproc: int, iters: int, repeats: int, sync_each: bool = False) -> dict:
     runs: dict[str, list[float]] = {"off": [], "on": []}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -96,7 +101,7 @@ def ranks(backend: str, nproc: int, iters: int, repeats: int) -> dict:
                 with ProcessSet() as ps:
                     for r in range(nproc):
                         cmd = [sys.executable, __file__, "--worker", "--backend", backend, "--iters", str(iters),
-                               "--out", str(out)]
+                               "--out", str(out)] + (["--sync-each"] if sync_each else [])
                         ps.start(f"rank{r}", cmd, env=dict(env, **torchrun_env(r, nproc, "127.0.0.1", port)),
                                  log_path=tmp / f"{mode}-{i}-{r}.log")
                     if not ps.wait_all(time.monotonic() + 300) or any(c.popen.returncode for c in ps.children):
@@ -120,18 +125,19 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=20000)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--json", action="store_true", help="print only the JSON result")
+    ap.add_argument("--sync-each", action="store_true", help="ranks mode: synchronize after every call")
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     if args.worker:
-        rank_worker(args.backend, args.iters, args.out)
+        rank_worker(args.backend, args.iters, args.out, args.sync_each)
         return
     if args.mode == "inproc":
         res = inproc(args.iters, args.repeats)
         what = "in-process, gloo world of 1, 4-byte all_reduce"
     else:
-        res = ranks(args.backend, args.nproc, args.iters, args.repeats)
-        what = f"{args.nproc} ranks, {args.backend}, 4-byte all_reduce"
+        res = ranks(args.backend, args.nproc, args.iters, args.repeats, args.sync_each)
+        what = f"{args.nproc} ranks, {args.backend}, 4-byte all_reduce" + (", sync after each" if args.sync_each else "")
     res.update(added_us=res["on"] - res["off"], ratio=res["on"] / res["off"], what=what,
                iters=args.iters, repeats=args.repeats)
     if args.json:

@@ -102,7 +102,7 @@ def analyze(
         report = analyze_dir(path, exit_codes=exit_codes, command_exit=command_exit)
     except TraceError as exc:
         raise UsageError(str(exc), "analyze reads folders written by `check-consensus run` or Flight Recorder dumps") from None
-    if report["world_size"] == 0:
+    if report["world_size"] == 0 and command_exit is None:  # a failed run's record alone still says `crashed`
         raise UsageError(f"no traces found in {path}", "expected rank*.jsonl files or Flight Recorder pickles")
     _emit(report, as_json)
     raise typer.Exit(_exit_code(report))

@@ -96,7 +96,7 @@ def read_flight_recorder(path: str) -> tuple[dict[int, list[dict]], dict[str, li
                              key=lambda e: int(e.get("record_id", 0)))
             events = [_event(rank, e) for e in entries]
             json.dumps(events)  # plain data only, or the aligner would trip on it later
-        except (TypeError, ValueError, AttributeError) as exc:
+        except (TypeError, ValueError, AttributeError, RecursionError) as exc:
             raise TraceError(f"{full}: not a Flight Recorder dump ({exc})") from None
         for ev in events:
             members.setdefault(ev["g"], set()).add(rank)

@@ -202,8 +202,12 @@ def _user_frame(frame):
     return None
 
 
-def _site_value(frame) -> dict:
+def _new_site(frame) -> dict:
     _S.keep.extend((frame.f_code, frame.f_back and frame.f_back.f_code))  # ids in site keys stay unique
+    return _site_value(frame)
+
+
+def _site_value(frame) -> dict:
     stack = []
     f = frame
     while f is not None and len(stack) < STACK_DEPTH:
@@ -346,7 +350,7 @@ def record_collective(op: str, group, tensors, *, reduce_op=None, root=None, asy
         else:
             back = f.f_back
             key = (id(f.f_code), f.f_lasti, id(back.f_code), back.f_lasti) if back is not None else (id(f.f_code), f.f_lasti)
-            site = interned["site"].get(key) or _intern("site", key, lambda: _site_value(f))
+            site = interned["site"].get(key) or _intern("site", key, lambda: _new_site(f))
         shape = getattr(tensors, "shape", None)
         desc = interned["desc"].get((shape, tensors.dtype)) if shape is not None else None
         if desc is None:

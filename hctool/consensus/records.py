@@ -19,7 +19,7 @@ that reads the ring first and the side table second can resolve every record.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypedDict
 
 FORMAT_VERSION = 2
@@ -64,21 +64,9 @@ class CallRecord:
 
 @dataclass(frozen=True)
 class Site:
-    site: str              # "file.py:LINE" of the first frame outside torch and hctool
-    fn: str
+    site: str | None        # "file.py:LINE" of the first frame outside torch and hctool
+    fn: str | None
     stack: tuple[str, ...]  # "path:LINE function", innermost first
-
-
-@dataclass
-class Header:
-    rank: int | None
-    world_size: int | None
-    pid: int
-    host: str = ""
-    start: float = 0.0      # wall clock at start
-    mono: float = 0.0       # monotonic clock at start: wall = t + start - mono
-    argv: list = field(default_factory=list)
-    version: int = 1
 
 
 # What the aligner compares: one collective call (or labelled value, or one peer

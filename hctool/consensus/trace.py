@@ -17,17 +17,22 @@ import stat
 from dataclasses import dataclass, field
 
 from hctool.consensus.records import (CALL, FLAG_ASYNC, INTERNED, KIND_CALL, KIND_EMPTY, KIND_VOID, NO_ROOT,
-                                      RECORD_SIZE, STATE_COMPLETED, STATE_ENTERED, STATE_FAILED, T_DONE_OFFSET, Event)
+                                      RECORD_SIZE, STATE_COMPLETED, STATE_ENTERED, STATE_FAILED, CallRecord,
+                                      Event, Site)
 
 TRACE_NAME = re.compile(r"^rank(\d{1,6}|X)-(\d{1,10})\.jsonl$")
 MAX_WORLD = 1 << 16
-MAX_SIDE_BYTES = 256 << 20     # one side table
-MAX_RING_BYTES = 1 << 30       # one ring file (16 M calls)
+# Limits for folders from elsewhere (strict); reading goes in rounds, so these
+# bound time, not memory. Live mode reads its own job's files without limits.
+MAX_SIDE_BYTES = 1 << 30       # one side table
+MAX_RING_BYTES = 16 << 30      # one ring file (256 M calls)
 MAX_LINE = 1 << 20
+MAX_INTERNED = 1 << 20         # values of one kind in one side table (real traces: thousands)
 SIDE_CHUNK = 4 << 20           # read per file per poll: ranks advance together, the agreed prefix is dropped
 RING_CHUNK = 1 << 16           # records per file per poll
 P2P_DIR = {"send": "send", "isend": "send", "send_object_list": "send",
            "recv": "recv", "irecv": "recv", "recv_object_list": "recv"}
+_NO_SITE = Site(None, None, ())
 _STATE = {STATE_ENTERED: "blocked", STATE_COMPLETED: "completed", STATE_FAILED: "failed"}
 
 
@@ -35,15 +40,15 @@ class TraceError(ValueError):
     """A trace file that is not what hctool writes (one line, names the file)."""
 
 
-def open_regular(path: str, limit: int) -> int:
-    """An fd of `path` if it is a regular file of at most `limit` bytes (no FIFO,
-    device or symlink: O_NOFOLLOW and O_NONBLOCK, then fstat)."""
+def open_regular(path: str, limit: int | None) -> int:
+    """An fd of `path` if it is a regular file of at most `limit` bytes (None: any
+    size; never a FIFO, device or symlink: O_NOFOLLOW and O_NONBLOCK, then fstat)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         raise TraceError(f"{path}: cannot be read as a regular file ({exc.strerror})") from None
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+    if not stat.S_ISREG(st.st_mode) or (limit is not None and st.st_size > limit):
         os.close(fd)
         why = "not a regular file" if not stat.S_ISREG(st.st_mode) else f"larger than {limit >> 20} MiB"
         raise TraceError(f"{path}: {why}")
@@ -149,48 +154,49 @@ class TraceDirReader:
         base = os.path.join(self.path, f.name[:-len(".jsonl")])
         records = self._read_ring(f, base + ".ring")  # first: every id it uses is in the side table by now
         self._read_side(f, base + ".jsonl", new)
-        for slot, raw in records:
+        for rec in records:
             try:
-                new.extend(self._ring_event(f, slot, raw))
+                new.extend(self._ring_event(f, rec))
             except (KeyError, TypeError, ValueError):
                 if self.strict:
-                    raise TraceError(f"{f.name[:-6]}.ring: record {slot} refers to names its side table lacks") from None
+                    raise TraceError(f"{f.name[:-6]}.ring: record {rec.slot} refers to names its side table lacks") from None
         if f.open:
             self._recheck_open(f, base + ".ring")
 
     # ------------------------------------------------------------ ring
 
-    def _read_ring(self, f: _File, path: str) -> list:
+    def _read_ring(self, f: _File, path: str) -> list[CallRecord]:
         if not os.path.lexists(path):
             return []
-        fd = open_regular(path, MAX_RING_BYTES)
+        fd = open_regular(path, MAX_RING_BYTES if self.strict else None)
         try:
             data = os.pread(fd, RING_CHUNK * RECORD_SIZE, f.next_slot * RECORD_SIZE)
         finally:
             os.close(fd)
         out = []
         usable = len(data) - len(data) % RECORD_SIZE
-        for i, raw in enumerate(CALL.iter_unpack(data[:usable])):
+        for raw in CALL.iter_unpack(data[:usable]):
             kind = raw[0]
             if kind == KIND_EMPTY:
                 return out  # not written yet (or still being written)
             slot = f.next_slot
             f.next_slot += 1
             if kind == KIND_CALL:
-                out.append((slot, raw))
+                out.append(CallRecord.unpack(slot, raw))
             elif kind != KIND_VOID and self.strict:
                 raise TraceError(f"{os.path.basename(path)}: record {slot} has unknown kind {kind}")
         self.more = self.more or usable == RING_CHUNK * RECORD_SIZE
         return out
 
-    def _ring_event(self, f: _File, slot: int, raw: tuple) -> list[Event]:
-        _, state, flags, op, gid, site, desc, th, ro, root, seq, t, t_done = raw
-        op_name = f.tables["op"][op]
-        s = f.tables["site"][site] if site else {"site": None, "fn": None, "stack": []}
-        d = f.tables["desc"][desc]
-        rec = {"g": f.groups[gid], "op": op_name, "sh": d.get("sh", []), "dt": d.get("dt", []),
-               "ro": f.tables["ro"][ro] if ro else None, "site": s["site"], "fn": s["fn"], "stack": s["stack"],
-               "th": f.tables["th"].get(th), "t": t, "w": t + f.wall_offset, "async": bool(flags & FLAG_ASYNC)}
+    def _ring_event(self, f: _File, c: CallRecord) -> list[Event]:
+        op_name = f.tables["op"][c.op]
+        s = f.tables["site"][c.site] if c.site else _NO_SITE
+        d = f.tables["desc"][c.desc]
+        rec = {"g": f.groups[c.group], "op": op_name, "sh": d.get("sh", []), "dt": d.get("dt", []),
+               "ro": f.tables["ro"][c.reduce_op] if c.reduce_op else None, "site": s.site, "fn": s.fn,
+               "stack": list(s.stack), "th": f.tables["th"].get(c.thread), "t": c.t, "w": c.t + f.wall_offset,
+               "async": bool(c.flags & FLAG_ASYNC)}
+        root = c.root
         if "p2p" in d:
             rec["p2p"] = d["p2p"]
         if op_name in P2P_DIR:
@@ -198,9 +204,9 @@ class TraceDirReader:
         elif root != NO_ROOT:
             rec["root"] = root
         evs = split_event(f.rt.rank, rec)
-        self._set_state(f, slot, evs, state, t_done)
-        if state == STATE_ENTERED:
-            f.open[slot] = evs
+        self._set_state(f, c.slot, evs, c.state, c.t_done)
+        if c.state == STATE_ENTERED:
+            f.open[c.slot] = evs
         if evs:
             f.rt.last_event = evs[0]
         return evs
@@ -215,7 +221,7 @@ class TraceDirReader:
 
     def _recheck_open(self, f: _File, path: str) -> None:
         """Completion rewrites a record's state byte in place: re-read the open ones."""
-        fd = open_regular(path, MAX_RING_BYTES)
+        fd = open_regular(path, MAX_RING_BYTES if self.strict else None)
         try:
             for slot in list(f.open):
                 data = os.pread(fd, RECORD_SIZE, slot * RECORD_SIZE)
@@ -228,7 +234,7 @@ class TraceDirReader:
     # ------------------------------------------------------------ side table
 
     def _read_side(self, f: _File, path: str, new: list) -> None:
-        fd = open_regular(path, MAX_SIDE_BYTES)
+        fd = open_regular(path, MAX_SIDE_BYTES if self.strict else None)
         try:
             data = os.pread(fd, SIDE_CHUNK, f.side_off)
         finally:
@@ -250,17 +256,20 @@ class TraceDirReader:
                 rec = json.loads(line)
                 _check(isinstance(rec, dict), "not a JSON object")
                 self._fold(f, rec, new)
-            except (ValueError, TypeError, KeyError, IndexError) as exc:
+            except (ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
                 if self.strict:
-                    raise TraceError(f"{f.name}:{f.line_no}: not an hctool trace record ({exc})") from None
+                    why = "nested too deeply" if isinstance(exc, RecursionError) else exc
+                    raise TraceError(f"{f.name}:{f.line_no}: not an hctool trace record ({why})") from None
 
     def _fold(self, f: _File, rec: dict, new: list) -> None:
         if "i" in rec:
             kind, ident, v = rec["i"], rec["id"], rec["v"]
             _check(kind in f.tables and _is_int(ident, 1), "bad interned id")
+            _check(len(f.tables[kind]) < MAX_INTERNED, f"more than {MAX_INTERNED} interned {kind} values")
             if kind == "site":
                 _check(isinstance(v.get("site"), str) and isinstance(v.get("fn"), str) and _strs(v.get("stack")),
                        "bad site")
+                v = Site(v["site"], v["fn"], tuple(v["stack"]))
             elif kind == "desc":
                 _check(isinstance(v, dict) and all(isinstance(v.get(k, []), list) for k in ("sh", "dt", "p2p")),
                        "bad shapes")
@@ -291,6 +300,7 @@ class TraceDirReader:
             ranks = rec["ranks"]
             _check(isinstance(rec["grp"], str) and isinstance(ranks, list) and len(ranks) <= MAX_WORLD
                    and all(_is_int(r, 0, MAX_WORLD) for r in ranks), "bad group")
+            _check(rec["grp"] in self.groups or len(self.groups) < MAX_WORLD, "too many groups")
             self.groups[rec["grp"]] = ranks
             if "id" in rec:
                 f.groups[rec["id"]] = rec["grp"]

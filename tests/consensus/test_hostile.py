@@ -63,6 +63,7 @@ def _header(world_size=2, rank=0) -> str:
     ("world_far_beyond_files", "claims world_size 60000"),
     ("json_string_line", "rank0-1.jsonl:2"),
     ("junk_line", "rank0-1.jsonl:2"),
+    ("deeply_nested_line", "nested too deeply"),
     ("rank_beyond_world", "world_size 2"),
     ("ring_unknown_ids", "rank0-1.ring"),
 ])
@@ -85,6 +86,8 @@ def test_hostile_trace_folder_is_a_one_line_error(case, needle, tmp_path, capsys
         side.write_text(_header() + '\n"just a string"\n')
     elif case == "junk_line":
         side.write_text(_header() + "\n{not json at all\n")
+    elif case == "deeply_nested_line":
+        side.write_text(_header() + "\n" + "[" * 200_000 + "]" * 200_000 + "\n")
     elif case == "rank_beyond_world":
         side.write_text(_header() + "\n")
         (folder / "rank7-2.jsonl").write_text(_header(rank=7) + "\n")
@@ -97,7 +100,8 @@ def test_hostile_trace_folder_is_a_one_line_error(case, needle, tmp_path, capsys
     _assert_one_line_error(code, out, err, needle)
 
 
-def test_run_is_never_consistent_when_ranks_exit_nonzero(tmp_path, hctool_cmd, clean_env, no_leftover_processes):
+def test_run_is_never_consistent_when_ranks_exit_nonzero(tmp_path, hctool_cmd, clean_env, capsys,
+                                                         no_leftover_processes):
     script = tmp_path / "exits3.py"
     script.write_text("import sys\nsys.exit(3)\n")
     proc = subprocess.run([*hctool_cmd, "check-consensus", "run", "--json", "--trace-dir", str(tmp_path / "t"),
@@ -106,20 +110,19 @@ def test_run_is_never_consistent_when_ranks_exit_nonzero(tmp_path, hctool_cmd, c
     assert proc.returncode == 1, proc.stderr
     assert report["verdict"] == "crashed"
     assert report["exit_codes"] == {"0": 3, "1": 3}
-    again = subprocess.run([*hctool_cmd, "check-consensus", "analyze", "--json", str(tmp_path / "t")],
-                           capture_output=True, text=True, env=clean_env, timeout=60)
-    assert again.returncode == 1 and json.loads(again.stdout)["verdict"] == "crashed", again.stderr
+    code, out, _ = _analyze(tmp_path / "t", capsys)  # the run's exit codes are read back
+    assert code == 1 and json.loads(out)["verdict"] == "crashed"
 
 
-def test_run_is_never_consistent_when_the_command_fails(tmp_path, hctool_cmd, clean_env, no_leftover_processes):
+def test_run_is_never_consistent_when_the_command_fails(tmp_path, hctool_cmd, clean_env, capsys,
+                                                        no_leftover_processes):
     proc = subprocess.run([*hctool_cmd, "check-consensus", "run", "--json", "--trace-dir", str(tmp_path / "t"),
                            "--", sys.executable, "-c", "import sys; sys.exit(4)"],
                           capture_output=True, text=True, env=clean_env, timeout=60)
     report = json.loads(proc.stdout)
     assert proc.returncode == 1, proc.stderr
     assert report["verdict"] == "crashed" and report["command_exit_code"] == 4
-    human = subprocess.run([*hctool_cmd, "check-consensus", "run", "--trace-dir", str(tmp_path / "t2"),
-                            "--", sys.executable, "-c", "import sys; sys.exit(4)"],
-                           capture_output=True, text=True, env=clean_env, timeout=60)
-    assert human.returncode == 1 and "CRASHED" in human.stdout and "command: 4" in human.stdout
-    assert "counts:" in human.stdout
+    with pytest.raises(SystemExit) as exc:  # the text report says why, with the evidence line
+        main(["check-consensus", "analyze", str(tmp_path / "t")])
+    out = capsys.readouterr().out
+    assert exc.value.code == 1 and "CRASHED" in out and "command: 4" in out and "counts:" in out
