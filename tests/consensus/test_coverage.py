@@ -88,6 +88,7 @@ def test_silent_pairing_names_inserter_and_cycle_is_immediate(tmp_path, no_lefto
     code, report, stderr = run_check("subgroup_pairs.py", tmp_path, extra=SLOW_START)
     assert _summary(report) == ("diverged", "1:[0,1]", "extra", [0]), (report, stderr[-3000:])
     ranks = report["first_divergence"]["ranks"]
+    assert "rank 0 waits in 1:[0,1]" in report["first_divergence"]["deadlock"], report["first_divergence"]
     assert ranks["0"]["site"] == site("subgroup_pairs.py", "extra")
     assert ranks["1"]["site"] == site("subgroup_pairs.py", "mlp")
     latency = latency_ms(stderr)
