@@ -7,7 +7,8 @@ import time
 
 from hctool.consensus.align import Channel, channel_members, find_divergence, route
 from hctool.consensus.flight_recorder import is_flight_recorder_dir, read_flight_recorder
-from hctool.consensus.trace import TRACE_NAME, TraceDirReader, TraceError
+from hctool.consensus.trace import TraceDirReader, TraceError, trace_files
+from hctool.consensus.waits import wait_state
 
 MAX_MISSING_RANKS = 1024      # ranks a header may claim beyond the trace files present
 MAX_PENDING = 1_000_000       # unagreed events held before the analysis stops reading
@@ -22,6 +23,7 @@ class Tracker:
         self.ranks: set[int] = set()
         self.world_size: int | None = None
         self.last_event: dict[int, dict] = {}
+        self.thread_last: dict[tuple, dict] = {}  # (rank, thread) -> latest event (align.wait_state)
         self.counts: dict[int, dict[str, int]] = {}   # rank -> op -> calls seen (evidence of what was checked)
 
     def add(self, ev: dict, now: float) -> None:
@@ -39,6 +41,7 @@ class Tracker:
         ch.add(ev, now)
         self.ranks.add(ev["rank"])
         self.last_event[ev["rank"]] = ev
+        self.thread_last[(ev["rank"], ev.get("th"))] = ev
 
     def all_ranks(self) -> list[int]:
         n = self.world_size or 0
@@ -55,8 +58,9 @@ class Tracker:
     def first_divergence(self, ended: dict[int, str | None], now: float, hang_after: float | None,
                          final: bool) -> dict | None:
         ranks = self.all_ranks()
+        waits = wait_state(self.channels, ranks, ended, self.thread_last)
         found = [f for ch in self.channels.values()
-                 if (f := find_divergence(ch, ranks, ended, now, hang_after, final)) is not None]
+                 if (f := find_divergence(ch, ranks, ended, now, hang_after, final, waits=waits)) is not None]
         # A rank missing from one group is often a consequence of its own divergent
         # call in another group: prefer a finding that names a call over a missing one.
         return min(found, key=lambda f: (f["kind"] == "missing", f["time"])) if found else None
@@ -96,6 +100,8 @@ def build_report(tracker: Tracker, ended: dict[int, str | None], finding: dict |
         first = {"group": finding["channel"], "seq": finding["seq"], "kind": finding["kind"],
                  "culprit_ranks": finding["culprits"],
                  "ranks": {str(r): _rank_entry(e, tracker.last_event.get(r)) for r, e in sorted(finding["events"].items())}}
+        if finding.get("deadlock"):
+            first["deadlock"] = finding["deadlock"]  # the wait cycle across groups, in words
         if finding["kind"] == "missing":
             culprit_states = {ended.get(r) for r in finding["culprits"]}
             verdict = "crashed" if "crashed" in culprit_states else ("hung" if None in culprit_states else "diverged")
@@ -147,7 +153,7 @@ def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: d
     path = os.fspath(path)
     tracker = Tracker()
     now = time.monotonic()
-    if not any(TRACE_NAME.match(n) for n in os.listdir(path)) and is_flight_recorder_dir(path):
+    if not trace_files(path) and is_flight_recorder_dir(path):
         per_rank, groups = read_flight_recorder(path)
         tracker.groups.update(groups)
         tracker.world_size = len(per_rank)

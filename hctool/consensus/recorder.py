@@ -58,6 +58,10 @@ def record_collective(op: str, group, tensors, *, reduce_op=None, root=None, asy
         f = frame if frame is not None else sys._getframe(1)
         if S.code_internal.get(id(f.f_code)) is not False:  # not already known to be a user frame
             f = _user_frame(f)
+            if f is None and threading.current_thread() is not threading.main_thread():
+                # autograd's device threads and C++ threads hold no user frame: the user's
+                # line is where the main thread is now (e.g. its `loss.backward()`)
+                f = _user_frame(sys._current_frames().get(threading.main_thread().ident))
         if f is None:
             site = 0
         else:

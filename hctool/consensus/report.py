@@ -35,6 +35,8 @@ def render(report: dict, console: Console) -> None:
     else:
         line.append(f"  {report['world_size']} rank(s), no divergent collective", style="default")
     console.print(line)
+    if first and first.get("deadlock"):
+        console.print(Text(f"wait cycle across groups: {first['deadlock']}", style="bold red"), soft_wrap=True)
     console.print(Text(counts_line(report), style="dim"), soft_wrap=True)
     if report.get("exit_codes") and any(c for c in report["exit_codes"].values()) or report.get("command_exit_code"):
         codes = ", ".join(f"rank {r}: {c}" for r, c in report.get("exit_codes", {}).items())

@@ -126,6 +126,9 @@ def run_job(opts: RunOptions) -> tuple[dict, float | None]:
     if report["verdict"] == "consistent" and finding is not None:
         # the live finding stands if the final data lost it
         report = dict(finding, stacks=stacks, exit_codes=report.get("exit_codes"))
+    live_first, final_first = (finding or {}).get("first_divergence") or {}, report.get("first_divergence") or {}
+    if live_first.get("deadlock") and (live_first["group"], live_first["seq"]) == (final_first.get("group"), final_first.get("seq")):
+        final_first["deadlock"] = live_first["deadlock"]  # seen live; ending the job broke the cycle
     if report["verdict"] != "consistent":
         _log_tails(opts)
     return report, latency

@@ -93,6 +93,25 @@ def _strs(x) -> bool:
     return isinstance(x, list) and all(isinstance(s, str) for s in x)
 
 
+def trace_files(path: str) -> list[str]:
+    """Trace file names in a folder and in its subfolders one level down (one per
+    host when traces were gathered from several hosts), relative to it."""
+    try:
+        top = sorted(os.listdir(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = [n for n in top if TRACE_NAME.match(n)]
+    for sub in top:
+        full = os.path.join(path, sub)
+        if not os.path.isdir(full) or os.path.islink(full):
+            continue
+        try:
+            out += [os.path.join(sub, n) for n in sorted(os.listdir(full)) if TRACE_NAME.match(n)]
+        except OSError:
+            continue
+    return out
+
+
 class TraceDirReader:
     """Reads what was appended to every rank{R}-{pid} trace in a folder since the
     previous poll(); `more` says a per-poll cap left data for the next one."""
@@ -109,12 +128,9 @@ class TraceDirReader:
     def poll(self) -> list[Event]:
         new: list[Event] = []
         self.more = False
-        try:
-            names = sorted(os.listdir(self.path))
-        except FileNotFoundError:
-            return new
+        names = trace_files(self.path)
         for name in names:
-            m = TRACE_NAME.match(name)
+            m = TRACE_NAME.match(os.path.basename(name))
             if not m or m.group(1) == "X":
                 continue
             f = self._files.get(name)

@@ -129,6 +129,9 @@ def _wrap_group_creation(name: str, fn):
             if name == "init_process_group":
                 pg = dist.distributed_c10d._get_default_group()
                 recorder.register_group(pg, list(range(dist.get_world_size())), default=True)
+                from hctool.consensus import capture_c10d  # C++-issued and functional collectives
+
+                capture_c10d.install()  # here, not at import: torch is fully imported by now
             else:
                 ranks = kwargs.get("ranks", args[0] if args else None)
                 ranks = list(ranks) if ranks is not None else list(range(dist.get_world_size()))
@@ -158,7 +161,25 @@ def patch_torch_distributed() -> None:
     for name in ("init_process_group", "new_group"):
         fn = getattr(c10d, name)
         _install(dist, c10d, name, fn, _wrap_group_creation(name, fn))
+    _install(dist, c10d, "destroy_process_group", c10d.destroy_process_group, _wrap_destroy(c10d.destroy_process_group))
     dist.__hctool_patched__ = True
+
+
+def _wrap_destroy(fn):
+    """destroy_process_group() of the default group: this rank issues no more
+    collectives, so it counts as ended clean even if it then hangs in the
+    teardown (NCCL) or exits late (the analyzer reads the `end` record)."""
+    @functools.wraps(fn)
+    def destroy(group=None, *args, **kwargs):
+        if group is None and recorder._S.fd is not None:
+            try:
+                recorder._side({"end": 1, "t": time.monotonic(), "destroy": 1})
+            except Exception as exc:
+                recorder.note_failure(exc)
+        return fn(group, *args, **kwargs)
+
+    destroy.__hctool_original__ = fn
+    return destroy
 
 
 def _install(dist, c10d, name: str, fn, wrapped) -> None:
