@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 
 from hctool.lint import names as N
+from hctool.lint import receivers as R
 from hctool.lint.checks import Finding, check_comparison, check_function
 from hctool.lint.config import LintConfig
 from hctool.lint.project import FuncSummary, ModuleSummary, Project
@@ -79,12 +80,16 @@ def summarize_file(file: str, path: str, modname: str, cfg: LintConfig) -> Modul
             w = Walker(mod, None, cls).run(node)
             summary.wants_check |= w.saw_ordering
             summary.funcs.append(FuncSummary(key, qual, path, node.lineno, w.direct, w.calls, w.ret))
-            for name, atoms in w.attr_assigns.items():
-                summary.attr_assigns[name] = summary.attr_assigns.get(name, EMPTY) | atoms
+            if cls:  # fields are keyed by their class: `self.rank` elsewhere is another field
+                for name, atoms in w.attr_assigns.items():
+                    summary.attr_assigns[(cls, name)] = summary.attr_assigns.get((cls, name), EMPTY) | atoms
+                for name, specs in w.field_types.items():
+                    summary.field_types[(cls, name)] = summary.field_types.get((cls, name), EMPTY) | specs
             is_property = any(N.dotted(d) in ("property", "functools.cached_property", "cached_property")
                               for d in node.decorator_list)
             if is_property and cls:
-                summary.attr_assigns[node.name] = summary.attr_assigns.get(node.name, EMPTY) | {FnAtom(key)}
+                k = (cls, node.name)
+                summary.attr_assigns[k] = summary.attr_assigns.get(k, EMPTY) | {FnAtom(key)}
             if node.name in N.COMPARISON_DUNDERS:
                 summary.wants_check = True
             if cls is None and "." not in qual:
@@ -95,9 +100,16 @@ def summarize_file(file: str, path: str, modname: str, cfg: LintConfig) -> Modul
                 methods = {n.name: f"{path}:{node.name}.{n.name}" for n in node.body
                            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
                 summary.classes[node.name] = ([b for b in bases if b], methods)
+                for item in node.body:  # dataclass / NamedTuple fields: `tree_cache: BasePrefixCache`
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                        specs = R.annotation(item.annotation, mod.imports, modname, mod.local_defs)
+                        if specs:
+                            k = (node.name, item.target.id)
+                            summary.field_types[k] = summary.field_types.get(k, EMPTY) | specs
     except (SyntaxError, ValueError, OSError, RecursionError, MemoryError) as exc:
         summary.error = _error(exc)
         summary.funcs, summary.classes, summary.module_funcs, summary.attr_assigns = [], {}, {}, {}
+        summary.field_types = {}
     return summary
 
 
@@ -130,7 +142,8 @@ def apply_suppressions(findings: list[Finding], text: str, path: str, select: fr
             for code in sorted(codes):
                 if (line, code) not in used and (code in select or code not in RULES):
                     kept.append(Finding(path, line, col, "HC100",
-                                        f"unused suppression `ignore[{code}]`: no {code} finding on this line", [], line))
+                                        f"unused suppression `ignore[{code}]`: no {code} finding on this line", [], line,
+                                        "low"))
     return kept
 
 
@@ -149,7 +162,7 @@ def check_file(file: str, path: str, modname: str, cfg: LintConfig, project: Pro
             findings = [f for f in findings if f.rule != "HC104"]
         unique = {}
         for f in sorted(findings):
-            unique.setdefault((f.rule, f.line, f.col), f)
+            unique.setdefault((f.rule, f.line, f.col, f.message), f)
         selected = [f for f in unique.values() if f.rule in cfg.select]
         text = data.decode("utf-8", errors="replace")
         result.findings = sorted(apply_suppressions(selected, text, path, cfg.select))

@@ -1,4 +1,4 @@
-"""Rules HC101-HC104 over one function's walker events; one finding per (rule, collective)."""
+"""Rules HC101-HC104 over one function's walker events; one finding per rank-local condition."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ class Finding:
     message: str
     related: list = field(default_factory=list)  # [(path, line, message)]
     end_line: int = 0  # suppression comments may sit on any line of the statement
+    severity: str = "low"  # "high": event poll, pool free count, clock, IO result; "low": rank-id role
 
 
 def _first_src(taint) -> Src | None:
@@ -55,9 +56,17 @@ def _innermost_loop(stack: tuple) -> Frame | None:
     return next((f for f in reversed(stack) if f.kind == "loop"), None)
 
 
+def severity(src: Src | None) -> str:
+    """Rank ids mostly pick roles (who writes the log, who is root): low. Event polls, pool free
+    counts, clocks and IO results differ between ranks at run time: high."""
+    return "low" if src is None or src.kind == "id" else "high"
+
+
 def _loop_exit(loop: Frame, c: Collective, exits: list[Exit]) -> tuple[Exit, Frame] | None:
+    """The exit of LOOP that can skip C, on a rank-local condition; the most severe first."""
+    hits = []
     for e in exits:
-        if loop not in e.stack:
+        if loop not in e.stack or e.kind not in ("break", "continue", "return"):
             continue
         if e.kind in ("break", "continue") and _innermost_loop(e.stack) is not loop:
             continue  # it leaves an inner loop only
@@ -65,12 +74,40 @@ def _loop_exit(loop: Frame, c: Collective, exits: list[Exit]) -> tuple[Exit, Fra
             continue  # the collective ran before the continue in this iteration
         cond = _tainted_inside(e.stack, loop)
         if cond is not None:
-            return e, cond
-    return None
+            hits.append((e, cond))
+    hits.sort(key=lambda h: severity(_first_src(h[1].taint)) != "high")  # stable: high first
+    return hits[0] if hits else None
+
+
+class _Sites:
+    """One finding per rank-local condition: the first collective it affects is the location,
+    the others are related lines."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.by_frame: dict[int, list] = {}
+
+    def add(self, key: Frame, rule: str, c: Collective, message: str, related: list, src: Src | None) -> None:
+        hit = self.by_frame.get(id(key))
+        if hit is None:
+            self.by_frame[id(key)] = [rule, c, message, related, src, []]
+        elif c is not hit[1] and all(c is not o for o in hit[5]):
+            hit[5].append(c)
+
+    def findings(self) -> list[Finding]:
+        out = []
+        for rule, c, message, related, src, others in self.by_frame.values():
+            extra = [(self.path, o.line, f"also skipped or repeated: {_what(o)}") for o in others]
+            if others:
+                message += f" (and {len(others)} more collective call(s) under the same condition)"
+            f = _finding(self.path, rule, c, message, related + _src_related(src) + extra)
+            f.severity = severity(src)
+            out.append(f)
+        return out
 
 
 def check_function(w: Walker, path: str) -> list[Finding]:
-    out: list[Finding] = []
+    sites = _Sites(path)
     for c in w.collectives:
         for loop in (f for f in c.stack if f.kind == "loop"):
             hit = _loop_exit(loop, c, w.exits)  # an exit names the deciding line: report it first
@@ -82,44 +119,40 @@ def check_function(w: Walker, path: str) -> list[Finding]:
                        "ranks can issue it a different number of times")
                 related = [(path, loop.line, "the loop"),
                            (path, cond.line, f"`{e.kind}` condition depends on rank-local state")]
-                out.append(_finding(path, "HC101", c, msg, related + _src_related(src)))
+                sites.add(cond, "HC101", c, msg, related, src)
                 break
             if loop.taint:
                 src = _first_src(loop.taint)
                 msg = (f"{_what(c)} runs inside a loop whose iterations depend on rank-local "
                        f"{src.what if src else 'state'} (line {loop.line}); ranks can issue it a different number of times")
-                out.append(_finding(path, "HC101", c, msg, [(path, loop.line, "loop over rank-local state")]
-                                    + _src_related(src)))
+                sites.add(loop, "HC101", c, msg, [(path, loop.line, "loop over rank-local state")], src)
                 break
         branch = next((f for f in reversed(c.stack) if f.kind != "loop" and f.taint and not f.balanced), None)
         if branch is not None:
             src = _first_src(branch.taint)
-            kind = "an exception handler" if branch.kind == "except" else "a condition"
-            msg = (f"{_what(c)} runs only under {kind} on rank-local {src.what if src else 'state'} "
+            msg = (f"{_what(c)} runs only under a condition on rank-local {src.what if src else 'state'} "
                    f"(line {branch.line}); other arms do not issue the same collectives")
-            out.append(_finding(path, "HC102", c, msg, [(path, branch.line, "rank-local condition")]
-                                + _src_related(src)))
-    skipped = set()
+            sites.add(branch, "HC102", c, msg, [(path, branch.line, "rank-local condition")], src)
     for e in w.exits:
-        if e.kind not in ("return", "raise"):
+        if e.kind != "return":
             continue
         cond = next((f for f in reversed(e.stack) if f.taint), None)
         if cond is None:
             continue
         loops = {id(f) for f in e.stack if f.kind == "loop"}
         for c in w.collectives:
-            if c.pos <= e.pos or id(c) in skipped or cond in c.stack or any(id(f) in loops for f in c.stack):
+            if c.pos <= e.pos or cond in c.stack or any(id(f) in loops for f in c.stack):
                 continue
-            skipped.add(id(c))
             src = _first_src(cond.taint)
-            msg = (f"`{e.kind}` at line {e.line} on rank-local {src.what if src else 'state'} "
+            msg = (f"`return` at line {e.line} on rank-local {src.what if src else 'state'} "
                    f"(condition at line {cond.line}) skips {_what(c)} that other ranks still issue")
-            out.append(_finding(path, "HC103", c, msg, [(path, cond.line, "rank-local condition"),
-                                                        (path, e.line, f"early `{e.kind}`")] + _src_related(src)))
+            sites.add(cond, "HC103", c, msg, [(path, cond.line, "rank-local condition"),
+                                               (path, e.line, "early `return`")], src)
+    out = sites.findings()
     for line, col, call, src in w.orderings:
         msg = (f"`{call}()` orders by a wall-clock value ({src.what}); clocks differ between ranks, "
                "so a replicated order (eviction, admission, deadlines) diverges")
-        out.append(Finding(path, line, col, "HC104", msg, _src_related(src), line))
+        out.append(Finding(path, line, col, "HC104", msg, _src_related(src), line, "high"))
     return out
 
 
@@ -130,4 +163,4 @@ def check_comparison(w: Walker, path: str, qual: str, line: int, col: int) -> li
         return []
     msg = (f"`{qual}` compares wall-clock values ({src.what}); heaps and sorts of these objects "
            "order replicated state (e.g. eviction victims) differently on each rank")
-    return [Finding(path, line, col, "HC104", msg, _src_related(src), line)]
+    return [Finding(path, line, col, "HC104", msg, _src_related(src), line, "high")]

@@ -9,6 +9,7 @@ left out on purpose: `if rank == 0: send() else: recv()` is correct SPMD code.
 from __future__ import annotations
 
 import ast
+import re
 
 # Names that mean a collective whatever the receiver (dist.*, a ProcessGroup, a wrapper).
 COLLECTIVE_NAMES = frozenset({
@@ -25,13 +26,14 @@ AMBIGUOUS_COLLECTIVES = frozenset({"broadcast", "reduce", "gather", "scatter"})
 
 RANK_CALLS = frozenset({
     "get_rank", "get_local_rank", "get_node_local_rank", "get_global_rank", "get_group_rank",
-    "get_tensor_model_parallel_rank", "get_pipeline_model_parallel_rank", "get_data_parallel_rank",
-    "get_attention_tp_rank",
+    "get_tensor_model_parallel_rank", "get_attention_tp_rank",
 })
 # Method names whose result is a rank-local observation (pool free counts, event polls, thread queues).
 RANK_LOCAL_METHODS = frozenset({"available_size", "query", "is_completed", "qsize"})
 RANK_ENV_VARS = frozenset({"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK"})
-RANK_VARIABLES = frozenset({"rank", "local_rank", "global_rank", "tp_rank", "dp_rank", "pp_rank"})
+# Rank ids within the groups collectives usually run on (tensor parallel). Pipeline and data-parallel
+# coordinates (pp_rank, dp_rank) are constant inside a TP/CP group, so they are not listed.
+RANK_VARIABLES = frozenset({"rank", "local_rank", "global_rank", "tp_rank", "attn_tp_rank", "tp_local_rank"})
 CLOCK_CALLS = frozenset({
     "time.time", "time.monotonic", "time.perf_counter", "time.time_ns", "time.monotonic_ns",
     "time.perf_counter_ns", "time.process_time", "datetime.datetime.now", "datetime.datetime.utcnow",
@@ -123,3 +125,23 @@ def looks_like_group(receiver: str | None) -> bool:
         return False
     last = receiver.rsplit(".", 1)[-1].lower()
     return "group" in last or last in ("pg", "_pg", "default_pg", "dist", "c10d")
+
+
+_OP_FAMILIES = (("all_reduce", "all_reduce"), ("allreduce", "all_reduce"), ("all_gather", "all_gather"),
+                ("allgather", "all_gather"), ("reduce_scatter", "reduce_scatter"), ("all_to_all", "all_to_all"),
+                ("alltoall", "all_to_all"), ("broadcast", "broadcast"), ("barrier", "barrier"),
+                ("gather", "gather"), ("scatter", "scatter"), ("reduce", "reduce"))
+
+
+def op_family(name: str) -> str:
+    """`tensor_model_parallel_all_reduce`, `_all_reduce`, `dist.all_reduce` -> "all_reduce"."""
+    last = name.rsplit(".", 1)[-1].lower()
+    return next((fam for key, fam in _OP_FAMILIES if key in last), last)
+
+
+_SIZE_RE = re.compile(r"(^|_)(world|tp|pp|dp|cp|ep|group|attn_tp|attn_dp|attn_cp|moe_tp|moe_ep)_size$|^world_size$")
+
+
+def is_group_size(name: str) -> bool:
+    """Group and parallel sizes are the same on every rank of a group (set by the launcher)."""
+    return bool(_SIZE_RE.search(name))

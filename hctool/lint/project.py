@@ -1,10 +1,11 @@
 """The whole analyzed tree: symbol tables, call resolution and the two fixpoints.
 
-Resolution is by name, best effort: `self.m()` walks the class hierarchy (and
-overrides in subclasses, since `self` may be one), `x.m()` on an unknown
-receiver means any class that defines `m` unless the name is generic or too
-common. A function that transitively issues a collective is a collective site;
-a function whose return value depends on rank-local state taints its callers.
+Resolution follows types, never a method name alone: `self.m()` walks the class
+hierarchy (and overrides in subclasses, since `self` may be one); `x.m()` resolves
+only when x's class is known (annotation, constructor, a field's declared type),
+to that class's method and its subclasses' overrides. A function that
+transitively issues a collective is a collective site; a function whose return
+value depends on rank-local state taints its callers. Fields are keyed by class.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ class ModuleSummary:
     funcs: list = field(default_factory=list)
     classes: dict = field(default_factory=dict)  # name -> (bases as qualified names, {method: key})
     module_funcs: dict = field(default_factory=dict)  # name -> key
-    attr_assigns: dict = field(default_factory=dict)  # attribute name -> atoms
+    attr_assigns: dict = field(default_factory=dict)  # (class, field) -> atoms
+    field_types: dict = field(default_factory=dict)  # (class, field) -> receiver specs
     wants_check: bool = False  # suppressions or HC104 candidates: check even without collectives
     error: tuple | None = None  # (line, message) when the file could not be analyzed
 
@@ -49,7 +51,13 @@ class Project:
         self.methods_by_name = defaultdict(list)
         self.mods_by_tail = defaultdict(list)
         self._memo: dict = {}
+        self._cls_memo: dict = {}
+        self.field_types: dict[tuple, frozenset] = {}  # (module, class, field) -> specs
+        self.global_field = defaultdict(set)  # field -> class specs declared for it anywhere
         for m in modules:
+            for (cname, fname), specs in m.field_types.items():
+                self.field_types[(m.modname, cname, fname)] = specs
+                self.global_field[fname] |= {sp for sp in specs if sp[0] == "q"}
             self.mods_by_tail[m.modname.rsplit(".", 1)[-1]].append(m.modname)
             self.mod_funcs[m.modname] = m.module_funcs
             for cname, (bases, methods) in m.classes.items():
@@ -64,6 +72,8 @@ class Project:
             for b in bases:
                 for parent in self._find_class(b, cid[0]):
                     self.children[parent].append(cid)
+        self._family: dict = {}
+        self._clock_fields: dict | None = None
         self.coll: dict[str, tuple] = {}  # key -> (line, display, next key or None)
         self.ret_src: dict[str, Src] = {}
         self.attr_src: dict[str, Src] = {}
@@ -86,6 +96,63 @@ class Project:
         mod, _, name = qual.rpartition(".")
         found = [(m, name) for m in self._find_modules(mod) if (m, name) in self.classes]
         return found or self._find_class(name, from_mod)
+
+    def _exact_class(self, qual: str, from_mod: str) -> list[tuple]:
+        """The class a qualified name denotes, no guessing by bare name (torch.Tensor is not ours)."""
+        if "." not in qual:
+            return [(from_mod, qual)] if (from_mod, qual) in self.classes else []
+        mod, _, name = qual.rpartition(".")
+        return [(m, name) for m in self._find_modules(mod) if (m, name) in self.classes]
+
+    def family(self, cid: tuple) -> tuple:
+        """CID, its bases and its subclasses: where a field of a CID object can be assigned."""
+        hit = self._family.get(cid)
+        if hit is None:
+            out, stack = {cid}, [cid]
+            while stack:  # ancestors
+                bases = self.classes.get(stack.pop(), ((), {}))[0]
+                for b in bases:
+                    for parent in self._find_class(b, cid[0]):
+                        if parent not in out:
+                            out.add(parent)
+                            stack.append(parent)
+            stack = [cid]
+            while stack:  # descendants
+                for child in self.children.get(stack.pop(), ()):
+                    if child not in out:
+                        out.add(child)
+                        stack.append(child)
+            hit = self._family[cid] = tuple(sorted(out))
+        return hit
+
+    def classes_of(self, specs: frozenset, depth: int = 0) -> list[tuple]:
+        """The project classes an object of receiver type SPECS can be an instance of."""
+        key = (specs, depth)
+        hit = self._cls_memo.get(key)
+        if hit is not None:
+            return hit
+        self._cls_memo[key] = []  # cycle guard
+        out: set = set()
+        for sp in specs:
+            if sp[0] == "q":
+                out.update(self._exact_class(sp[2], sp[1]))
+            elif sp[0] == "self":
+                if (sp[1], sp[2]) in self.classes:
+                    out.add((sp[1], sp[2]))
+            elif sp[0] == "attr" and depth < 4:
+                declared: set = set()
+                for cid in self.classes_of(sp[1], depth + 1):
+                    for c in self.family(cid):
+                        declared |= self.field_types.get((*c, sp[2]), EMPTY)
+                found = self.classes_of(frozenset(declared), depth + 1) if declared else []
+                if not found:  # the class never says: the types declared for this field elsewhere
+                    found = self.classes_of(frozenset(self.global_field.get(sp[2], ())), depth + 1)
+                out.update(found)
+        hit = self._cls_memo[key] = sorted(out)
+        return hit
+
+    def attr_keys(self, specs: frozenset, name: str) -> list[tuple]:
+        return [(*c, name) for cid in self.classes_of(specs) for c in self.family(cid) if (*c, name) in self._attr_nodes]
 
     def _mro(self, cid: tuple, name: str, seen: set) -> list[str]:
         if cid in seen or cid not in self.classes:
@@ -149,9 +216,9 @@ class Project:
                     out += self._mro(parent, name, set())
                 if out:
                     break
-        elif kind == "method":
-            found = self.methods_by_name.get(name, [])
-            out = list(found) if len(found) <= N.MAX_BY_NAME_CANDIDATES else []
+        elif kind == "typed":  # x.m() with x of a known class: its method and reachable overrides
+            for cid in self.classes_of(ref[2]):
+                out += self._mro(cid, name, set()) + self._overrides(cid, name)
         out = sorted(set(out))
         self._memo[ref] = out
         return out
@@ -180,39 +247,54 @@ class Project:
             if isinstance(a, Src):
                 srcs.append(a)
             elif isinstance(a, AttrAtom):
-                deps.append(("attr", a.name))
+                deps.extend(("attr", k) for k in self.attr_keys(a.specs, a.name))
             elif isinstance(a, FnAtom):
                 deps.append(("fn", a.key))
             elif isinstance(a, CallAtom):
                 targets = self.resolve(a.ref)
-                deps.extend(("fn", t) for t in targets)
+                deps.extend(("fn", t) for t in targets if not t.endswith(".__init__"))
                 if not any(t in self.coll for t in targets):  # collective results are replicated
                     self._flatten(a.args, srcs, deps)
 
     def _solve_taint(self, modules: list[ModuleSummary]) -> None:
         nodes: dict[tuple, frozenset] = {("fn", k): f.ret for k, f in self.funcs.items() if f.ret}
         for m in modules:
-            for name, atoms in m.attr_assigns.items():
-                nodes[("attr", name)] = nodes.get(("attr", name), EMPTY) | atoms
-        rep: dict[tuple, Src] = {}
+            for (cname, fname), atoms in m.attr_assigns.items():
+                k = ("attr", (m.modname, cname, fname))
+                nodes[k] = nodes.get(k, EMPTY) | atoms
+        self._attr_nodes = {k[1] for k in nodes if k[0] == "attr"}
         dependents = defaultdict(list)
-        queue = deque()
+        direct: dict[tuple, list] = {}
         for node in sorted(nodes, key=repr):
             srcs, deps = [], []
             self._flatten(nodes[node], srcs, deps)
             for d in deps:
                 dependents[d].append(node)
-            if srcs:
+            direct[node] = srcs
+        # Rank ids never flow out of a function result (see Walker.s_return); rank-local
+        # state does. Solve the two separately; a node keeps its most severe source.
+        local = self._spread(direct, dependents, lambda s: s.kind != "id", lambda n: True)
+        ids = self._spread(direct, dependents, lambda s: s.kind == "id", lambda n: n[0] == "attr")
+        for node in set(local) | set(ids):
+            kind, name = node
+            src = local.get(node) or ids.get(node)
+            (self.ret_src if kind == "fn" else self.attr_src)[name] = src
+
+    @staticmethod
+    def _spread(direct: dict, dependents: dict, keep, accepts) -> dict:
+        rep, queue = {}, deque()
+        for node in sorted(direct, key=repr):
+            srcs = [x for x in direct[node] if keep(x)]
+            if srcs and accepts(node):
                 rep[node] = min(srcs)
                 queue.append(node)
         while queue:
             node = queue.popleft()
             for dep in dependents.get(node, ()):
-                if dep not in rep:
+                if dep not in rep and accepts(dep):
                     rep[dep] = rep[node]
                     queue.append(dep)
-        for (kind, name), src in rep.items():
-            (self.ret_src if kind == "fn" else self.attr_src)[name] = src
+        return rep
 
     # ---- facts for pass 2 -------------------------------------------------
     def chain(self, key: str) -> tuple:
@@ -230,13 +312,24 @@ class Project:
     def call(self, ref: tuple, args: frozenset) -> tuple[tuple, frozenset]:
         targets = self.resolve(ref)
         sites = [t for t in targets if t in self.coll]
-        t = frozenset(self.ret_src[k] for k in targets if k in self.ret_src)
+        # A constructor returns the object, whatever its __init__ returns early on.
+        t = frozenset(self.ret_src[k] for k in targets if k in self.ret_src and not k.endswith(".__init__"))
         if not sites:
             t = t | args
         return (self.chain(sites[0]) if sites else ()), t
 
-    def attr(self, name: str) -> frozenset:
-        src = self.attr_src.get(name)
+    def attr(self, specs: frozenset, name: str) -> frozenset:
+        srcs = {self.attr_src[k] for k in self.attr_keys(specs, name) if k in self.attr_src}
+        return frozenset((min(srcs),)) if srcs else EMPTY
+
+    def clock_field(self, name: str) -> frozenset:
+        """Any class's field NAME holding a wall-clock value (sort keys rarely name their type)."""
+        if self._clock_fields is None:
+            self._clock_fields = {}
+            for k, src in sorted(self.attr_src.items()):
+                if src.kind == "clock":
+                    self._clock_fields.setdefault(k[2], src)
+        src = self._clock_fields.get(name)
         return frozenset((src,)) if src else EMPTY
 
     def module_has_collectives(self, m: ModuleSummary) -> bool:
