@@ -79,7 +79,8 @@ def summarize_file(file: str, path: str, modname: str, cfg: LintConfig) -> Modul
             key = f"{path}:{qual}"
             w = Walker(mod, None, cls).run(node)
             summary.wants_check |= w.saw_ordering
-            summary.funcs.append(FuncSummary(key, qual, path, node.lineno, w.direct, w.calls, w.ret))
+            summary.funcs.append(FuncSummary(key, qual, path, node.lineno, w.direct, w.calls, w.ret,
+                                             w.mode_exit))
             if cls:  # fields are keyed by their class: `self.rank` elsewhere is another field
                 for name, atoms in w.attr_assigns.items():
                     summary.attr_assigns[(cls, name)] = summary.attr_assigns.get((cls, name), EMPTY) | atoms
@@ -155,9 +156,12 @@ def check_file(file: str, path: str, modname: str, cfg: LintConfig, project: Pro
         findings: list[Finding] = []
         for node, cls, qual in _functions(tree):
             w = Walker(mod, project, cls).run(node)
-            findings += check_function(w, path)
+            found = check_function(w, path)
             if node.name in N.COMPARISON_DUNDERS and cls and project.coll:
-                findings += check_comparison(w, path, qual, node.lineno, node.col_offset + 1)
+                found += check_comparison(w, path, qual, node.lineno, node.col_offset + 1)
+            for f in found:
+                f.function = qual
+            findings += found
         if not project.coll:  # HC104 is about replicated state: only in code that uses collectives
             findings = [f for f in findings if f.rule != "HC104"]
         unique = {}

@@ -17,6 +17,7 @@ class Finding:
     related: list = field(default_factory=list)  # [(path, line, message)]
     end_line: int = 0  # suppression comments may sit on any line of the statement
     severity: str = "low"  # "high": event poll, pool free count, clock, IO result; "low": rank-id role
+    function: str = ""  # enclosing function's qualified name (baseline key)
 
 
 def _first_src(taint) -> Src | None:
@@ -62,7 +63,12 @@ def severity(src: Src | None) -> str:
     return "low" if src is None or src.kind == "id" else "high"
 
 
-def _loop_exit(loop: Frame, c: Collective, exits: list[Exit]) -> tuple[Exit, Frame] | None:
+def _preference(src: Src | None, path: str) -> tuple:
+    """Which deciding condition to name: high severity first, then a source in this file."""
+    return (severity(src) != "high", src is None or src.path != path)
+
+
+def _loop_exit(loop: Frame, c: Collective, exits: list[Exit], path: str) -> tuple[Exit, Frame] | None:
     """The exit of LOOP that can skip C, on a rank-local condition; the most severe first."""
     hits = []
     for e in exits:
@@ -75,7 +81,7 @@ def _loop_exit(loop: Frame, c: Collective, exits: list[Exit]) -> tuple[Exit, Fra
         cond = _tainted_inside(e.stack, loop)
         if cond is not None:
             hits.append((e, cond))
-    hits.sort(key=lambda h: severity(_first_src(h[1].taint)) != "high")  # stable: high first
+    hits.sort(key=lambda h: _preference(_first_src(h[1].taint), path))  # stable: earlier first
     return hits[0] if hits else None
 
 
@@ -110,7 +116,7 @@ def check_function(w: Walker, path: str) -> list[Finding]:
     sites = _Sites(path)
     for c in w.collectives:
         for loop in (f for f in c.stack if f.kind == "loop"):
-            hit = _loop_exit(loop, c, w.exits)  # an exit names the deciding line: report it first
+            hit = _loop_exit(loop, c, w.exits, path)  # an exit names the deciding line: report it first
             if hit:
                 e, cond = hit
                 src = _first_src(cond.taint)
@@ -164,3 +170,29 @@ def check_comparison(w: Walker, path: str, qual: str, line: int, col: int) -> li
     msg = (f"`{qual}` compares wall-clock values ({src.what}); heaps and sorts of these objects "
            "order replicated state (e.g. eviction victims) differently on each rank")
     return [Finding(path, line, col, "HC104", msg, _src_related(src), line, "high")]
+
+
+def gated_callers(findings: list[Finding], project, summaries: list) -> list[Finding]:
+    """Calls of a rank-local poll that hides a collective (`is_load_back_event_done()`: it returns
+    an event's state and issues loading_check()'s all_reduce only when the event is done). Each
+    call enters the collective on some ranks only, so each call site is a finding of its own."""
+    gates = {}
+    for f in findings:
+        key = f"{f.path}:{f.function}"
+        src = project.ret_src.get(key)
+        if f.rule in ("HC102", "HC103") and f.severity == "high" and src is not None and src.kind != "id":
+            gates.setdefault(key, f)
+    out = []
+    for m in summaries:
+        for fn in m.funcs:
+            for ref, line, display, consts, col in fn.calls:
+                gate = next((gates[t] for t in project.resolve(ref) if t in gates), None)
+                if gate is None or gate.path == m.path and gate.line == line:
+                    continue
+                cond = next(((p, ln) for p, ln, msg in gate.related if "condition" in msg), (gate.path, gate.line))
+                msg = (f"`{display}()` issues a collective only when its rank-local state allows "
+                       f"({cond[0]}:{cond[1]}); this call enters the collective on some ranks only")
+                related = [(cond[0], cond[1], "rank-local condition in the callee"),
+                           (gate.path, gate.line, "the collective it guards")]
+                out.append(Finding(m.path, line, col, "HC102", msg, related, line, "high", fn.qual))
+    return out

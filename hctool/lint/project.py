@@ -24,8 +24,9 @@ class FuncSummary:
     path: str
     line: int
     direct: tuple | None  # (line, name) of its first direct collective
-    calls: list  # (ref, line, display)
+    calls: list  # (ref, line, display, truthy constant args, col)
     ret: frozenset
+    mode_exit: tuple | None = None  # (param, position) whose truthy value returns before any collective
 
 
 @dataclass
@@ -232,9 +233,10 @@ class Project:
             if f.direct:
                 self.coll[key] = (f.direct[0], f.direct[1], None)
                 queue.append(key)
-            for ref, line, display in f.calls:
+            for ref, line, display, consts, _ in f.calls:
                 for target in self.resolve(ref):
-                    callers[target].append((key, line, display))
+                    if not self._mode_skips(target, consts):
+                        callers[target].append((key, line, display))
         while queue:  # breadth first: each site keeps its shortest chain
             target = queue.popleft()
             for caller, line, display in callers.get(target, ()):
@@ -309,9 +311,14 @@ class Project:
             key = nxt
         return tuple(hops)
 
-    def call(self, ref: tuple, args: frozenset) -> tuple[tuple, frozenset]:
+    def _mode_skips(self, target: str, consts: frozenset) -> bool:
+        """A call such as writing_check(write_back=True) selects a mode that returns first."""
+        mode = self.funcs[target].mode_exit if target in self.funcs else None
+        return bool(mode) and (("kw", mode[0]) in consts or ("pos", mode[1]) in consts)
+
+    def call(self, ref: tuple, args: frozenset, consts: frozenset = frozenset()) -> tuple[tuple, frozenset]:
         targets = self.resolve(ref)
-        sites = [t for t in targets if t in self.coll]
+        sites = [t for t in targets if t in self.coll and not self._mode_skips(t, consts)]
         # A constructor returns the object, whatever its __init__ returns early on.
         t = frozenset(self.ret_src[k] for k in targets if k in self.ret_src and not k.endswith(".__init__"))
         if not sites:

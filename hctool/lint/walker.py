@@ -97,6 +97,31 @@ def _implicit(taint: frozenset) -> frozenset:
     return frozenset(a for a in taint if not (isinstance(a, Src) and a.kind == "id"))
 
 
+def _truthy_args(call: ast.Call) -> frozenset:
+    """Arguments passed as truthy constants (`write_back=True`): they can select a mode."""
+    out = {("pos", i) for i, a in enumerate(call.args) if isinstance(a, ast.Constant) and a.value}
+    out |= {("kw", k.arg) for k in call.keywords if k.arg and isinstance(k.value, ast.Constant) and k.value.value}
+    return frozenset(out)
+
+
+def _mode_exit(fn) -> tuple | None:
+    """`if write_back: ...; return` at the top of a function, with no collective in that arm:
+    a call passing write_back=True never reaches the function's collectives. (param, position)."""
+    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    offset = 1 if params and params[0] in ("self", "cls") else 0
+    for s in fn.body:
+        if isinstance(s, ast.If) and isinstance(s.test, ast.Name) and s.body and isinstance(s.body[-1], ast.Return):
+            name = s.test.id
+            if any(isinstance(n, ast.Call) and (N.dotted(n.func) or "").rsplit(".", 1)[-1] in N.COLLECTIVE_NAMES
+                   for n in ast.walk(s)):
+                return None
+            if name in params:
+                return (name, params.index(name) - offset)
+            if name in [a.arg for a in fn.args.kwonlyargs]:
+                return (name, -1)
+    return None
+
+
 def _size_guard(test) -> bool:
     """A condition on a group size or on torch.distributed being set up."""
     for n in ast.walk(test):
@@ -141,11 +166,13 @@ class Walker:
     orderings: list = field(default_factory=list)  # pass 2: (line, col, what, Src) for HC104
     types: dict = field(default_factory=dict)  # local name -> receiver specs (receivers.py)
     field_types: dict = field(default_factory=dict)  # pass 1: self.NAME -> specs assigned to it
+    mode_exit: tuple | None = None  # (param, position): see _mode_exit
     saw_ordering: bool = False  # pass 1: a sort/heap call that pass 2 must look at
 
     # ---- statements -------------------------------------------------------
     def run(self, fn: ast.AST) -> Walker:
         a = fn.args
+        self.mode_exit = _mode_exit(fn)
         for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs):
             if arg.annotation is not None:
                 specs = self._annotation(arg.annotation)
@@ -430,8 +457,10 @@ class Walker:
         # A field is rank-local because of what its own class stores in it, not because of the
         # object it hangs off; a tainted local object (a per-rank result) taints its fields.
         t = EMPTY if isinstance(base, ast.Name) and base.id in ("self", "cls") else self.expr(base)
-        if attr in N.RANK_VARIABLES or attr in self.mod.rank_local:
-            t = t | self._src("id" if attr in N.RANK_VARIABLES else "rank", f"`{d or attr}`", node.lineno)
+        # A field is a rank id when its class stores one in it (`self.tp_rank = tp_rank`), not because
+        # of its name (`lora.rank` is a matrix rank); configured rank-local names still count.
+        if attr in self.mod.rank_local:
+            t = t | self._src("rank", f"`{d or attr}`", node.lineno)
         specs = self.type_of(base)
         if not specs:
             return t
@@ -518,10 +547,7 @@ class Walker:
             return EMPTY
         if self._is_collective(func, last, qual):
             self._collective(node, display, ())
-            for a in (*node.args, *(k.value for k in node.keywords)):
-                d = N.dotted(a.value if isinstance(a, ast.Starred) else a)
-                if d is not None:  # in-place results (all_reduce(t)) are replicated afterwards
-                    self.env[d] = EMPTY
+            self._agreed(node)
             if self.facts is None and self.direct is None:
                 self.direct = (node.lineno, display)
             return EMPTY
@@ -537,15 +563,25 @@ class Walker:
             # state: only plain value conversions carry a rank id on.
             args = frozenset(a for a in args if not (isinstance(a, Src) and a.kind == "id"))
         ref = self._ref(func, last)
+        if N.op_family(last) != last.lower():  # `self._all_reduce(t, MIN)`: a wrapper's in-place result
+            self._agreed(node)
         if ref is None:
             return args
         if self.facts is None:
-            self.calls.append((ref, node.lineno, display))
+            self.calls.append((ref, node.lineno, display, _truthy_args(node), node.col_offset + 1))
             return frozenset((CallAtom(ref, args),))
-        chain, t = self.facts.call(ref, args)
+        chain, t = self.facts.call(ref, args, _truthy_args(node))
         if chain:
             self._collective(node, display, chain)
+            self._agreed(node)
         return t
+
+    def _agreed(self, node) -> None:
+        """In-place collective arguments (all_reduce(t)) hold the replicated result afterwards."""
+        for a in (*node.args, *(k.value for k in node.keywords)):
+            d = N.dotted(a.value if isinstance(a, ast.Starred) else a)
+            if d is not None:
+                self.env[d] = EMPTY
 
     def _collective(self, node, display: str, chain: tuple) -> None:
         if self.quiet:  # pass 1 records direct collectives too: _arms() compares arms with them
