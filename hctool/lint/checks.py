@@ -28,7 +28,7 @@ def _first_src(taint) -> Src | None:
 def _src_related(src: Src | None) -> list:
     if src is None:
         return []
-    label = {"clock": "wall-clock source", "id": "rank id"}.get(src.kind, "rank-local source")
+    label = "rank id" if src.kind.startswith("id") else {"clock": "wall-clock source"}.get(src.kind, "rank-local source")
     return [(src.path, src.line, f"{label}: {src.what}")]
 
 
@@ -60,7 +60,7 @@ def _innermost_loop(stack: tuple) -> Frame | None:
 def severity(src: Src | None) -> str:
     """Rank ids mostly pick roles (who writes the log, who is root): low. Event polls, pool free
     counts, clocks and IO results differ between ranks at run time: high."""
-    return "low" if src is None or src.kind == "id" else "high"
+    return "low" if src is None or src.kind.startswith("id") else "high"
 
 
 def _preference(src: Src | None, path: str) -> tuple:
@@ -180,7 +180,7 @@ def gated_callers(findings: list[Finding], project, summaries: list) -> list[Fin
     for f in findings:
         key = f"{f.path}:{f.function}"
         src = project.ret_src.get(key)
-        if f.rule in ("HC102", "HC103") and f.severity == "high" and src is not None and src.kind != "id":
+        if f.rule in ("HC102", "HC103") and f.severity == "high" and src is not None and not src.kind.startswith("id"):
             gates.setdefault(key, f)
     out = []
     for m in summaries:

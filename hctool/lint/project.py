@@ -275,8 +275,8 @@ class Project:
             direct[node] = srcs
         # Rank ids never flow out of a function result (see Walker.s_return); rank-local
         # state does. Solve the two separately; a node keeps its most severe source.
-        local = self._spread(direct, dependents, lambda s: s.kind != "id", lambda n: True)
-        ids = self._spread(direct, dependents, lambda s: s.kind == "id", lambda n: n[0] == "attr")
+        local = self._spread(direct, dependents, lambda s: not s.kind.startswith("id"), lambda n: True)
+        ids = self._spread(direct, dependents, lambda s: s.kind.startswith("id"), lambda n: n[0] == "attr")
         for node in set(local) | set(ids):
             kind, name = node
             src = local.get(node) or ids.get(node)

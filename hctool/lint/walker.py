@@ -20,7 +20,8 @@ EMPTY: frozenset = frozenset()
 
 @dataclass(frozen=True, order=True)
 class Src:
-    """Where a rank-local value comes from; kind: "clock" (wall clock), "id" (rank id), "rank" (local state)."""
+    """Where a rank-local value comes from; kind: "clock" (wall clock), "id" (rank id; "id-local": a bare
+    `rank`, which is not stored into fields), "rank" (local state: event polls, free counts, IO)."""
 
     kind: str
     what: str
@@ -94,7 +95,7 @@ def _matches(entries: frozenset, last: str, qual: str | None) -> bool:
 def _implicit(taint: frozenset) -> frozenset:
     """What a condition passes on to values assigned under it. Not rank ids: `if self.rank in
     ranks: self.world_size = len(ranks)` builds group state that is uniform within the group."""
-    return frozenset(a for a in taint if not (isinstance(a, Src) and a.kind == "id"))
+    return frozenset(a for a in taint if not (isinstance(a, Src) and a.kind.startswith("id")))
 
 
 def _truthy_args(call: ast.Call) -> frozenset:
@@ -134,7 +135,7 @@ def _size_guard(test) -> bool:
 def _role_branch(frame: Frame, seqs: list) -> bool:
     """`if rank == src: <send side> else: <receive side>`: arms on a rank id that issue the same
     kinds of collectives are the two roles of one collective, however each arm is nested."""
-    if not frame.taint or any(not (isinstance(a, Src) and a.kind == "id") for a in frame.taint):
+    if not frame.taint or any(not (isinstance(a, Src) and a.kind.startswith("id")) for a in frame.taint):
         return False
     kinds = [{c.op for c in seq} for seq in seqs]
     return bool(kinds[0]) and all(k == kinds[0] for k in kinds)
@@ -374,6 +375,7 @@ class Walker:
             d = N.dotted(target)
             if d is not None:
                 self.env[d] = t
+            t = frozenset(a for a in t if not (isinstance(a, Src) and a.kind == "id-local"))
             if t and isinstance(target.value, ast.Name) and target.value.id in ("self", "cls"):
                 self.attr_assigns[target.attr] = self.attr_assigns.get(target.attr, EMPTY) | t
         elif isinstance(target, (ast.Tuple, ast.List)):
@@ -437,7 +439,8 @@ class Walker:
         if N.is_group_size(node.id):
             return EMPTY
         if node.id in N.RANK_VARIABLES:
-            return self._src("id", f"`{node.id}`", node.lineno)
+            # A bare `rank` is ambiguous (a LoRA or matrix rank): a rank id here, never stored in a field.
+            return self._src("id-local" if node.id == "rank" else "id", f"`{node.id}`", node.lineno)
         if node.id in self.mod.rank_local:
             return self._src("rank", f"`{node.id}`", node.lineno)
         return EMPTY
@@ -561,7 +564,7 @@ class Walker:
         if args and not (isinstance(func, ast.Name) and last in N.VALUE_BUILTINS):
             # Objects built from a rank id (a per-rank file, a model shard) are not rank-local
             # state: only plain value conversions carry a rank id on.
-            args = frozenset(a for a in args if not (isinstance(a, Src) and a.kind == "id"))
+            args = frozenset(a for a in args if not (isinstance(a, Src) and a.kind.startswith("id")))
         ref = self._ref(func, last)
         if N.op_family(last) != last.lower():  # `self._all_reduce(t, MIN)`: a wrapper's in-place result
             self._agreed(node)
