@@ -12,7 +12,7 @@ from hctool.lint.checks import Finding, check_comparison, check_function
 from hctool.lint.config import LintConfig
 from hctool.lint.project import FuncSummary, ModuleSummary, Project
 from hctool.lint.rules import RULES
-from hctool.lint.walker import EMPTY, FnAtom, ModuleInfo, Walker
+from hctool.lint.walker import EMPTY, FnAtom, ModuleInfo, ParamAtom, Walker
 
 SUPPRESS_RE = re.compile(r"#\s*hctool:\s*ignore\[([^\]]*)\]")
 _COMPOUND = (ast.If, ast.Try, ast.With, ast.For, ast.While)
@@ -77,8 +77,10 @@ def summarize_file(file: str, path: str, modname: str, cfg: LintConfig) -> Modul
         mod = _module_info(tree, path, modname, cfg)
         for node, cls, qual in _functions(tree):
             key = f"{path}:{qual}"
-            w = Walker(mod, None, cls).run(node)
+            w = Walker(mod, None, cls, key=key).run(node)
             summary.wants_check |= w.saw_ordering
+            if node.name == "__init__":
+                summary.init_params[key] = [a.arg for a in (*node.args.posonlyargs, *node.args.args)][1:]
             summary.funcs.append(FuncSummary(key, qual, path, node.lineno, w.direct, w.calls, w.ret,
                                              w.mode_exit))
             if cls:  # fields are keyed by their class: `self.rank` elsewhere is another field
@@ -101,8 +103,13 @@ def summarize_file(file: str, path: str, modname: str, cfg: LintConfig) -> Modul
                 methods = {n.name: f"{path}:{node.name}.{n.name}" for n in node.body
                            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
                 summary.classes[node.name] = ([b for b in bases if b], methods)
+                init_key = f"{path}:{node.name}.__init__"
                 for item in node.body:  # dataclass / NamedTuple fields: `tree_cache: BasePrefixCache`
                     if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                        if "__init__" not in methods:  # the generated constructor stores its arguments
+                            k = (node.name, item.target.id)
+                            summary.attr_assigns[k] = summary.attr_assigns.get(k, EMPTY) | {ParamAtom(init_key, k[1])}
+                            summary.init_params.setdefault(init_key, []).append(k[1])
                         specs = R.annotation(item.annotation, mod.imports, modname, mod.local_defs)
                         if specs:
                             k = (node.name, item.target.id)
@@ -110,7 +117,7 @@ def summarize_file(file: str, path: str, modname: str, cfg: LintConfig) -> Modul
     except (SyntaxError, ValueError, OSError, RecursionError, MemoryError) as exc:
         summary.error = _error(exc)
         summary.funcs, summary.classes, summary.module_funcs, summary.attr_assigns = [], {}, {}, {}
-        summary.field_types = {}
+        summary.field_types, summary.init_params = {}, {}
     return summary
 
 

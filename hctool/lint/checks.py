@@ -180,12 +180,15 @@ def gated_callers(findings: list[Finding], project, summaries: list) -> list[Fin
     for f in findings:
         key = f"{f.path}:{f.function}"
         src = project.ret_src.get(key)
-        if f.rule in ("HC102", "HC103") and f.severity == "high" and src is not None and not src.kind.startswith("id"):
+        cond = next(((p, ln) for p, ln, msg in f.related if "condition" in msg), None)
+        polled = any(msg.startswith("rank-local source") and (p, ln) == cond for p, ln, msg in f.related)
+        # The function itself polls (`if not event.query(): return False`) and returns what it saw.
+        if f.rule in ("HC102", "HC103") and polled and src is not None and not src.kind.startswith("id"):
             gates.setdefault(key, f)
     out = []
     for m in summaries:
         for fn in m.funcs:
-            for ref, line, display, consts, col in fn.calls:
+            for ref, line, display, consts, col, _ in fn.calls:
                 gate = next((gates[t] for t in project.resolve(ref) if t in gates), None)
                 if gate is None or gate.path == m.path and gate.line == line:
                     continue

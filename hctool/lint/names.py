@@ -56,7 +56,11 @@ GENERIC_METHODS = frozenset({
     "__init__", "__call__", "forward", "apply", "step", "reset", "init", "setup", "info", "debug",
     "warning", "error", "exception", "log", "sleep", "free", "alloc", "release", "acquire", "lock",
 })
-MAX_BY_NAME_CANDIDATES = 6  # more definitions than this: the name is too common to resolve
+# How far rank-local state travels between functions: through fields freely (a budget stored in
+# PrefillAdder.rem_total_tokens) but out of one function result at most (add_one_req()'s verdict).
+# Further on it has become scheduling decisions (batches, queues) that are replicated in the group.
+MAX_HOPS = 1
+MAX_BY_NAME_CANDIDATES = 6  # base classes named without a module: more same-named classes, no guess
 
 ORDERING_CALLS = frozenset({"sorted", "min", "max", "sort", "nsmallest", "nlargest"})
 HEAP_PUSH = frozenset({"heappush", "heappushpop", "heapreplace"})

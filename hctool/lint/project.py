@@ -11,10 +11,10 @@ value depends on rank-local state taints its callers. Fields are keyed by class.
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hctool.lint import names as N
-from hctool.lint.walker import EMPTY, AttrAtom, CallAtom, FnAtom, Src
+from hctool.lint.walker import EMPTY, AttrAtom, CallAtom, FnAtom, ParamAtom, Src
 
 
 @dataclass
@@ -24,7 +24,7 @@ class FuncSummary:
     path: str
     line: int
     direct: tuple | None  # (line, name) of its first direct collective
-    calls: list  # (ref, line, display, truthy constant args, col)
+    calls: list  # (ref, line, display, truthy constant args, col, argument taint)
     ret: frozenset
     mode_exit: tuple | None = None  # (param, position) whose truthy value returns before any collective
 
@@ -39,6 +39,7 @@ class ModuleSummary:
     module_funcs: dict = field(default_factory=dict)  # name -> key
     attr_assigns: dict = field(default_factory=dict)  # (class, field) -> atoms
     field_types: dict = field(default_factory=dict)  # (class, field) -> receiver specs
+    init_params: dict = field(default_factory=dict)  # constructor key -> positional parameter names
     wants_check: bool = False  # suppressions or HC104 candidates: check even without collectives
     error: tuple | None = None  # (line, message) when the file could not be analyzed
 
@@ -54,6 +55,7 @@ class Project:
         self._memo: dict = {}
         self._cls_memo: dict = {}
         self.field_types: dict[tuple, frozenset] = {}  # (module, class, field) -> specs
+        self.class_path: dict[tuple, str] = {}  # classes with generated constructors -> path
         self.global_field = defaultdict(set)  # field -> class specs declared for it anywhere
         for m in modules:
             for (cname, fname), specs in m.field_types.items():
@@ -63,6 +65,8 @@ class Project:
             self.mod_funcs[m.modname] = m.module_funcs
             for cname, (bases, methods) in m.classes.items():
                 self.classes[(m.modname, cname)] = (bases, methods)
+                if "__init__" not in methods:
+                    self.class_path[(m.modname, cname)] = m.path
                 self.class_by_name[cname].append((m.modname, cname))
                 for mname, key in methods.items():
                     self.methods_by_name[mname].append(key)
@@ -190,6 +194,23 @@ class Project:
             return self._mro((mod, name), "__init__", set())
         return []
 
+    def class_ids(self, ref: tuple) -> list:
+        """The project classes REF names (calling one builds an object)."""
+        hit = self._memo.get(("class?", ref))
+        if hit is None:
+            kind, name = ref[0], ref[1]
+            hit = []
+            if kind == "local" and (ref[2], name) in self.classes:
+                hit = [(ref[2], name)]
+            elif kind in ("imported", "modfunc"):
+                mod, real = (ref[2].rpartition(".")[0], ref[2].rpartition(".")[2]) if kind == "imported" else (ref[2], name)
+                hit = [(m, real) for m in self._find_modules(mod) if (m, real) in self.classes] if mod else []
+            self._memo[("class?", ref)] = hit
+        return hit
+
+    def is_class(self, ref: tuple) -> bool:
+        return bool(self.class_ids(ref))
+
     def resolve(self, ref: tuple) -> list[str]:
         hit = self._memo.get(ref)
         if hit is not None:
@@ -233,7 +254,7 @@ class Project:
             if f.direct:
                 self.coll[key] = (f.direct[0], f.direct[1], None)
                 queue.append(key)
-            for ref, line, display, consts, _ in f.calls:
+            for ref, line, display, consts, _, _ in f.calls:
                 for target in self.resolve(ref):
                     if not self._mode_skips(target, consts):
                         callers[target].append((key, line, display))
@@ -252,10 +273,14 @@ class Project:
                 deps.extend(("attr", k) for k in self.attr_keys(a.specs, a.name))
             elif isinstance(a, FnAtom):
                 deps.append(("fn", a.key))
+            elif isinstance(a, ParamAtom):
+                deps.append(("init", a.key, a.name))
             elif isinstance(a, CallAtom):
                 targets = self.resolve(a.ref)
                 deps.extend(("fn", t) for t in targets if not t.endswith(".__init__"))
-                if not any(t in self.coll for t in targets):  # collective results are replicated
+                # Collective results are replicated; a constructed object is not the values it was
+                # built from (its fields carry their own taint, keyed by its class).
+                if not any(t in self.coll for t in targets) and not self.is_class(a.ref):
                     self._flatten(a.args, srcs, deps)
 
     def _solve_taint(self, modules: list[ModuleSummary]) -> None:
@@ -265,6 +290,21 @@ class Project:
                 k = ("attr", (m.modname, cname, fname))
                 nodes[k] = nodes.get(k, EMPTY) | atoms
         self._attr_nodes = {k[1] for k in nodes if k[0] == "attr"}
+        params = {k: v for m in modules for k, v in m.init_params.items()}
+        for f in self.funcs.values():  # what each constructor parameter is passed, over all call sites
+            for ref, _, _, _, _, per_arg in f.calls:
+                if not per_arg:
+                    continue
+                inits = [t for t in self.resolve(ref) if t.endswith(".__init__")]
+                # A dataclass or NamedTuple has no __init__ of its own: its fields take the arguments.
+                inits += [f"{self.class_path[c]}:{c[1]}.__init__" for c in self.class_ids(ref) if c in self.class_path]
+                positional, keywords = per_arg
+                for t in inits:
+                    names = params.get(t, [])
+                    for name, taint in [*zip(names, positional), *keywords]:
+                        if taint:
+                            k = ("init", t, name)
+                            nodes[k] = nodes.get(k, EMPTY) | taint
         dependents = defaultdict(list)
         direct: dict[tuple, list] = {}
         for node in sorted(nodes, key=repr):
@@ -278,6 +318,8 @@ class Project:
         local = self._spread(direct, dependents, lambda s: not s.kind.startswith("id"), lambda n: True)
         ids = self._spread(direct, dependents, lambda s: s.kind.startswith("id"), lambda n: n[0] == "attr")
         for node in set(local) | set(ids):
+            if node[0] == "init":
+                continue
             kind, name = node
             src = local.get(node) or ids.get(node)
             (self.ret_src if kind == "fn" else self.attr_src)[name] = src
@@ -292,9 +334,11 @@ class Project:
                 queue.append(node)
         while queue:
             node = queue.popleft()
+            src = rep[node]
             for dep in dependents.get(node, ()):
-                if dep not in rep and accepts(dep):
-                    rep[dep] = rep[node]
+                hops = src.hops + (dep[0] == "fn")  # function results count; fields do not
+                if dep not in rep and accepts(dep) and hops <= N.MAX_HOPS:
+                    rep[dep] = replace(src, hops=hops)
                     queue.append(dep)
         return rep
 
@@ -321,7 +365,7 @@ class Project:
         sites = [t for t in targets if t in self.coll and not self._mode_skips(t, consts)]
         # A constructor returns the object, whatever its __init__ returns early on.
         t = frozenset(self.ret_src[k] for k in targets if k in self.ret_src and not k.endswith(".__init__"))
-        if not sites:
+        if not sites and not self.is_class(ref):
             t = t | args
         return (self.chain(sites[0]) if sites else ()), t
 

@@ -27,6 +27,7 @@ class Src:
     what: str
     path: str
     line: int
+    hops: int = field(default=0, compare=False)  # function results / fields it crossed (project.py)
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,12 @@ class CallAtom:  # pass 1: "the result of this call", solved in project.py
 @dataclass(frozen=True)
 class AttrAtom:  # pass 1: "field NAME of an object of type SPECS", tainted if that class family assigns it one
     specs: frozenset
+    name: str
+
+
+@dataclass(frozen=True)
+class ParamAtom:  # pass 1: "parameter NAME of constructor KEY": whatever its callers pass for it
+    key: str
     name: str
 
 
@@ -168,12 +175,17 @@ class Walker:
     types: dict = field(default_factory=dict)  # local name -> receiver specs (receivers.py)
     field_types: dict = field(default_factory=dict)  # pass 1: self.NAME -> specs assigned to it
     mode_exit: tuple | None = None  # (param, position): see _mode_exit
+    key: str = ""  # pass 1: this function's project key (constructor parameters become ParamAtoms)
     saw_ordering: bool = False  # pass 1: a sort/heap call that pass 2 must look at
 
     # ---- statements -------------------------------------------------------
     def run(self, fn: ast.AST) -> Walker:
         a = fn.args
         self.mode_exit = _mode_exit(fn)
+        if self.facts is None and fn.name == "__init__" and self.key:
+            # Fields a constructor stores take the taint of what its callers pass (PrefillAdder(budget)).
+            for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs)[1:]:
+                self.env[arg.arg] = frozenset((ParamAtom(self.key, arg.arg),))
         for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs):
             if arg.annotation is not None:
                 specs = self._annotation(arg.annotation)
@@ -571,7 +583,10 @@ class Walker:
         if ref is None:
             return args
         if self.facts is None:
-            self.calls.append((ref, node.lineno, display, _truthy_args(node), node.col_offset + 1))
+            per_arg = None
+            if any(arg_taints) or any(kw_taints):  # by position and keyword, for constructors' fields
+                per_arg = (tuple(arg_taints), tuple((k.arg, t) for k, t in zip(node.keywords, kw_taints) if k.arg))
+            self.calls.append((ref, node.lineno, display, _truthy_args(node), node.col_offset + 1, per_arg))
             return frozenset((CallAtom(ref, args),))
         chain, t = self.facts.call(ref, args, _truthy_args(node))
         if chain:
