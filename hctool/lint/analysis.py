@@ -51,7 +51,7 @@ def _module_info(tree: ast.Module, path: str, modname: str, cfg: LintConfig) -> 
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             defs.add(node.name)
     return ModuleInfo(path, modname, N.import_map(tree, modname), frozenset(defs),
-                      cfg.collectives, cfg.rank_local, cfg.uniform)
+                      cfg.collectives, cfg.rank_local, (cfg.uniform | N.DEFAULT_UNIFORM) - cfg.rank_local)
 
 
 def _parse(file: str) -> tuple[bytes, ast.Module]:

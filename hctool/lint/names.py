@@ -43,6 +43,10 @@ CLOCK_CALLS = frozenset({
 VALUE_BUILTINS = frozenset({"int", "float", "str", "bool", "len", "range", "min", "max", "abs", "divmod", "sum",
                             "sorted", "list", "tuple", "set", "dict", "enumerate", "zip", "reversed", "round",
                             "any", "all", "format", "repr", "hash"})
+# Replicated by construction in SGLang-shaped schedulers: request slots are taken and returned at
+# the same points of the replicated schedule on every rank (unlike KV pages, whose free count
+# moves with per-rank load-back and write-back). A `rank-local` config entry overrides this.
+DEFAULT_UNIFORM = frozenset({"req_to_token_pool.available_size"})
 UNIFORM_CALLS = frozenset({"get_world_size", "is_initialized", "is_available", "get_backend", "broadcast_pyobj"})
 
 # Method names too generic to resolve by name alone on an unknown receiver
