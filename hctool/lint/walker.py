@@ -165,7 +165,7 @@ class Walker:
     def s_continue(self, s) -> None:
         self._exit("continue", s.lineno)
 
-    def _arms(self, frame: Frame, arms: list, size_guard: bool = False) -> None:
+    def _arms(self, frame: Frame, arms: list, test=None) -> None:
         """Walk alternative arms from the same entry state, then merge their states."""
         saved_ctl = self._push(frame)
         entry, envs, seqs = self.env, [], []
@@ -177,7 +177,7 @@ class Walker:
             seqs.append(self.collectives[start:])
         self._pop(saved_ctl)
         frame.balanced = all(_same_ops(seq, seqs[0]) for seq in seqs) or _role_branch(frame, seqs)
-        if size_guard and sum(1 for seq in seqs if seq) == 1:
+        if test is not None and sum(1 for seq in seqs if seq) == 1 and _size_guard(test):
             # `if tp_size > 1: broadcast(x)`: the arm without the collective runs only when the group
             # has one rank, where every value is trivially uniform; keep the other arm's state.
             envs = [e for e, seq in zip(envs, seqs) if seq]
@@ -189,7 +189,7 @@ class Walker:
         self.env = merged
 
     def s_if(self, s) -> None:
-        self._arms(Frame("if", s.lineno, self.expr(s.test)), [s.body, s.orelse], _size_guard(s.test))
+        self._arms(Frame("if", s.lineno, self.expr(s.test)), [s.body, s.orelse], s.test)
 
     def s_match(self, s) -> None:
         arms = [c.body for c in s.cases]
