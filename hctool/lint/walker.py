@@ -123,8 +123,9 @@ class Walker:
             if len(pairs) == len(s.targets):  # a, b = x, y: element-wise, not all-to-all
                 parts = [self.expr(e) | self.ctl for e in value.elts]
                 for target in pairs:
-                    for elt, t in zip(target.elts, parts):
+                    for elt, t, v in zip(target.elts, parts, value.elts):
                         self.bind(elt, t)
+                        self._bind_type(elt, self.type_of(v))
                 return
         t = self.expr(value) | self.ctl
         specs = self.type_of(value)
