@@ -50,7 +50,6 @@ class Project:
         self.mod_funcs: dict[str, dict] = {}
         self.classes: dict[tuple, tuple] = {}
         self.class_by_name = defaultdict(list)
-        self.methods_by_name = defaultdict(list)
         self.mods_by_tail = defaultdict(list)
         self._memo: dict = {}
         self._cls_memo: dict = {}
@@ -68,8 +67,6 @@ class Project:
                 if "__init__" not in methods:
                     self.class_path[(m.modname, cname)] = m.path
                 self.class_by_name[cname].append((m.modname, cname))
-                for mname, key in methods.items():
-                    self.methods_by_name[mname].append(key)
             for f in m.funcs:
                 self.funcs[f.key] = f
         self.children = defaultdict(list)
