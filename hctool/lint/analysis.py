@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from dataclasses import dataclass, field
 
 from hctool.lint import names as N
@@ -126,12 +128,23 @@ def suppressions(text: str) -> dict[int, tuple[int, set[str]]]:
     out = {}
     if "hctool:" not in text:
         return out
-    for lineno, line in enumerate(text.splitlines(), 1):
-        m = SUPPRESS_RE.search(line)
+    for lineno, col, comment in _comments(text):
+        m = SUPPRESS_RE.search(comment)
         if m:
             codes = {c.strip().upper() for c in m.group(1).split(",") if c.strip()}
-            out[lineno] = (m.start() + 1, codes)
+            out[lineno] = (col + m.start() + 1, codes)
     return out
+
+
+def _comments(text: str):
+    """(line, column, text) of each real comment: the same words inside a string or a
+    docstring (documentation of the syntax, say) suppress nothing."""
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.COMMENT:
+                yield tok.start[0], tok.start[1], tok.string
+    except (tokenize.TokenError, SyntaxError):
+        return
 
 
 def apply_suppressions(findings: list[Finding], text: str, path: str, select: frozenset) -> list[Finding]:

@@ -121,6 +121,14 @@ def test_suppression_and_unused_suppression(cli, tmp_path):
     assert res.exit_code == 0 and json.loads(res.stdout) == []
 
 
+def test_suppression_words_in_strings_are_not_comments(cli, tmp_path):
+    # docs that show the syntax (a docstring, a help string) suppress nothing and are not stale
+    write(tmp_path, "d.py", 'def f():\n    """Silence one line with `# hctool: ignore[HC101]`."""\n'
+          '    return "# hctool: ignore[HC102]"\n')
+    res = cli(tmp_path, ".", "--format", "json")
+    assert res.exit_code == 0 and json.loads(res.stdout) == []
+
+
 def test_select_and_ignore(cli, tmp_path):
     write(tmp_path, "bad.py", BAD)
     assert json.loads(cli(tmp_path, ".", "-f", "json", "--select", "HC101").stdout) == []
