@@ -1,0 +1,111 @@
+"""A PD serving topology: a prefill server (frontend + P ranks), a decode server
+(frontend + D ranks) and the router (engine.disaggregation.mini_lb) in front.
+
+Each side is a `Topology` of its own (its own torch.distributed world), labelled
+so a death names its side ("decode rank 1 died ..."); one death event serves
+all three parts, so whichever dies first wakes the watcher.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+from engine.server_args import ServerArgs
+from hctool.launch.topology import SOURCE_ROOT, Death, Topology, TopologyError, _distinct_free_ports, _url_host
+from hctool.procs import inject_env, python_cmd
+
+
+class PDTopology:
+    def __init__(self, server_args: ServerArgs, prefill_tp: int, decode_tp: int, run_dir: str | Path,
+                 faults: list[str] = (), probes: list[str] = (), host: str = "127.0.0.1", port: int | None = None,
+                 extra_env: dict[str, str] | None = None):
+        self.run_dir = Path(run_dir).resolve()
+        self.host, self.port = host, port
+        self.extra_env = dict(extra_env or {})
+        self.death_event = threading.Event()
+        boot_port = _distinct_free_ports(1)[0]
+        base = dataclasses.replace(server_args, run_dir=server_args.run_dir or str(self.run_dir))
+        self.bootstrap = ("127.0.0.1", boot_port)
+        prefill_args = dataclasses.replace(base, tp_size=prefill_tp, disaggregation_mode="prefill",
+                                           disaggregation_bootstrap_port=boot_port)
+        decode_args = dataclasses.replace(base, tp_size=decode_tp, disaggregation_mode="decode")
+        self.sides = [Topology(a, self.run_dir, faults=faults, probes=probes, extra_env=extra_env, label=label,
+                               death_event=self.death_event)
+                      for label, a in (("prefill", prefill_args), ("decode", decode_args))]
+        self.prefill, self.decode = self.sides
+        self.log_paths: dict[str, Path] = {}
+        self.base_url: str | None = None
+
+    def start(self, timeout: float = 300.0) -> str:
+        deadline = time.monotonic() + timeout
+        for side in self.sides:
+            side.spawn()
+            self.log_paths.update({f"{side.label} {n}": p for n, p in side.log_paths.items()})
+        self.port = self.port or _distinct_free_ports(1)[0]
+        side_url = {s.label: f"http://127.0.0.1:{s.port}" for s in self.sides}
+        env = inject_env({**os.environ, "PYTHONUNBUFFERED": "1", **self.extra_env,
+                          "PYTHONPATH": os.pathsep.join(p for p in (SOURCE_ROOT, os.environ.get("PYTHONPATH")) if p)},
+                         HCTOOL_RUN_DIR=str(self.run_dir))
+        cmd = python_cmd("-m", "engine.disaggregation.mini_lb", "--host", self.host, "--port", str(self.port),
+                         "--prefill", side_url["prefill"], f"{self.bootstrap[0]}:{self.bootstrap[1]}",
+                         "--decode", side_url["decode"])
+        # The router's process joins the prefill side's set: watched and reaped with it.
+        self.prefill.log_paths["router"] = self.log_paths["router"] = self.run_dir / "router.log"
+        child = self.prefill.procs.start("router", cmd, env=env, log_path=self.run_dir / "router.log")
+        threading.Thread(target=self._wait_router, args=(child,), daemon=True).start()
+        connect = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        health = f"http://{_url_host(connect)}:{self.port}/health"
+        while True:
+            death = self.first_death()
+            if death is not None:
+                raise TopologyError(death.message(), death)
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(health, timeout=5).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise TopologyError(f"not ready after {timeout:g} s; see the logs in {self.run_dir}")
+            self.death_event.wait(0.2)
+        self.base_url = f"http://{_url_host(self.host)}:{self.port}"
+        return self.base_url
+
+    def _wait_router(self, child) -> None:
+        code = child.popen.wait()
+        with self.prefill._lock:
+            self.prefill._deaths.append(Death("router", code, child.log_path, time.monotonic()))
+        self.death_event.set()
+
+    def first_death(self) -> Death | None:
+        deaths = [d for d in (s.first_death() for s in self.sides) if d is not None]
+        return min(deaths, key=lambda d: d.when, default=None)
+
+    def wait_for_death(self, timeout: float | None = None) -> Death | None:
+        self.death_event.wait(timeout)
+        return self.first_death()
+
+    def dead(self) -> list[tuple[str, int]]:
+        with self.prefill._lock, self.decode._lock:
+            deaths = sorted(self.prefill._deaths + self.decode._deaths, key=lambda d: d.when)
+        return [(d.name, d.returncode) for d in deaths]
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Every part at once (a lone rank would sit in gloo), each side's sessions reaped."""
+        for side in self.sides:
+            for child in side.procs.children:
+                if child.popen.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        child.popen.terminate()
+        for side in self.sides:
+            side.stop(timeout)
+
+    def __enter__(self) -> PDTopology:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
