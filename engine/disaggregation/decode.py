@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from engine.disaggregation.conn import KVPoll, KVReceiverManager
+from engine.disaggregation.decode_hicache_mixin import DecodeHiCacheMixin
 from engine.managers.io_struct import ErrorOutput, TokenizedGenerateReqInput
 from engine.managers.schedule_batch import Req
 from engine.managers.schedule_policy import ceil_pages
@@ -33,9 +34,16 @@ class DecodeRequest:
     bootstrap_host: str
     bootstrap_port: int
     prefix_len: int = 0  # tokens served by decode's own cache (not copied from the transfer)
+    l1_len: int = 0      # of which on device at prealloc
+    host_len: int = 0    # of which in decode's L2: restored locally (decode_hicache_mixin)
+    last_host_node: object = None   # held (host_ref) from prealloc until the load-back is queued
+    restored_node: object = None    # locked from the load-back until the request ends
+    restored_pages: list = None
+    consumer_index: int = -1
+    restore_ready: bool = False
 
 
-class DecodeQueues:
+class DecodeQueues(DecodeHiCacheMixin):
     """The prealloc and transfer queues of one decode rank (SGLang keeps them as
     two classes; here they share the receiver and the resources)."""
 
@@ -47,6 +55,7 @@ class DecodeQueues:
                                            a.disaggregation_transfer_timeout)
         self.prealloc_queue: list[DecodeRequest] = []
         self.transfer_queue: list[DecodeRequest] = []
+        self.local_restore = hasattr(s.tree_cache, "is_load_back_event_done")
 
     def __len__(self) -> int:
         return len(self.prealloc_queue) + len(self.transfer_queue)
@@ -65,6 +74,8 @@ class DecodeQueues:
     def process_decode_queue(self) -> None:
         """Every decode rank, every tick: prealloc, then the agreed poll."""
         self.pop_preallocated()
+        if self.local_restore:
+            self._process_hicache_local_restores(self.transfer_queue)
         states = self.poll_and_all_reduce()
         keep = []
         for dr, state in zip(self.transfer_queue, states):
@@ -98,18 +109,25 @@ class DecodeQueues:
         m = tree.match_prefix(req.input_ids)
         prefix = list(m.device_pages)
         tree.inc_lock_ref(m.last_device_node)
-        own = tree.alloc_pages(ceil_pages(len(req.input_ids), p) - len(prefix))
+        if m.host_hit_length:
+            tree.inc_host_ref(m.last_host_node)  # keep the L2 prefix until its load-back is queued
+        own = tree.alloc_pages(ceil_pages(len(req.input_ids), p) - len(prefix) - m.host_hit_length // p)
         if own is None:
             tree.dec_lock_ref(m.last_device_node)
+            if m.host_hit_length:
+                tree.dec_host_ref(m.last_host_node)
             return False
+        if m.host_hit_length:
+            dr.host_len, dr.last_host_node = m.host_hit_length, m.last_host_node
         req.req_pool_idx = s.model_runner.req_to_token_pool.alloc()
         req.pages, req.tree_pages, req.last_node = prefix + own, len(prefix), m.last_device_node
         s.model_runner.write_req_to_token(req.req_pool_idx, req.pages)
-        dr.prefix_len = len(prefix) * p
+        dr.l1_len = len(prefix) * p
+        dr.prefix_len = dr.l1_len + dr.host_len
         return True
 
     def poll_and_all_reduce(self) -> list[int]:
-        local = [int(self.receivers.poll(dr.req.bootstrap_room)) for dr in self.transfer_queue]
+        local = [int(self._gate_restore(dr, self.receivers.poll(dr.req.bootstrap_room))) for dr in self.transfer_queue]
         payload = torch.full((self.max_running,), int(KVPoll.Success), dtype=torch.int64)
         payload[: len(local)] = torch.tensor(local, dtype=torch.int64)
         if self.scheduler.tp_size > 1:
@@ -120,13 +138,15 @@ class DecodeQueues:
         """Mutates: L1 (the transferred KV beyond decode's own prefix), req, running."""
         s, req = self.scheduler, dr.req
         room = self.receivers.pop(req.bootstrap_room)
+        self._commit_hicache_local_restore_to_req(dr)
+        s.model_runner.write_req_to_token(req.req_pool_idx, req.pages)
         n = len(req.input_ids)
         pool = s.model_runner.kv_pool
         slots = s.model_runner.token_slots(req.req_pool_idx, n)[dr.prefix_len:].to(pool.k_buffer.device)
         pool.k_buffer[:, slots] = room.k[:, dr.prefix_len:n].to(pool.k_buffer.device)
         pool.v_buffer[:, slots] = room.v[:, dr.prefix_len:n].to(pool.v_buffer.device)
         req.kv_len = n
-        req.cached = {"device": dr.prefix_len, "host": 0, "storage": 0}
+        req.cached = {"device": dr.l1_len, "host": dr.host_len, "storage": 0}
         for k, v in req.cached.items():
             s.counters.cached_tokens[k] += v
         s.counters.prompt_tokens += n
@@ -140,6 +160,7 @@ class DecodeQueues:
     def abort(self, dr: DecodeRequest) -> None:
         s, req = self.scheduler, dr.req
         room = self.receivers.pop(req.bootstrap_room)
+        self._abort_hicache_local_restore(dr)
         s.resources.release_retracted(req)
         s.io.send(ErrorOutput(req.rid, 502, f"KV transfer for this request failed: {room.error or 'prefill side failed'}"))
 

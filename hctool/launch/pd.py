@@ -25,7 +25,7 @@ from hctool.procs import inject_env, python_cmd
 class PDTopology:
     def __init__(self, server_args: ServerArgs, prefill_tp: int, decode_tp: int, run_dir: str | Path,
                  faults: list[str] = (), probes: list[str] = (), host: str = "127.0.0.1", port: int | None = None,
-                 extra_env: dict[str, str] | None = None):
+                 extra_env: dict[str, str] | None = None, side_env: dict[str, dict[str, str]] | None = None):
         self.run_dir = Path(run_dir).resolve()
         self.host, self.port = host, port
         self.extra_env = dict(extra_env or {})
@@ -36,7 +36,9 @@ class PDTopology:
         prefill_args = dataclasses.replace(base, tp_size=prefill_tp, disaggregation_mode="prefill",
                                            disaggregation_bootstrap_port=boot_port)
         decode_args = dataclasses.replace(base, tp_size=decode_tp, disaggregation_mode="decode")
-        self.sides = [Topology(a, self.run_dir, faults=faults, probes=probes, extra_env=extra_env, label=label,
+        side_env = side_env or {}
+        self.sides = [Topology(a, self.run_dir, faults=faults, probes=probes, label=label,
+                               extra_env={**self.extra_env, **side_env.get(label, {})},
                                death_event=self.death_event)
                       for label, a in (("prefill", prefill_args), ("decode", decode_args))]
         self.prefill, self.decode = self.sides
@@ -94,6 +96,26 @@ class PDTopology:
             deaths = sorted(self.prefill._deaths + self.decode._deaths, key=lambda d: d.when)
         return [(d.name, d.returncode) for d in deaths]
 
+    # --- what the repro harness asks: the decode side is the one watched ------
+    def pids_by_rank(self) -> dict[int, int]:
+        return self.decode.pids_by_rank()
+
+    def rank_exit_codes(self) -> dict[int, int | None]:
+        return self.decode.rank_exit_codes()
+
+    @property
+    def procs(self):
+        return _AllProcs(self.sides)
+
+    def shutdown(self, timeout: float = 10.0) -> dict[int, int | None]:
+        """Graceful: the router goes, then each side as `Topology.shutdown`; the decode's exit codes."""
+        for child in self.prefill.procs.children:
+            if child.name == "router" and child.popen.poll() is None:
+                child.popen.terminate()
+        codes = self.decode.shutdown(timeout)
+        self.prefill.shutdown(timeout)
+        return codes
+
     def stop(self, timeout: float = 5.0) -> None:
         """Every part at once (a lone rank would sit in gloo), each side's sessions reaped."""
         for side in self.sides:
@@ -109,3 +131,8 @@ class PDTopology:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class _AllProcs:
+    def __init__(self, sides):
+        self.children = [c for s in sides for c in s.procs.children]

@@ -56,6 +56,8 @@ class Scenario:
     faults: tuple[str, ...]
     probes: tuple[str, ...]
     variants: tuple[Variant, ...]
+    prefill_tp: int | None = None    # PD: a prefill server of this TP, and `tp` is the decode's
+    require_load_back: bool = False  # ok needs hicache_load_back_tokens_total > 0 after every round but the first
     stall_timeout: float = 20.0      # no request finished for this long: stalled
     deadline: float = 120.0          # a variant's workload must end by then
     hang_after: float = 3.0          # a collective blocked this long while a peer is elsewhere
@@ -66,6 +68,10 @@ class Scenario:
             if v.name == name:
                 return v
         raise ScenarioError(f"{self.id}: no variant {name!r}; variants: {', '.join(v.name for v in self.variants)}")
+
+    @property
+    def pd(self) -> bool:
+        return self.prefill_tp is not None
 
     def server_args(self, variant: Variant, tp: int | None = None, extra: tuple[str, ...] = ()) -> ServerArgs:
         return ServerArgs.from_cli([*self.engine_flags, *variant.flags, *extra], tp_size=tp or self.tp)
@@ -134,7 +140,10 @@ def load_scenario(path: Path) -> Scenario:
             raise ScenarioError(f"{where}: {exc}") from None
     scenario = Scenario(
         id=sid, title=_get(data, "title", str, where), summary=_get(data, "summary", str, where, ""),
-        upstream=_get(data, "upstream", dict, where, {}), tp=_get(topo, "tp", int, f"{where} [topology]", 2),
+        upstream=_get(data, "upstream", dict, where, {}),
+        tp=_get(topo, "decode_tp", int, f"{where} [topology]", None) or _get(topo, "tp", int, f"{where} [topology]", 2),
+        prefill_tp=_get(topo, "prefill_tp", int, f"{where} [topology]", None),
+        require_load_back=_get(run, "require_load_back", bool, f"{where} [run]", False),
         engine_flags=_strings(eng, "flags", f"{where} [engine]"),
         setup_flags=_strings(setup, "flags", f"{where} [setup]"), workload=workload,
         faults=faults, probes=_strings(data, "probes", where), variants=tuple(variants),
