@@ -125,7 +125,7 @@ def test_pd_dropped_kv_fails_on_every_decode_rank_then_a_dead_part_is_named(laun
     the room together, answer 502 and keep serving; then killing decode rank 1 stops
     everything and names it."""
     server = launch("--pd", "--prefill-tp", "1", "--decode-tp", "2", "--inject", "kv-drop:role=prefill,rank=0",
-                    "--disaggregation-transfer-timeout", "3")
+                    "--disaggregation-transfer-timeout", "2")
     url = server.wait_ready()
     r = requests.post(url + "/generate", json={"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}},
                       timeout=60)
@@ -137,3 +137,20 @@ def test_pd_dropped_kv_fails_on_every_decode_rank_then_a_dead_part_is_named(laun
     assert "Error: decode rank 1 died (killed by SIGKILL)" in "".join(server.stderr)
 
 
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--pd", "--tp", "2"], "--tp does not apply with --pd"),
+    pytest.param(["--prefill-tp", "2"], "need --pd", marks=pytest.mark.slow),
+    pytest.param(["--pd", "--decode-tp", "3"], "must divide", marks=pytest.mark.slow),
+    pytest.param(["--pd", "--inject", "kv-drop:role=router"], "role must be prefill or decode", marks=pytest.mark.slow),
+])
+def test_pd_usage_errors_exit_2_with_one_line(hctool_cmd, clean_env, tmp_path, args, message):
+    import subprocess
+    from tests.test_launch import REPO
+    clean_env["PYTHONPATH"] = str(REPO)
+    res = subprocess.run([*hctool_cmd, "launch", "--cpu", "--run-dir", str(tmp_path), *args],
+                         cwd=REPO, env=clean_env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("Error: ") and message in res.stderr.splitlines()[0], res.stderr
+    assert "Traceback" not in res.stderr and res.stdout == ""
