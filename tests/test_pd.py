@@ -154,3 +154,22 @@ def test_pd_usage_errors_exit_2_with_one_line(hctool_cmd, clean_env, tmp_path, a
     assert res.returncode == 2, res.stderr
     assert res.stderr.startswith("Error: ") and message in res.stderr.splitlines()[0], res.stderr
     assert "Traceback" not in res.stderr and res.stdout == ""
+
+
+@pytest.mark.slow
+def test_pd_per_role_launch_serves_tp1_tokens(launch, reference):  # noqa: F811
+    """The form for several hosts: each part started by its own `hctool launch --pd-role`."""
+    from hctool.procs import free_port
+    boot = free_port()
+    prefill = launch("--pd-role", "prefill", "--disaggregation-bootstrap-port", str(boot))
+    decode = launch("--pd-role", "decode", "--disaggregation-kv-host", "127.0.0.1")
+    purl, durl = prefill.wait_ready(), decode.wait_ready()
+    assert f"bootstrap: 127.0.0.1:{boot}" in "".join(prefill.stderr)
+    router = launch("--pd-role", "router", "--prefill-url", purl, "--bootstrap", f"127.0.0.1:{boot}",
+                    "--decode-url", durl)
+    url = router.wait_ready()
+    check_answers(generate_all(url, pd_prompts()), reference, 1)
+    for part in (router, decode, prefill):
+        part.proc.send_signal(signal.SIGTERM)
+        assert part.wait_exit() == 0
+        assert part.survivors() == []

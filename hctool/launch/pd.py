@@ -37,9 +37,11 @@ class PDTopology:
                                            disaggregation_bootstrap_port=boot_port)
         decode_args = dataclasses.replace(base, tp_size=decode_tp, disaggregation_mode="decode")
         side_env = side_env or {}
+        # On one CUDA host the prefill takes GPUs [0, P) and the decode [P, P + D).
+        offsets = {"prefill": 0, "decode": prefill_tp if base.device == "cuda" else 0}
         self.sides = [Topology(a, self.run_dir, faults=faults, probes=probes, label=label,
                                extra_env={**self.extra_env, **side_env.get(label, {})},
-                               death_event=self.death_event)
+                               death_event=self.death_event, local_rank_offset=offsets[label])
                       for label, a in (("prefill", prefill_args), ("decode", decode_args))]
         self.prefill, self.decode = self.sides
         self.log_paths: dict[str, Path] = {}
@@ -52,36 +54,12 @@ class PDTopology:
             self.log_paths.update({f"{side.label} {n}": p for n, p in side.log_paths.items()})
         self.port = self.port or _distinct_free_ports(1)[0]
         side_url = {s.label: f"http://127.0.0.1:{s.port}" for s in self.sides}
-        env = inject_env({**os.environ, "PYTHONUNBUFFERED": "1", **self.extra_env,
-                          "PYTHONPATH": os.pathsep.join(p for p in (SOURCE_ROOT, os.environ.get("PYTHONPATH")) if p)},
-                         HCTOOL_RUN_DIR=str(self.run_dir))
-        cmd = python_cmd("-m", "engine.disaggregation.mini_lb", "--host", self.host, "--port", str(self.port),
-                         "--prefill", side_url["prefill"], f"{self.bootstrap[0]}:{self.bootstrap[1]}",
-                         "--decode", side_url["decode"])
         # The router's process joins the prefill side's set: watched and reaped with it.
         self.prefill.log_paths["router"] = self.log_paths["router"] = self.run_dir / "router.log"
-        child = self.prefill.procs.start("router", cmd, env=env, log_path=self.run_dir / "router.log")
-        threading.Thread(target=self._wait_router, args=(child,), daemon=True).start()
-        connect = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
-        health = f"http://{_url_host(connect)}:{self.port}/health"
-        while True:
-            death = self.first_death()
-            if death is not None:
-                raise TopologyError(death.message(), death)
-            with contextlib.suppress(requests.RequestException):
-                if requests.get(health, timeout=5).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise TopologyError(f"not ready after {timeout:g} s; see the logs in {self.run_dir}")
-            self.death_event.wait(0.2)
-        self.base_url = f"http://{_url_host(self.host)}:{self.port}"
+        spawn_router(self.prefill, self.host, self.port, side_url["prefill"],
+                     f"{self.bootstrap[0]}:{self.bootstrap[1]}", side_url["decode"], self.extra_env)
+        self.base_url = wait_router_healthy(self, self.host, self.port, deadline, timeout)
         return self.base_url
-
-    def _wait_router(self, child) -> None:
-        code = child.popen.wait()
-        with self.prefill._lock:
-            self.prefill._deaths.append(Death("router", code, child.log_path, time.monotonic()))
-        self.death_event.set()
 
     def first_death(self) -> Death | None:
         deaths = [d for d in (s.first_death() for s in self.sides) if d is not None]
@@ -131,6 +109,56 @@ class PDTopology:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def spawn_router(owner: Topology, host: str, port: int, prefill_url: str, bootstrap: str, decode_url: str,
+                 extra_env: dict[str, str]) -> None:
+    """Start mini_lb as a process of `owner` (its death is recorded there as "router")."""
+    env = inject_env({**os.environ, "PYTHONUNBUFFERED": "1", **extra_env,
+                      "PYTHONPATH": os.pathsep.join(p for p in (SOURCE_ROOT, os.environ.get("PYTHONPATH")) if p)},
+                     HCTOOL_RUN_DIR=str(owner.run_dir))
+    cmd = python_cmd("-m", "engine.disaggregation.mini_lb", "--host", host, "--port", str(port),
+                     "--prefill", prefill_url, bootstrap, "--decode", decode_url)
+    owner.run_dir.mkdir(parents=True, exist_ok=True)
+    owner.log_paths["router"] = owner.run_dir / "router.log"
+    child = owner.procs.start("router", cmd, env=env, log_path=owner.run_dir / "router.log")
+
+    def wait() -> None:
+        code = child.popen.wait()
+        with owner._lock:
+            owner._deaths.append(Death("router", code, child.log_path, time.monotonic()))
+        owner._death_event.set()
+    threading.Thread(target=wait, name="wait-router", daemon=True).start()
+
+
+def wait_router_healthy(topo, host: str, port: int, deadline: float, timeout: float) -> str:
+    """Until the router's /health is 200 (it asks both sides), or a death, or the deadline."""
+    connect = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    health = f"http://{_url_host(connect)}:{port}/health"
+    while True:
+        death = topo.first_death()
+        if death is not None:
+            raise TopologyError(death.message(), death)
+        with contextlib.suppress(requests.RequestException):
+            if requests.get(health, timeout=5).status_code == 200:
+                return f"http://{_url_host(host)}:{port}"
+        if time.monotonic() > deadline:
+            raise TopologyError(f"not ready after {timeout:g} s; see the logs in {topo.run_dir}")
+        time.sleep(0.2)
+
+
+class RouterTopology(Topology):
+    """`hctool launch --pd-role router`: the router alone, in front of servers started elsewhere."""
+
+    def __init__(self, prefill_url: str, bootstrap: str, decode_url: str, run_dir, host: str, port: int | None):
+        super().__init__(ServerArgs(), run_dir, host=host, port=port, label="")
+        self.urls = (prefill_url, bootstrap, decode_url)
+
+    def start(self, timeout: float = 300.0) -> str:
+        self.port = self.port or _distinct_free_ports(1)[0]
+        spawn_router(self, self.host, self.port, *self.urls, self.extra_env)
+        self.base_url = wait_router_healthy(self, self.host, self.port, time.monotonic() + timeout, timeout)
+        return self.base_url
 
 
 class _AllProcs:

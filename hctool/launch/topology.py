@@ -52,8 +52,9 @@ class Topology:
     def __init__(self, server_args: ServerArgs, run_dir: str | Path, faults: list[str] = (),
                  probes: list[str] = (), extra_env: dict[str, str] | None = None,
                  host: str = "127.0.0.1", port: int | None = None, rank_module: str = "engine.rank",
-                 label: str = "", death_event: threading.Event | None = None):
+                 label: str = "", death_event: threading.Event | None = None, local_rank_offset: int = 0):
         self.label = label  # "prefill" / "decode" in a PD topology: names deaths and logs
+        self.local_rank_offset = local_rank_offset  # PD on one host: decode's GPUs follow prefill's
         self.run_dir = Path(run_dir).resolve()
         if not server_args.run_dir:
             server_args = dataclasses.replace(server_args, run_dir=str(self.run_dir))
@@ -99,7 +100,7 @@ class Topology:
         world = self.server_args.tp_size
         for rank in range(world):
             self._spawn(f"rank {rank}", self.rank_module, {
-                **env, **common, **torchrun_env(rank, world, "127.0.0.1", master_port),
+                **env, **common, **torchrun_env(rank, world, "127.0.0.1", master_port, rank + self.local_rank_offset),
                 "HCTOOL_IPC_HOST": "127.0.0.1", "HCTOOL_ROLE": self.label or "null"})
 
     def wait_healthy(self, timeout: float) -> str:
