@@ -1,5 +1,7 @@
 """The linter on our own engine: the #30760 shape (the per-poll vote inside the
-admission loop) is the one finding; the bulk and per-tick paths are clean."""
+admission loop) and the #29483 shape (`--decode-restore-gate event`: loading_check()
+behind a rank-local event query) are the two findings, both kept as named variants;
+the bulk, per-tick and slot paths are clean."""
 
 from __future__ import annotations
 
@@ -24,7 +26,9 @@ def test_engine_has_exactly_the_per_poll_finding():
     findings = json.loads(out.stdout)
     vote = _line_of("engine/managers/scheduler_prefill.py", "ready = self.tree_cache.check_prefetch_progress(req.rid)")
     loop = _line_of("engine/managers/scheduler_prefill.py", "for req in self.waiting_queue:")
-    assert [(f["rule"], f["path"], f["line"]) for f in findings] == [("HC101", "engine/managers/scheduler_prefill.py", vote)]
+    gate = _line_of("engine/mem_cache/hiradix_cache.py", "            self.loading_check()")
+    assert [(f["rule"], f["path"], f["line"]) for f in findings] == [
+        ("HC101", "engine/managers/scheduler_prefill.py", vote), ("HC103", "engine/mem_cache/hiradix_cache.py", gate)]
     related = {(r["path"], r["line"]) for r in findings[0]["related"]}
     assert ("engine/managers/scheduler_prefill.py", loop) in related
     # The chain reaches the MAX vote inside HiRadixCache._vote_prefetch.
