@@ -129,7 +129,7 @@ class ReproHarness:
         report = {"name": variant.name, "expected": list(variant.expected), "verdict": verdict,
                   "ok": ok, "seconds": round(time.monotonic() - t0, 2), "load_back_tokens_by_round": per_round,
                   "requests": driver.counts(), "reason": reason,
-                  "first_divergence": (live or {}).get("first_divergence") or final.get("first_divergence"),
+                  "first_divergence": _first_divergence(outcome, live, final),
                   "stacks": stacks or final.get("stacks") or {}, "artifacts": str(vdir)}
         (vdir / "report.json").write_text(json.dumps(report, indent=2))
         if stacks:
@@ -179,6 +179,15 @@ def _summarize(runs: list[dict]) -> dict:
                 ok_runs=sum(r["ok"] for r in runs), verdicts=verdicts,
                 seconds=round(sum(r["seconds"] for r in runs), 2), ok=all(r["ok"] for r in runs))
     return last
+
+
+def _first_divergence(outcome: str, live: dict | None, final: dict) -> dict | None:
+    """After a death the traces are complete by the time of the final analysis, which
+    (unlike the live check, taken 0.5 s after the death) is not cut short by the
+    live settle window; otherwise what the live check saw first."""
+    if outcome == "death" and final.get("first_divergence"):
+        return final["first_divergence"]
+    return (live or {}).get("first_divergence") or final.get("first_divergence")
 
 
 def _load_back_tokens(url: str) -> int:
