@@ -120,6 +120,18 @@ def test_pd_p2_d1_matches_tp1(launch, reference):  # noqa: F811
     assert server.survivors() == []
 
 
+def test_pd_killed_decode_rank_is_named_and_everything_goes(launch):  # noqa: F811
+    server = launch("--pd", "--prefill-tp", "1", "--decode-tp", "1")
+    server.wait_ready()
+    os.kill(pid_of(server, "decode", 0), signal.SIGKILL)
+    assert server.wait_exit() == 1
+    assert server.survivors() == []
+    stderr = "".join(server.stderr)
+    assert "Error: decode rank 0 died (killed by SIGKILL)" in stderr
+    assert str(server.run_dir / "decode-rank0.log") in stderr
+
+
+@pytest.mark.slow
 def test_pd_dropped_kv_fails_on_every_decode_rank_then_a_dead_part_is_named(launch):  # noqa: F811
     """A prefill rank whose KV never arrives: the decode ranks agree (MIN poll) to fail
     the room together, answer 502 and keep serving; then killing decode rank 1 stops
@@ -140,7 +152,7 @@ def test_pd_dropped_kv_fails_on_every_decode_rank_then_a_dead_part_is_named(laun
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--pd", "--tp", "2"], "--tp does not apply with --pd"),
+    pytest.param(["--pd", "--tp", "2"], "--tp does not apply with --pd", marks=pytest.mark.slow),
     pytest.param(["--prefill-tp", "2"], "need --pd", marks=pytest.mark.slow),
     pytest.param(["--pd", "--decode-tp", "3"], "must divide", marks=pytest.mark.slow),
     pytest.param(["--pd", "--inject", "kv-drop:role=router"], "role must be prefill or decode", marks=pytest.mark.slow),
