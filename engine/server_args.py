@@ -19,6 +19,7 @@ PREFETCH_VOTES = ("per-poll", "bulk", "per-tick")
 STORAGE_BACKENDS = ("file",)
 DISAGG_MODES = ("null", "prefill", "decode")
 RESTORE_GATES = ("event", "slot")
+DECODE_POLLS = ("queue", "fixed")
 
 
 def _opt(default, help: str, choices=None):
@@ -73,6 +74,7 @@ class ServerArgs:
     disaggregation_kv_host: str = _opt("127.0.0.1", "decode: address its ranks receive KV on (one free port each)")
     disaggregation_transfer_timeout: float = _opt(60.0, "decode: seconds a request may wait for its KV")
     disaggregation_decode_enable_radix_cache: bool = _opt(False, "decode: keep a radix cache (and HiCache with --enable-hierarchical-cache)")
+    decode_poll: str = _opt("fixed", "decode transfer poll: queue (pre-fix, SGLang #36928) or fixed (the fix)", DECODE_POLLS)
     decode_restore_gate: str = _opt("slot", "decode local restore: event (pre-fix, SGLang #29483) or slot (the fix)", RESTORE_GATES)
     model: ModelConfig = field(default_factory=ModelConfig, metadata={"cli": False})
 
@@ -96,7 +98,8 @@ class ServerArgs:
         for name, allowed in (("hicache_write_policy", WRITE_POLICIES),
                               ("hicache_storage_prefetch_policy", PREFETCH_POLICIES),
                               ("prefetch_vote", PREFETCH_VOTES), ("device", ("cpu", "cuda")),
-                              ("disaggregation_mode", DISAGG_MODES), ("decode_restore_gate", RESTORE_GATES)):
+                              ("disaggregation_mode", DISAGG_MODES), ("decode_restore_gate", RESTORE_GATES),
+                              ("decode_poll", DECODE_POLLS)):
             if getattr(self, name) not in allowed:
                 problems.append(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}")
         if self.hicache_storage_backend not in (None, *STORAGE_BACKENDS):

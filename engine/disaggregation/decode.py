@@ -12,6 +12,10 @@ issued every tick, even with an empty queue, over a fixed-shape payload of
 `max_running_requests` poll states padded with Success (SGLang's incident of
 queue-sized, sometimes-skipped poll collectives is INCIDENTS.md #9). A request
 moves on, or fails, on every rank in the same tick.
+
+`--decode-poll queue` keeps the pre-fix shape of #36928 / #21297: a request joins
+the transfer queue when this rank's own receiver has bootstrapped (rank-local), and
+the poll is sized by the local queue and skipped when it is empty.
 """
 
 from __future__ import annotations
@@ -55,10 +59,12 @@ class DecodeQueues(DecodeHiCacheMixin):
                                            a.disaggregation_transfer_timeout)
         self.prealloc_queue: list[DecodeRequest] = []
         self.transfer_queue: list[DecodeRequest] = []
+        self.bootstrap_queue: list[DecodeRequest] = []  # --decode-poll queue only
+        self.queue_poll = a.decode_poll == "queue"
         self.local_restore = hasattr(s.tree_cache, "is_load_back_event_done")
 
     def __len__(self) -> int:
-        return len(self.prealloc_queue) + len(self.transfer_queue)
+        return len(self.prealloc_queue) + len(self.bootstrap_queue) + len(self.transfer_queue)
 
     def add_request(self, msg: TokenizedGenerateReqInput) -> ErrorOutput | None:
         s = self.scheduler
@@ -74,6 +80,10 @@ class DecodeQueues(DecodeHiCacheMixin):
     def process_decode_queue(self) -> None:
         """Every decode rank, every tick: prealloc, then the agreed poll."""
         self.pop_preallocated()
+        if self.queue_poll:  # pre-fix: a request moves on when THIS rank's handshake is done
+            ready = [dr for dr in self.bootstrap_queue if self.receivers.poll(dr.req.bootstrap_room) > KVPoll.Bootstrapping]
+            self.bootstrap_queue = [dr for dr in self.bootstrap_queue if dr not in ready]
+            self.transfer_queue += ready
         if self.local_restore:
             self._process_hicache_local_restores(self.transfer_queue)
         states = self.poll_and_all_reduce()
@@ -90,7 +100,7 @@ class DecodeQueues(DecodeHiCacheMixin):
     def pop_preallocated(self) -> None:
         s = self.scheduler
         while self.prealloc_queue:
-            if len(s.decode.running) + len(self.transfer_queue) >= self.max_running:
+            if len(s.decode.running) + len(self.transfer_queue) + len(self.bootstrap_queue) >= self.max_running:
                 return
             if s.model_runner.req_to_token_pool.available_size() <= 0:
                 return
@@ -99,7 +109,7 @@ class DecodeQueues(DecodeHiCacheMixin):
                 return  # no L1 room (a replicated decision): wait for running requests
             self.prealloc_queue.pop(0)
             self.receivers.init(dr.req.bootstrap_room, dr.bootstrap_host, dr.bootstrap_port)
-            self.transfer_queue.append(dr)
+            (self.bootstrap_queue if self.queue_poll else self.transfer_queue).append(dr)
 
     def prealloc(self, dr: DecodeRequest) -> bool:
         """Mutates: tree (match, lock), allocator, req pool. Reserves the prompt's pages,
@@ -128,11 +138,22 @@ class DecodeQueues(DecodeHiCacheMixin):
 
     def poll_and_all_reduce(self) -> list[int]:
         local = [int(self._gate_restore(dr, self.receivers.poll(dr.req.bootstrap_room))) for dr in self.transfer_queue]
+        if self.queue_poll:
+            return self._poll_queue_sized(local)
         payload = torch.full((self.max_running,), int(KVPoll.Success), dtype=torch.int64)
         payload[: len(local)] = torch.tensor(local, dtype=torch.int64)
         if self.scheduler.tp_size > 1:
             dist.all_reduce(payload, op=dist.ReduceOp.MIN, group=self.scheduler.tp_cpu_group)
         return payload[: len(local)].tolist()
+
+    def _poll_queue_sized(self, local: list[int]) -> list[int]:
+        """--decode-poll queue (pre-fix): sized by the local queue, skipped when it is empty."""
+        if not local:
+            return []
+        payload = torch.tensor(local, dtype=torch.int64)
+        if self.scheduler.tp_size > 1:
+            dist.all_reduce(payload, op=dist.ReduceOp.MIN, group=self.scheduler.tp_cpu_group)
+        return payload.tolist()
 
     def commit_transferred(self, dr: DecodeRequest) -> None:
         """Mutates: L1 (the transferred KV beyond decode's own prefix), req, running."""
