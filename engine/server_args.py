@@ -18,6 +18,9 @@ WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
 PREFETCH_VOTES = ("per-poll", "bulk", "per-tick")
 STORAGE_BACKENDS = ("file",)
+DISAGG_MODES = ("null", "prefill", "decode")
+RESTORE_GATES = ("event", "slot")
+DECODE_POLLS = ("queue", "fixed")
 
 
 def _opt(default, help: str, choices=None):
@@ -76,6 +79,14 @@ class ServerArgs:
     prefetch_vote: str = _opt("per-tick", "how ranks agree a prefetch may end: per-poll (SGLang #30760), bulk (#33029), per-tick", PREFETCH_VOTES)
     dist_timeout: float = _opt(600.0, "torch.distributed group timeout in seconds")
     run_dir: str = _opt("", "directory for logs, traces and default storage")
+    disaggregation_mode: str = _opt("null", "PD role of this server: null (plain TP), prefill or decode", DISAGG_MODES)
+    disaggregation_bootstrap_host: str = _opt("127.0.0.1", "prefill: address its bootstrap server listens on")
+    disaggregation_bootstrap_port: int = _opt(8998, "prefill: port of its bootstrap server (on prefill rank 0)")
+    disaggregation_kv_host: str = _opt("127.0.0.1", "decode: address its ranks receive KV on (one free port each)")
+    disaggregation_transfer_timeout: float = _opt(60.0, "decode: seconds a request may wait for its KV")
+    disaggregation_decode_enable_radix_cache: bool = _opt(False, "decode: keep a radix cache (and HiCache with --enable-hierarchical-cache)")
+    decode_poll: str = _opt("fixed", "decode transfer poll: queue (pre-fix, SGLang #36928) or fixed (the fix)", DECODE_POLLS)
+    decode_restore_gate: str = _opt("slot", "decode local restore: event (pre-fix, SGLang #29483) or slot (the fix)", RESTORE_GATES)
     model: ModelConfig = field(default_factory=ModelConfig, metadata={"cli": False})
 
     def __post_init__(self) -> None:
@@ -101,7 +112,9 @@ class ServerArgs:
             problems.append("--hicache-ratio must be above 1 (the host pool must be larger than the device pool)")
         for name, allowed in (("hicache_write_policy", WRITE_POLICIES),
                               ("hicache_storage_prefetch_policy", PREFETCH_POLICIES),
-                              ("prefetch_vote", PREFETCH_VOTES), ("device", ("cpu", "cuda"))):
+                              ("prefetch_vote", PREFETCH_VOTES), ("device", ("cpu", "cuda")),
+                              ("disaggregation_mode", DISAGG_MODES), ("decode_restore_gate", RESTORE_GATES),
+                              ("decode_poll", DECODE_POLLS)):
             if getattr(self, name) not in allowed:
                 problems.append(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}")
         if self.hicache_storage_backend not in (None, *STORAGE_BACKENDS):
@@ -110,6 +123,10 @@ class ServerArgs:
             problems.append("--hicache-storage-backend needs --enable-hierarchical-cache")
         if self.enable_hierarchical_cache and self.disable_radix_cache:
             problems.append("--enable-hierarchical-cache cannot be combined with --disable-radix-cache")
+        if self.disaggregation_transfer_timeout <= 0:
+            problems.append("--disaggregation-transfer-timeout must be positive")
+        if not 0 <= self.disaggregation_bootstrap_port < 65536:
+            problems.append("--disaggregation-bootstrap-port must be a port number")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -117,6 +134,11 @@ class ServerArgs:
     def max_context_len(self) -> int:
         """Longest prompt + output one request may have: it must fit the L1 pool."""
         return self.max_total_tokens - self.page_size
+
+    @property
+    def decode_radix_disabled(self) -> bool:
+        """A decode server keeps no radix cache unless asked (as in SGLang)."""
+        return self.disaggregation_mode == "decode" and not self.disaggregation_decode_enable_radix_cache
 
     # --- transport ------------------------------------------------------------
     def to_json(self) -> str:

@@ -210,7 +210,11 @@ def parse_generate(body: bytes, vocab_size: int, max_context_len: int) -> Tokeni
         rid = uuid.uuid4().hex
     elif not isinstance(rid, str) or not rid:
         raise BadRequest("'rid' must be a non-empty string")
-    msg = TokenizedGenerateReqInput(rid, input_ids, SamplingParams(**known))
+    boot = {k: req.get(k) for k in ("bootstrap_host", "bootstrap_port", "bootstrap_room")}
+    for key, kind in (("bootstrap_host", str), ("bootstrap_port", int), ("bootstrap_room", int)):
+        if boot[key] is not None and (not isinstance(boot[key], kind) or isinstance(boot[key], bool)):
+            raise BadRequest(f"'{key}' must be {'a string' if kind is str else 'an integer'}")
+    msg = TokenizedGenerateReqInput(rid, input_ids, SamplingParams(**known), **boot)
     error = msg.verify(vocab_size, max_context_len)
     if error:
         raise BadRequest(error)

@@ -55,6 +55,10 @@ class TokenizedGenerateReqInput:
     rid: str
     input_ids: list[int]
     sampling_params: SamplingParams = field(default_factory=SamplingParams)
+    # PD only (SGLang's names): the prefill's bootstrap server and this request's room.
+    bootstrap_host: str | None = None
+    bootstrap_port: int | None = None
+    bootstrap_room: int | None = None
 
     def verify(self, vocab_size: int, max_context_len: int) -> str | None:
         """Both sides run this: the frontend answers 400, a rank an error output,

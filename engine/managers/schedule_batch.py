@@ -28,11 +28,12 @@ class Req:
     cached: dict | None = None      # cached_tokens_details at first admission
     generator: torch.Generator | None = None
     finished: bool = False
+    bootstrap_room: int | None = None  # PD: where this request's KV travels
 
     @classmethod
     def from_input(cls, msg: TokenizedGenerateReqInput) -> Req:
         sp = msg.sampling_params
-        req = cls(msg.rid, list(msg.input_ids), sp)
+        req = cls(msg.rid, list(msg.input_ids), sp, bootstrap_room=msg.bootstrap_room)
         if sp.temperature > 0:  # seeded by the rid, so every rank draws the same tokens
             seed = int.from_bytes(msg.rid.encode()[:8].ljust(8, b"\0"), "little") & 0x7FFFFFFF
             req.generator = torch.Generator().manual_seed(seed)

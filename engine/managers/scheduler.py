@@ -34,7 +34,7 @@ class Scheduler:
     def __init__(self, args: ServerArgs, tp_rank: int, tp_size: int, tp_cpu_group, io_group, device: torch.device,
                  recv_from_frontend: Callable[[float], list] | None = None,
                  send_to_frontend: Callable[[object], None] | None = None, model_group=None):
-        self.args, self.tp_rank = args, tp_rank
+        self.args, self.tp_rank, self.tp_size, self.tp_cpu_group = args, tp_rank, tp_size, tp_cpu_group
         self.sync = TickCollectives(tp_cpu_group, tp_size)
         self.model_runner = ModelRunner(args, tp_rank, tp_size, device, group=model_group)
         r = self.model_runner
@@ -46,6 +46,14 @@ class Scheduler:
         self.prefill = PrefillManager(args, self.tree_cache, r.req_to_token_pool, r.token_to_kv_pool_allocator,
                                       self.sync)
         self.decode = DecodeManager(r, self.resources)
+        # PD (SGLang's disaggregation mixins): a prefill server pushes KV, a decode server receives it.
+        self.disagg_prefill = self.disagg_decode = None
+        if args.disaggregation_mode == "prefill":
+            from engine.disaggregation.prefill import PrefillBootstrap
+            self.disagg_prefill = PrefillBootstrap(args, tp_rank, tp_size, r)
+        elif args.disaggregation_mode == "decode":
+            from engine.disaggregation.decode import DecodeQueues
+            self.disagg_decode = DecodeQueues(self)
         self.check_integrity_each_tick = os.environ.get("HCTOOL_CHECK_INTEGRITY") == "1"
         self.did_work = True
         self.ticks = 0
@@ -54,12 +62,14 @@ class Scheduler:
     # -- the tick ----------------------------------------------------------------------
     def event_loop(self) -> None:
         while True:
-            idle = not self.prefill.waiting_queue and not self.decode.running
+            idle = not self.prefill.waiting_queue and not self.decode.running and not self.disagg_decode
             msgs = self.io.recv_requests(idle, self.did_work)           # recv (broadcast)
             if not self.process_input_requests(msgs):
                 return
             self.ticks += 1
             self.tree_cache.check_hicache_events()                       # agree (cache events)
+            if self.disagg_decode is not None:
+                self.disagg_decode.process_decode_queue()                # PD: prealloc, agreed poll
             batch = self.prefill.get_new_batch_prefill(                  # schedule (agreed admission)
                 len(self.decode.running), self.resources.reserved_decode_tokens(self.decode.running))
             ran_prefill = bool(batch) and self.run_prefill(batch)        # run
@@ -80,7 +90,8 @@ class Scheduler:
             if isinstance(msg, FlushCacheReqInput):
                 self.io.send(self.flush_cache(msg))
             elif isinstance(msg, TokenizedGenerateReqInput):
-                error = self.prefill.add_request(msg)
+                add = self.disagg_decode.add_request if self.disagg_decode is not None else self.prefill.add_request
+                error = add(msg)
                 if error is not None:
                     self.io.send(error)
         return True
@@ -106,6 +117,12 @@ class Scheduler:
                 self.counters.prompt_tokens += len(req.input_ids)
             if not self.args.disable_radix_cache:
                 self.resources.cache_unfinished_req(req)
+            if self.disagg_prefill is not None and req.bootstrap_room is not None:
+                self.disagg_prefill.send_kv(req, tok)  # decode continues from here
+                req.output_ids.append(tok)
+                self.counters.generation_tokens += 1
+                self.finish(req)
+                continue
             if req.max_new_tokens == 0:
                 self.finish(req)
                 continue
@@ -176,3 +193,6 @@ class Scheduler:
 
     def close(self) -> None:
         self.tree_cache.close()
+        for part in (self.disagg_prefill, self.disagg_decode):
+            if part is not None:
+                part.close()

@@ -30,8 +30,8 @@ def host_pool_pages(args: ServerArgs, device_pool: KVPool) -> int:
 def create_tree_cache(args: ServerArgs, allocator: PagedAllocator, device_pool: KVPool, tp_cpu_group,
                       io_group, tp_rank: int, tp_size: int, device: torch.device) -> BasePrefixCache:
     p, cfg = args.page_size, args.model
-    if not args.enable_hierarchical_cache:
-        return RadixCache(p, allocator, disable=args.disable_radix_cache)
+    if not args.enable_hierarchical_cache or args.decode_radix_disabled:
+        return RadixCache(p, allocator, disable=args.disable_radix_cache or args.decode_radix_disabled)
     host_pages = host_pool_pages(args, device_pool)
     host_pool = KVPool(host_pages, p, cfg.num_layers, cfg.num_heads // tp_size, cfg.head_dim, torch.device("cpu"),
                        pin_memory=device.type == "cuda")

@@ -157,6 +157,36 @@ class HiRadixCache(RadixCache):
         counter = self.cache_controller.layer_done_counter
         return lambda layer: counter.wait_until(consumer, layer)
 
+    # -- PD decode local restore (engine/disaggregation/decode_hicache_mixin.py) ------
+    def loading_check(self) -> None:
+        """SGLang's loading_check: a MIN all_reduce of the finished load-backs, then
+        every rank reaps that many acks. Only `--decode-restore-gate event` calls it."""
+        _, loads = self.cache_controller.ready_counts()
+        t = torch.tensor([loads], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
+        for ack in self.cache_controller.pop_acks("load", int(t.item())):
+            for node in ack.nodes:
+                self.dec_host_ref(node)
+
+    def is_load_back_event_done(self, consumer_index: int) -> bool:
+        """Whether the load-back in `consumer_index`'s slot finished on this rank.
+        event (pre-fix, SGLang #29483): when it did, enter loading_check() - a TP
+        collective on the ranks whose event fired only. slot (the fix): poll the
+        local event only; check_hicache_events reaps the acks in lockstep."""
+        if consumer_index < 0:
+            return True
+        events = self.cache_controller.layer_done_counter.events[consumer_index]
+        if events is not None and not events[-1].query():
+            return False
+        if self.args.decode_restore_gate == "event":
+            self.loading_check()
+        return True
+
+    def has_free_load_back_slot(self) -> bool:
+        """Replicated: the ack queue grows in start_loading and shrinks by agreed pops."""
+        c = self.cache_controller
+        return len(c.ack_load_queue) < c.layer_done_counter.num_counters
+
     # -- the per-tick agreement -------------------------------------------------------
     def _prefetch_set_digest(self) -> int:
         h = hashlib.blake2b("\0".join(self.ongoing_prefetch).encode(), digest_size=7)

@@ -7,6 +7,7 @@ Exit codes: 0 after Ctrl-C, SIGTERM or SIGHUP (a requested stop is a clean stop)
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -93,12 +94,29 @@ def launch(
     probes: list[str] = typer.Option([], "--probes", help="Python module the ranks import at startup (repeatable)."),
     cuda: bool = typer.Option(None, "--cuda/--cpu", help="Device (default: CUDA when there is a GPU per rank)."),
     startup_timeout: float = typer.Option(300.0, "--startup-timeout", help="Seconds to wait for every rank to serve."),
+    pd: bool = typer.Option(False, "--pd", help="Prefill/decode disaggregation: router + prefill server + decode server."),
+    prefill_tp: int = typer.Option(1, "--prefill-tp", help="With --pd: tensor-parallel ranks of the prefill server."),
+    decode_tp: int = typer.Option(1, "--decode-tp", help="With --pd: tensor-parallel ranks of the decode server."),
+    pd_role: str = typer.Option(None, "--pd-role", help="Start one PD part only: prefill or decode (--tp ranks), or router."),
+    prefill_url: str = typer.Option(None, "--prefill-url", help="--pd-role router: the prefill server's URL."),
+    bootstrap: str = typer.Option(None, "--bootstrap", help="--pd-role router: the prefill's bootstrap HOST:PORT."),
+    decode_url: str = typer.Option(None, "--decode-url", help="--pd-role router: the decode server's URL."),
 ) -> None:
     from engine.server_args import ServerArgs
-    from hctool.launch import Topology, TopologyError
+    from hctool.launch import PDTopology, Topology, TopologyError
+    from hctool.launch.pd import RouterTopology
     from hctool.procs import sigterm_as_interrupt
 
-    device = _detect_device(cuda, tp)
+    if pd and tp != 1:
+        raise UsageError("--tp does not apply with --pd", "use --prefill-tp and --decode-tp")
+    if not pd and (prefill_tp != 1 or decode_tp != 1):
+        raise UsageError("--prefill-tp and --decode-tp need --pd")
+    for name, value in (("--tp", tp), ("--prefill-tp", prefill_tp), ("--decode-tp", decode_tp)):
+        if value < 1:
+            raise UsageError(f"{name} must be at least 1")
+    if pd_role is not None:
+        _check_role(pd_role, pd, prefill_url, bootstrap, decode_url)
+    device = _detect_device(cuda, prefill_tp + decode_tp if pd else tp)
     if run_dir is None:
         run_dir = Path("hctool-runs") / f"launch-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     run_dir = run_dir.resolve()
@@ -107,6 +125,8 @@ def launch(
             raise UsageError(f"{arg.split('=')[0]} is set by launch", "use --cuda/--cpu and launch's --run-dir")
     try:
         server_args = ServerArgs.from_cli(list(ctx.args), tp_size=tp, device=device, run_dir=str(run_dir))
+        for side_tp in (prefill_tp, decode_tp) if pd else ():
+            dataclasses.replace(server_args, tp_size=side_tp)  # validates each side's TP
     except ValueError as exc:
         raise UsageError(str(exc), "see `hctool launch --help` for the engine flags") from None
     _validate_faults(inject)
@@ -116,12 +136,28 @@ def launch(
     if port and not _can_bind(host, port):
         raise UsageError(f"{host}:{port} is in use or not a local address", "pick another --port, or 0 for a free one")
 
-    topology = Topology(server_args, run_dir, faults=inject, probes=probes, host=host, port=port or None)
+    if pd_role == "router":
+        topology = RouterTopology(prefill_url, bootstrap, decode_url, run_dir, host, port or None)
+        what = f"the router (prefill {prefill_url}, decode {decode_url})"
+    elif pd_role is not None:
+        server_args = dataclasses.replace(server_args, disaggregation_mode=pd_role)
+        topology = Topology(server_args, run_dir, faults=inject, probes=probes, host=host, port=port or None,
+                            label=pd_role)
+        what = f"a {pd_role} server: frontend and {tp} rank(s)"
+        if pd_role == "prefill":
+            err.print(f"bootstrap: {server_args.disaggregation_bootstrap_host}:{server_args.disaggregation_bootstrap_port}")
+    elif pd:
+        topology = PDTopology(server_args, prefill_tp, decode_tp, run_dir, faults=inject, probes=probes, host=host,
+                              port=port or None)
+        what = f"router, prefill ({prefill_tp} rank(s)) and decode ({decode_tp} rank(s))"
+    else:
+        topology = Topology(server_args, run_dir, faults=inject, probes=probes, host=host, port=port or None)
+        what = f"frontend and {tp} rank(s)"
     err.print(f"run dir: {run_dir}")
     code = 0
     with sigterm_as_interrupt():
         try:
-            err.print(f"starting frontend and {tp} rank(s) on {device} ...")
+            err.print(f"starting {what} on {device} ...")
             url = topology.start(timeout=startup_timeout)
             err.print("logs: " + " ".join(str(p) for p in topology.log_paths.values()))
             print(f"ready: {url}", flush=True)
@@ -143,6 +179,20 @@ def launch(
         finally:
             _stop(topology)  # idempotent; also covers internal errors
     raise typer.Exit(code)
+
+
+def _check_role(role: str, pd: bool, prefill_url, bootstrap, decode_url) -> None:
+    if role not in ("prefill", "decode", "router"):
+        raise UsageError(f"--pd-role must be prefill, decode or router, got {role!r}")
+    if pd:
+        raise UsageError("--pd starts every part; --pd-role starts one", "drop one of them")
+    given = [prefill_url, bootstrap, decode_url]
+    if role == "router" and not all(given):
+        raise UsageError("--pd-role router needs --prefill-url, --bootstrap HOST:PORT and --decode-url")
+    if role != "router" and any(given):
+        raise UsageError("--prefill-url, --bootstrap and --decode-url are for --pd-role router")
+    if bootstrap and not bootstrap.rpartition(":")[2].isdigit():
+        raise UsageError(f"--bootstrap {bootstrap!r} is not HOST:PORT")
 
 
 def _can_bind(host: str, port: int) -> bool:

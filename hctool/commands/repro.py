@@ -42,7 +42,7 @@ def _catalogue(dirs: list[Path]):
 def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON only."),
              catalogue: list[Path] = CatalogueOpt) -> None:
     """List the incidents in the catalogue."""
-    entries = [{"id": s.id, "title": s.title, "upstream": s.upstream, "topology": {"tp": s.tp},
+    entries = [{"id": s.id, "title": s.title, "upstream": s.upstream, "topology": {"prefill_tp": s.prefill_tp, "decode_tp": s.tp} if s.pd else {"tp": s.tp},
                 "faults": list(s.faults),
                 "variants": [{"name": v.name, "expected": list(v.expected), "description": v.description}
                              for v in s.variants], "path": str(s.path)}
@@ -58,7 +58,7 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON only
     for e in entries:
         up = e["upstream"]
         refs = " ".join([f"#{i}" for i in up.get("issues", [])] + [f"PR #{p}" for p in up.get("prs", [])])
-        table.add_row(e["id"], e["title"], f"{up.get('project', '')} {refs}".strip(), str(e["topology"]["tp"]),
+        table.add_row(e["id"], e["title"], f"{up.get('project', '')} {refs}".strip(), _topology_cell(e["topology"]),
                       "\n".join(f"{v['name']}: {' | '.join(v['expected'])}" for v in e["variants"]))
     Console().print(table)
 
@@ -99,6 +99,10 @@ def run_cmd(
     else:
         _render(result)
     raise typer.Exit(0 if all(v["ok"] for v in result["variants"]) else 1)
+
+
+def _topology_cell(t: dict) -> str:
+    return f"PD: prefill TP{t['prefill_tp']} + decode TP{t['decode_tp']}" if "decode_tp" in t else str(t["tp"])
 
 
 def _site_cell(fd: dict | None) -> str:

@@ -5,7 +5,8 @@ late free, slow storage); it never issues a collective, so any divergence it
 provokes is the program's own.
 
 Spec: `KIND:key=value,...`, e.g. `h2d-sleep:rank=1,ms=30`; without `rank=` the
-fault applies to every rank. Passed to ranks as HCTOOL_FAULTS (';'-joined).
+fault applies to every rank. In a PD topology `role=prefill|decode` picks the
+side (each side numbers its ranks from 0), e.g. `h2d-sleep:role=decode,rank=1,ms=30`. Passed to ranks as HCTOOL_FAULTS (';'-joined).
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ FAULT_KINDS = {
     "d2h-sleep": "d2h",          # sleep before each device->host copy (backup)
     "free-delay": "free",        # device pages return to the free list this much later
     "storage-latency": "storage",  # each L3 page read takes this much longer
+    "kv-send-delay": "kv_send",    # PD prefill rank: each KV push starts this much later
+    "kv-drop": "kv_drop",          # PD prefill rank: its KV parts are never sent (ms ignored)
+    "bootstrap-delay": "bootstrap",  # PD decode rank: each bootstrap registration is this late
 }
+ROLES = ("prefill", "decode")
 
 
 @dataclass(frozen=True)
@@ -30,13 +35,15 @@ class Fault:
     kind: str
     ms: float
     rank: int | None = None
+    role: str | None = None
 
     def spec(self) -> str:
+        role = "" if self.role is None else f"role={self.role},"
         rank = "" if self.rank is None else f"rank={self.rank},"
-        return f"{self.kind}:{rank}ms={self.ms:g}"
+        return f"{self.kind}:{role}{rank}ms={self.ms:g}"
 
-    def applies_to(self, rank: int) -> bool:
-        return self.rank is None or self.rank == rank
+    def applies_to(self, rank: int, role: str | None = None) -> bool:
+        return (self.rank is None or self.rank == rank) and (self.role is None or self.role == role)
 
 
 def parse_fault(spec: str) -> Fault:
@@ -47,9 +54,13 @@ def parse_fault(spec: str) -> Fault:
     values: dict[str, str] = {}
     for item in filter(None, params.split(",")):
         key, eq, value = item.partition("=")
-        if not eq or key not in ("rank", "ms"):
-            raise ValueError(f"bad parameter {item!r} in {spec!r}; expected rank=N and ms=N")
+        if not eq or key not in ("rank", "ms", "role"):
+            raise ValueError(f"bad parameter {item!r} in {spec!r}; expected rank=N, ms=N and role=prefill|decode")
         values[key] = value
+    if values.get("role", "prefill") not in ROLES:
+        raise ValueError(f"fault {spec!r}: role must be prefill or decode")
+    if kind == "kv-drop":
+        values.setdefault("ms", "1")
     if "ms" not in values:
         raise ValueError(f"fault {spec!r} needs ms=N")
     try:
@@ -59,7 +70,7 @@ def parse_fault(spec: str) -> Fault:
         raise ValueError(f"fault {spec!r}: rank must be an integer and ms a number") from None
     if ms < 0 or (rank is not None and rank < 0):
         raise ValueError(f"fault {spec!r}: rank and ms must not be negative")
-    return Fault(kind, ms, rank)
+    return Fault(kind, ms, rank, values.get("role"))
 
 
 def parse_faults(text: str) -> list[Fault]:
@@ -98,8 +109,8 @@ def when_imported(name: str, callback) -> None:
 def install_from_env() -> list[Fault]:
     """Apply HCTOOL_FAULTS for this process's RANK to the engine once it loads."""
     faults = parse_faults(os.environ.get("HCTOOL_FAULTS", ""))
-    rank = int(os.environ.get("RANK", "0"))
-    delays = {FAULT_KINDS[f.kind]: f.ms for f in faults if f.applies_to(rank)}
+    rank, role = int(os.environ.get("RANK", "0")), os.environ.get("HCTOOL_ROLE")
+    delays = {FAULT_KINDS[f.kind]: f.ms for f in faults if f.applies_to(rank, role)}
     if delays:
         when_imported("engine.streams", lambda mod: mod.FAULT_DELAYS_MS.update(delays))
     return faults

@@ -51,7 +51,10 @@ class Topology:
 
     def __init__(self, server_args: ServerArgs, run_dir: str | Path, faults: list[str] = (),
                  probes: list[str] = (), extra_env: dict[str, str] | None = None,
-                 host: str = "127.0.0.1", port: int | None = None, rank_module: str = "engine.rank"):
+                 host: str = "127.0.0.1", port: int | None = None, rank_module: str = "engine.rank",
+                 label: str = "", death_event: threading.Event | None = None, local_rank_offset: int = 0):
+        self.label = label  # "prefill" / "decode" in a PD topology: names deaths and logs
+        self.local_rank_offset = local_rank_offset  # PD on one host: decode's GPUs follow prefill's
         self.run_dir = Path(run_dir).resolve()
         if not server_args.run_dir:
             server_args = dataclasses.replace(server_args, run_dir=str(self.run_dir))
@@ -64,13 +67,17 @@ class Topology:
         self.log_paths: dict[str, Path] = {}
         self.base_url: str | None = None
         self._deaths: list[Death] = []
-        self._death_event = threading.Event()
+        self._death_event = death_event or threading.Event()  # PD: one event for every part
         self._lock = threading.Lock()
         self._stopped = False
 
     # --- lifecycle ----------------------------------------------------------
     def start(self, timeout: float = 300.0) -> str:
         """Start every process and return the base URL once /health is 200."""
+        self.spawn()
+        return self.wait_healthy(timeout)
+
+    def spawn(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         ports = _distinct_free_ports(3 if self.port is None else 2)
         ipc_port, master_port = ports[0], ports[1]
@@ -93,9 +100,10 @@ class Topology:
         world = self.server_args.tp_size
         for rank in range(world):
             self._spawn(f"rank {rank}", self.rank_module, {
-                **env, **common, **torchrun_env(rank, world, "127.0.0.1", master_port),
-                "HCTOOL_IPC_HOST": "127.0.0.1"})
+                **env, **common, **torchrun_env(rank, world, "127.0.0.1", master_port, rank + self.local_rank_offset),
+                "HCTOOL_IPC_HOST": "127.0.0.1", "HCTOOL_ROLE": self.label or "null"})
 
+    def wait_healthy(self, timeout: float) -> str:
         connect_host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
         health = f"http://{_url_host(connect_host)}:{self.port}/health"
         deadline = time.monotonic() + timeout
@@ -113,7 +121,7 @@ class Topology:
         return self.base_url
 
     def _spawn(self, name: str, module: str, env: dict[str, str]) -> Child:
-        log_path = self.run_dir / (name.replace(" ", "") + ".log")
+        log_path = self.run_dir / (f"{self.label}-" * bool(self.label) + name.replace(" ", "") + ".log")
         self.log_paths[name] = log_path
         child = self.procs.start(name, python_cmd("-m", module), env=env, log_path=log_path)
         threading.Thread(target=self._wait_child, args=(child,), name=f"wait-{name}", daemon=True).start()
@@ -122,7 +130,7 @@ class Topology:
     def _wait_child(self, child: Child) -> None:
         returncode = child.popen.wait()
         with self._lock:
-            self._deaths.append(Death(child.name, returncode, child.log_path, time.monotonic()))
+            self._deaths.append(Death(f"{self.label} {child.name}".strip(), returncode, child.log_path, time.monotonic()))
         self._death_event.set()
 
     def wait_for_death(self, timeout: float | None = None) -> Death | None:
@@ -132,8 +140,7 @@ class Topology:
 
     def first_death(self) -> Death | None:
         with self._lock:
-            # one supervisor process orders its own children's deaths: no rank shares this order
-            return min(self._deaths, key=lambda d: d.when, default=None)  # hctool: ignore[HC104]
+            return min(self._deaths, key=lambda d: d.when, default=None)
 
     def shutdown(self, timeout: float = 10.0) -> dict[int, int | None]:
         """Stop gracefully: end the frontend, so rank 0 reads EOF and every rank leaves
@@ -182,8 +189,7 @@ class Topology:
 
     def dead(self) -> list[tuple[str, int]]:
         with self._lock:
-            return [(d.name, d.returncode)
-                    for d in sorted(self._deaths, key=lambda d: d.when)]  # hctool: ignore[HC104] (supervisor-local)
+            return [(d.name, d.returncode) for d in sorted(self._deaths, key=lambda d: d.when)]
 
     def __enter__(self) -> Topology:
         return self

@@ -22,7 +22,7 @@ import requests
 from engine.server_args import ServerArgs
 from hctool.consensus import analyze_dir
 from hctool.consensus.live import LiveWatcher
-from hctool.launch import Topology
+from hctool.launch import PDTopology, Topology
 from hctool.repro.scenario import Scenario, Variant
 from hctool.repro.verdict import Observation, derive_verdict
 from hctool.repro.workload import WorkloadDriver, build_prompts, run_to_completion
@@ -90,15 +90,25 @@ class ReproHarness:
             extra = ("--hicache-storage-dir", str(vdir / "storage"))
         args = self.s.server_args(variant, self.tp, extra)
         deadline_s = self.opts.timeout or self.s.deadline
-        log(f"{name}: starting TP={self.tp} with faults {', '.join(self.s.faults) or 'none'}")
+        shape = f"PD prefill TP={self.s.prefill_tp} + decode TP={self.tp}" if self.s.pd else f"TP={self.tp}"
+        log(f"{name}: starting {shape} with faults {', '.join(self.s.faults) or 'none'}")
         t0 = time.monotonic()
         stacks: dict[str, str] = {}
-        with Topology(args, vdir, faults=list(self.s.faults), probes=list(self.s.probes),
-                      extra_env={"HCTOOL_TRACE_DIR": str(traces)}) as topo:
+        if self.s.pd:  # the decode side is traced and watched (the prefill's traces sit beside)
+            topo = PDTopology(args, self.s.prefill_tp, self.tp, vdir, faults=list(self.s.faults),
+                              probes=list(self.s.probes), side_env={
+                                  "decode": {"HCTOOL_TRACE_DIR": str(traces)},
+                                  "prefill": {"HCTOOL_TRACE_DIR": str(vdir / "traces-prefill")}})
+        else:
+            topo = Topology(args, vdir, faults=list(self.s.faults), probes=list(self.s.probes),
+                            extra_env={"HCTOOL_TRACE_DIR": str(traces)})
+        load_back: list[int] = []
+        with topo:
             url = topo.start(self.opts.startup_timeout)
             (vdir / "commands.txt").write_text(_commands(topo, args, self.s))
             watcher = LiveWatcher(traces, self.tp, hang_after=self.s.hang_after)
-            driver = WorkloadDriver(url, self.rounds, self.s.workload.max_new_tokens, deadline_s).start()
+            driver = WorkloadDriver(url, self.rounds, self.s.workload.max_new_tokens, deadline_s,
+                                    on_round_end=lambda r: load_back.append(_load_back_tokens(url))).start()
             started = time.monotonic()
             outcome, live, death = self._watch(topo, watcher, driver, started, deadline_s)
             if outcome != "done":
@@ -112,10 +122,14 @@ class ReproHarness:
         final = analyze_dir(traces, exit_codes=codes, stacks=stacks)
         obs = Observation(outcome, death, live, final, driver.sent, driver.succeeded, self._outputs_match(driver))
         verdict, reason = derive_verdict(obs)
+        per_round = [b - a for a, b in zip([0, *load_back], load_back)]
+        ok = verdict in variant.expected
+        if ok and verdict == "healthy" and self.s.require_load_back and not all(x > 0 for x in per_round[1:]):
+            ok, reason = False, f"{reason}; but decode L2 load-backs per round were {per_round} (want > 0 after round 1)"
         report = {"name": variant.name, "expected": list(variant.expected), "verdict": verdict,
-                  "ok": verdict in variant.expected, "seconds": round(time.monotonic() - t0, 2),
+                  "ok": ok, "seconds": round(time.monotonic() - t0, 2), "load_back_tokens_by_round": per_round,
                   "requests": driver.counts(), "reason": reason,
-                  "first_divergence": (live or {}).get("first_divergence") or final.get("first_divergence"),
+                  "first_divergence": _first_divergence(outcome, live, final),
                   "stacks": stacks or final.get("stacks") or {}, "artifacts": str(vdir)}
         (vdir / "report.json").write_text(json.dumps(report, indent=2))
         if stacks:
@@ -123,7 +137,7 @@ class ReproHarness:
         log(f"{name}: {verdict} ({reason}) in {report['seconds']} s")
         return report
 
-    def _watch(self, topo: Topology, watcher: LiveWatcher, driver: WorkloadDriver, started: float, deadline_s: float):
+    def _watch(self, topo: Topology | PDTopology, watcher: LiveWatcher, driver: WorkloadDriver, started: float, deadline_s: float):
         while True:
             time.sleep(POLL_S)
             death = topo.first_death()
@@ -165,6 +179,27 @@ def _summarize(runs: list[dict]) -> dict:
                 ok_runs=sum(r["ok"] for r in runs), verdicts=verdicts,
                 seconds=round(sum(r["seconds"] for r in runs), 2), ok=all(r["ok"] for r in runs))
     return last
+
+
+def _first_divergence(outcome: str, live: dict | None, final: dict) -> dict | None:
+    """After a death the traces are complete by the time of the final analysis, which
+    (unlike the live check, taken 0.5 s after the death) is not cut short by the
+    live settle window; otherwise what the live check saw first."""
+    if outcome == "death" and final.get("first_divergence"):
+        return final["first_divergence"]
+    return (live or {}).get("first_divergence") or final.get("first_divergence")
+
+
+def _load_back_tokens(url: str) -> int:
+    """hicache_load_back_tokens_total from /metrics (the router's is the decode's); -1 if unreadable."""
+    try:
+        text = requests.get(f"{url}/metrics", timeout=10).text
+    except requests.RequestException:
+        return -1
+    for line in text.splitlines():
+        if line.startswith("hicache_load_back_tokens_total "):
+            return int(float(line.split()[1]))
+    return -1
 
 
 def _alive(pid: int) -> bool:

@@ -57,6 +57,8 @@ class Scenario:
     faults: tuple[str, ...]
     probes: tuple[str, ...]
     variants: tuple[Variant, ...]
+    prefill_tp: int | None = None    # PD: a prefill server of this TP, and `tp` is the decode's
+    require_load_back: bool = False  # ok needs hicache_load_back_tokens_total > 0 after every round but the first
     stall_timeout: float = 20.0      # no request finished for this long: stalled
     deadline: float = 120.0          # a variant's workload must end by then
     hang_after: float = 3.0          # a collective blocked this long while a peer is elsewhere
@@ -67,6 +69,10 @@ class Scenario:
             if v.name == name:
                 return v
         raise ScenarioError(f"{self.id}: no variant {name!r}; variants: {', '.join(v.name for v in self.variants)}")
+
+    @property
+    def pd(self) -> bool:
+        return self.prefill_tp is not None
 
     def server_args(self, variant: Variant, tp: int | None = None, extra: tuple[str, ...] = ()) -> ServerArgs:
         return ServerArgs.from_cli([*self.engine_flags, *variant.flags, *extra], tp_size=tp or self.tp)
@@ -217,7 +223,10 @@ def load_scenario(path: Path) -> Scenario:
     if len({v.name for v in variants}) != len(variants):
         raise ScenarioError(f"{where}: variant names must be unique")
     faults = _strings(data, "faults", where)
-    tp = _number(tables["topology"], "tp", int, 1, MAX_TP, f"{where} [topology]", 2)
+    topo, twhere = tables["topology"], f"{where} [topology]"
+    # PD scenarios: `decode_tp` is the decode server's TP (the ranks the checks watch)
+    tp = _number(topo, "decode_tp" if "decode_tp" in topo else "tp", int, 1, MAX_TP, twhere, 2)
+    prefill_tp = _number(topo, "prefill_tp", int, 1, MAX_TP, twhere) if "prefill_tp" in topo else None
     for spec in faults:
         try:
             fault = parse_fault(spec)
@@ -228,7 +237,8 @@ def load_scenario(path: Path) -> Scenario:
     run = tables["run"]
     scenario = Scenario(
         id=sid, title=_get(data, "title", str, where), summary=_get(data, "summary", str, where, ""),
-        upstream=tables["upstream"], tp=tp,
+        upstream=tables["upstream"], tp=tp, prefill_tp=prefill_tp,
+        require_load_back=_get(run, "require_load_back", bool, f"{where} [run]", False),
         engine_flags=_strings(tables["engine"], "flags", f"{where} [engine]"),
         setup_flags=_strings(tables["setup"], "flags", f"{where} [setup]"), workload=workload,
         faults=faults, probes=_strings(data, "probes", where), variants=tuple(variants),

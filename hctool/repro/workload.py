@@ -41,8 +41,10 @@ class WorkloadDriver:
     """Sends each round's requests concurrently, one round after another, in a
     background thread. `last_progress` moves whenever a request is answered."""
 
-    def __init__(self, base_url: str, rounds: list[list[list[int]]], max_new_tokens: int, request_timeout: float):
+    def __init__(self, base_url: str, rounds: list[list[list[int]]], max_new_tokens: int, request_timeout: float,
+                 on_round_end=None):
         self.base_url, self.rounds = base_url, rounds
+        self.on_round_end = on_round_end  # called with the round index once all its answers are in
         self.max_new_tokens, self.request_timeout = max_new_tokens, request_timeout
         self.sent = self.succeeded = self.failed = 0
         self.outputs: dict[tuple[int, int], list[int]] = {}
@@ -89,6 +91,8 @@ class WorkloadDriver:
                     with self._lock:
                         self.sent += len(prompts)
                     list(pool.map(lambda ip: self._one((r, ip[0]), ip[1]), enumerate(prompts)))
+                    if self.on_round_end is not None:
+                        self.on_round_end(r)
         finally:
             self.done.set()
 

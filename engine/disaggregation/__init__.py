@@ -1,0 +1,1 @@
+"""SGLang: srt/disaggregation/ (prefill/decode disaggregation over TCP)."""
