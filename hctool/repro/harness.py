@@ -80,8 +80,14 @@ class ReproHarness:
             topo.shutdown()
 
     # -- one variant run -------------------------------------------------------------------
-    def run_variant(self, variant: Variant, index: int = 0) -> dict:
-        name = variant.name if self.opts.runs == 1 else f"{variant.name}-run{index + 1}"
+    def run_variant(self, variant: Variant, index: int = 0, faults: list[str] | None = None, hooks=None,
+                    name: str | None = None) -> dict:
+        """One run. `faults` replaces the scenario's; `hooks` (chaos) is told when the
+        workload starts (`started(topo, url, driver, t0)`), may act while it runs
+        (`tick()`), sees the engine at quiesce before teardown (`quiesce(topo, url,
+        driver)`) and gets the observation (`finished(obs, driver, topo)`)."""
+        name = name or (variant.name if self.opts.runs == 1 else f"{variant.name}-run{index + 1}")
+        faults = list(self.s.faults) if faults is None else list(faults)
         vdir = self.root / name
         traces = vdir / "traces"
         extra: tuple[str, ...] = ()
@@ -90,17 +96,23 @@ class ReproHarness:
             extra = ("--hicache-storage-dir", str(vdir / "storage"))
         args = self.s.server_args(variant, self.tp, extra)
         deadline_s = self.opts.timeout or self.s.deadline
-        log(f"{name}: starting TP={self.tp} with faults {', '.join(self.s.faults) or 'none'}")
+        log(f"{name}: starting TP={self.tp} with faults {', '.join(faults) or 'none'}")
         t0 = time.monotonic()
         stacks: dict[str, str] = {}
-        with Topology(args, vdir, faults=list(self.s.faults), probes=list(self.s.probes),
-                      extra_env={"HCTOOL_TRACE_DIR": str(traces)}) as topo:
+        env = {"HCTOOL_TRACE_DIR": str(traces), **(hooks.env(vdir) if hooks else {})}
+        probes = [*self.s.probes, *(hooks.probes if hooks else ())]
+        with Topology(args, vdir, faults=faults, probes=probes, extra_env=env) as topo:
             url = topo.start(self.opts.startup_timeout)
-            (vdir / "commands.txt").write_text(_commands(topo, args, self.s))
+            (vdir / "commands.txt").write_text(_commands(topo, args, self.s, faults))
             watcher = LiveWatcher(traces, self.tp, hang_after=self.s.hang_after)
-            driver = WorkloadDriver(url, self.rounds, self.s.workload.max_new_tokens, deadline_s).start()
+            driver = WorkloadDriver(url, self.rounds, self.s.workload.max_new_tokens, deadline_s)
+            if hooks:
+                hooks.started(topo, url, driver, time.time())
+            driver.start()
             started = time.monotonic()
-            outcome, live, death = self._watch(topo, watcher, driver, started, deadline_s)
+            outcome, live, death = self._watch(topo, watcher, driver, started, deadline_s, hooks)
+            if outcome == "done" and hooks:
+                hooks.quiesce(topo, url, driver)
             if outcome != "done":
                 alive = {r: pid for r, pid in topo.pids_by_rank().items() if _alive(pid)}
                 stacks = dump_stacks(alive, timeout=10.0, trace_dir=str(traces)) if alive else {}
@@ -112,6 +124,8 @@ class ReproHarness:
         final = analyze_dir(traces, exit_codes=codes, stacks=stacks)
         obs = Observation(outcome, death, live, final, driver.sent, driver.succeeded, self._outputs_match(driver))
         verdict, reason = derive_verdict(obs)
+        if hooks:
+            hooks.finished(obs, driver, topo, codes)
         report = {"name": variant.name, "expected": list(variant.expected), "verdict": verdict,
                   "ok": verdict in variant.expected, "seconds": round(time.monotonic() - t0, 2),
                   "requests": driver.counts(), "reason": reason,
@@ -123,9 +137,12 @@ class ReproHarness:
         log(f"{name}: {verdict} ({reason}) in {report['seconds']} s")
         return report
 
-    def _watch(self, topo: Topology, watcher: LiveWatcher, driver: WorkloadDriver, started: float, deadline_s: float):
+    def _watch(self, topo: Topology, watcher: LiveWatcher, driver: WorkloadDriver, started: float, deadline_s: float,
+               hooks=None):
         while True:
             time.sleep(POLL_S)
+            if hooks:
+                hooks.tick()
             death = topo.first_death()
             if death is not None:
                 time.sleep(0.5)  # let the checker read the last records of the dying rank
@@ -133,7 +150,7 @@ class ReproHarness:
             report = watcher.check()
             if report is not None:
                 return "watcher", report, None
-            if driver.done.is_set():
+            if driver.done.is_set() and (hooks is None or hooks.idle()):
                 return "done", None, None
             now = time.monotonic()
             if now - max(driver.last_progress, started) > self.s.stall_timeout:
@@ -174,8 +191,8 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _commands(topo: Topology, args: ServerArgs, s: Scenario) -> str:
-    lines = [f"# scenario {s.id}; faults: {', '.join(s.faults) or 'none'}; probes: {', '.join(s.probes) or 'none'}",
+def _commands(topo: Topology, args: ServerArgs, s: Scenario, faults: list[str]) -> str:
+    lines = [f"# scenario {s.id}; faults: {', '.join(faults) or 'none'}; probes: {', '.join(s.probes) or 'none'}",
              f"# engine args: {args.to_json()}"]
     lines += [f"{c.name}: pid {c.popen.pid}: {' '.join(c.popen.args)}" for c in topo.procs.children]
     return "\n".join(lines) + "\n"
