@@ -124,6 +124,8 @@ def generate(seed: int, index: int, world_size: int, kinds=DEFAULT_KINDS, horizo
         kind = rng.choice(kinds)
         if kind in ("rank-pause", "rank-kill"):
             target = f"rank:{rng.randrange(world_size)}"
+        elif kind in ("request-burst", "request-cancel"):
+            target = "all"  # the client side has no rank
         else:
             target = rng.choice(["all", "one", *[f"rank:{r}" for r in range(world_size)]])
         lo, hi = MAGNITUDE.get(kind, (0, 0))
