@@ -131,7 +131,8 @@ def generate(seed: int, index: int, world_size: int, kinds=DEFAULT_KINDS, horizo
         lo, hi = MAGNITUDE.get(kind, (0, 0))
         ms = float(round(rng.uniform(lo, hi))) if hi else 0.0
         n = rng.randint(*COUNTS[kind]) if kind in COUNTS else 0
-        p = 1.0 if rng.random() < 0.6 or kind in ("clock-jump", "clock-skew") else round(rng.uniform(0.1, 1.0), 2)
+        certain = kind in ("clock-jump", "clock-skew", "rank-pause", "rank-kill", "request-burst", "request-cancel")
+        p = 1.0 if rng.random() < 0.6 or certain else round(rng.uniform(0.1, 1.0), 2)
         start = round(rng.uniform(0, horizon_s * 0.5), 1)
         duration = None if rng.random() < 0.5 else round(rng.uniform(1.0, horizon_s), 1)
         faults.append(Fault(kind, ms=ms, target=target, p=p, start_s=start, duration_s=duration, n=n))
