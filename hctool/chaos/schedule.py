@@ -32,6 +32,10 @@ MAGNITUDE = {"h2d-sleep": (5, 200), "d2h-sleep": (5, 200), "free-delay": (20, 60
              "storage-timeout": (50, 1500), "clock-skew": (50, 500), "clock-jump": (500, 8000),
              "rank-pause": (100, 3000), "request-cancel": (50, 500)}
 COUNTS = {"request-burst": (2, 12), "request-cancel": (1, 6)}
+# The bug class is decisions made from rank-local timing, so faults that make
+# one rank's copies, frees or storage slower than its peers' are drawn more often.
+CERTAIN = ("rank-pause", "rank-kill", "request-burst", "request-cancel")  # one-shot: no p, no window
+WEIGHT = {"free-delay": 3, "d2h-sleep": 2, "h2d-sleep": 2, "storage-latency": 3}
 
 
 class ScheduleError(ValueError):
@@ -121,7 +125,7 @@ def generate(seed: int, index: int, world_size: int, kinds=DEFAULT_KINDS, horizo
     rng = random.Random(f"hctool-chaos/{seed}/{index}")
     faults = []
     for _ in range(rng.randint(1, max_faults)):
-        kind = rng.choice(kinds)
+        kind = rng.choices(kinds, weights=[WEIGHT.get(k, 1) for k in kinds])[0]
         if kind in ("rank-pause", "rank-kill"):
             target = f"rank:{rng.randrange(world_size)}"
         elif kind in ("request-burst", "request-cancel"):
@@ -131,9 +135,8 @@ def generate(seed: int, index: int, world_size: int, kinds=DEFAULT_KINDS, horizo
         lo, hi = MAGNITUDE.get(kind, (0, 0))
         ms = float(round(rng.uniform(lo, hi))) if hi else 0.0
         n = rng.randint(*COUNTS[kind]) if kind in COUNTS else 0
-        certain = kind in ("clock-jump", "clock-skew", "rank-pause", "rank-kill", "request-burst", "request-cancel")
-        p = 1.0 if rng.random() < 0.6 or certain else round(rng.uniform(0.1, 1.0), 2)
+        p = 1.0 if rng.random() < 0.6 or kind in CERTAIN or kind.startswith("clock") else round(rng.uniform(0.1, 1.0), 2)
         start = round(rng.uniform(0, horizon_s * 0.5), 1)
-        duration = None if rng.random() < 0.5 else round(rng.uniform(1.0, horizon_s), 1)
+        duration = None if rng.random() < 0.5 or kind in CERTAIN else round(rng.uniform(1.0, horizon_s), 1)
         faults.append(Fault(kind, ms=ms, target=target, p=p, start_s=start, duration_s=duration, n=n))
     return Schedule(tuple(faults), heal_s=horizon_s, seed=seed, index=index)
