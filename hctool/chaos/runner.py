@@ -53,6 +53,7 @@ class Controller:
         self.killed: list[int] = []
         self.threads: list[threading.Thread] = []
         self.metrics_text: str | None = None
+        self.healed = False
         self.record: dict = {}
         self._events: list[tuple[float, str, Fault]] = []
         self._lock = threading.Lock()
@@ -78,8 +79,10 @@ class Controller:
         now = time.monotonic() - self.t0
         while self._events and self._events[0][0] <= now:
             at, what, f = self._events.pop(0)
-            if what == "heal":
-                self.history.add("heal", at_s=at)
+            if what == "heal":  # every fault is off now; the engine must still serve
+                self.history.add("heal", at_s=round(now, 2))
+                self.healed = True
+                self._send_many("post-heal", 2, 300.0)
                 continue
             self.history.add(f"fault-{what}", at_s=round(now, 2), fault=f.spec())
             if what == "on" and f.kind in CONTROLLER:
@@ -100,15 +103,18 @@ class Controller:
                 self.killed.append(f.rank)
                 self._signal(pids[f.rank], signal.SIGKILL)
         elif f.kind in ("request-burst", "request-cancel"):
-            rng = random.Random(f"{self.schedule.seed}/{self.schedule.index}/{f.spec()}")
-            timeout = f.ms / 1000.0 if f.kind == "request-cancel" else 300.0
-            for _ in range(f.n):
-                key, prompt = rng.choice(self.prompts)
-                tag = (f.kind, len(self.extra_expected))
-                self.extra_expected[tag] = key
-                t = threading.Thread(target=self._send, args=(tag, prompt, timeout), daemon=True)
-                t.start()
-                self.threads.append(t)
+            self._send_many(f.kind, f.n, f.ms / 1000.0 if f.kind == "request-cancel" else 300.0, f.spec())
+
+    def _send_many(self, kind: str, n: int, timeout: float, salt: str = "") -> None:
+        """n workload prompts (drawn from the schedule's seed), each from its own client."""
+        rng = random.Random(f"{self.schedule.seed}/{self.schedule.index}/{kind}/{salt}")
+        for _ in range(n):
+            key, prompt = rng.choice(self.prompts)
+            tag = (kind, len(self.extra_expected))
+            self.extra_expected[tag] = key
+            t = threading.Thread(target=self._send, args=(tag, prompt, timeout), daemon=True)
+            t.start()
+            self.threads.append(t)
 
     def _send(self, tag, prompt, timeout: float) -> None:
         body = {"input_ids": prompt, "rid": f"chaos-{tag[0]}-{tag[1]}-{time.monotonic_ns()}",
@@ -134,7 +140,8 @@ class Controller:
             pass
 
     def idle(self) -> bool:
-        return not self.paused and all(not t.is_alive() for t in self.threads)
+        """The run may end: healed, nothing paused, every extra request answered."""
+        return self.healed and not self.paused and all(not t.is_alive() for t in self.threads)
 
     def quiesce(self, topo, url: str, driver) -> None:
         time.sleep(1.0)  # idle ticks write the accounting record; backups land
@@ -214,7 +221,8 @@ class ChaosRunner:
                     **{(t[0], str(t[1])): ref.get(k) for t, k in ctl.extra_expected.items()}}
         meta = {**{("workload", f"{k[0]}.{k[1]}"): v for k, v in driver.meta.items()},
                 **{(t[0], str(t[1])): v for t, v in ctl.extra_meta.items()}}
-        unanswered = max(0, driver.sent - driver.succeeded - driver.failed) + ctl.extra_failed
+        unanswered = (max(0, driver.sent - driver.succeeded - driver.failed) + ctl.extra_failed
+                      + sum(t.is_alive() for t in ctl.threads))
         return RunRecord(run_dir, obs.outcome, obs.rank_died, obs.watcher_report, obs.final_report, driver.sent,
                          answered, meta, expected, list(driver.errors), unanswered, list(ctl.killed), ctl.cancelled,
                          ctl.metrics_text, ctl.record["orphans"])
