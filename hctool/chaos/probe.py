@@ -27,67 +27,107 @@ def _write(path: str, data: dict) -> None:
     os.replace(tmp, path)  # the checker never reads half a record
 
 
-def queue_state(s) -> dict:
-    t = s.tree_cache
-    alloc = s.token_to_kv_pool_allocator
-    hicache = getattr(s, "hicache", False)
-    return {"tick": s.ticks, "waiting": len(s.waiting_queue), "running": len(s.running),
-            "prefetching": len(t.ongoing_prefetch) if hicache else 0,
-            "l1_free_now": alloc.available_size(), "l1_free_logical": alloc.logical_available_size(),
-            "evictable": t.evictable_size(), "protected": t.protected_size(),
-            "req_slots_free": s.req_to_token_pool.available_size(),
-            "head": [len(r.fill_ids) for r in s.waiting_queue[:4]]}
+class _View:
+    """The scheduler's parts by their names in either engine layout (flat, or
+    SGLang's managers/ with PrefillManager, DecodeManager and ModelRunner)."""
+
+    def __init__(self, s):
+        self.s = s
+        runner = getattr(s, "model_runner", s)
+        self.alloc, self.req_pool = runner.token_to_kv_pool_allocator, runner.req_to_token_pool
+        self.tree = s.tree_cache
+
+    @property
+    def waiting(self):
+        return self.s.prefill.waiting_queue if hasattr(self.s, "prefill") else self.s.waiting_queue
+
+    @property
+    def running(self):
+        return self.s.decode.running if hasattr(self.s, "decode") else self.s.running
+
+    @property
+    def prefetching(self) -> int:
+        return len(getattr(self.tree, "ongoing_prefetch", ()))
+
+    def pages_in_use(self) -> int:
+        return sum(len(r.pages) - r.tree_pages for r in self.running)
 
 
-def accounting(s) -> dict:
+def queue_state(v: _View) -> dict:
+    return {"tick": v.s.ticks, "waiting": len(v.waiting), "running": len(v.running), "prefetching": v.prefetching,
+            "l1_free_now": v.alloc.available_size(), "l1_free_logical": v.alloc.logical_available_size(),
+            "evictable": v.tree.evictable_size(), "protected": v.tree.protected_size(),
+            "req_slots_free": v.req_pool.available_size(), "head": [len(r.fill_ids) for r in v.waiting[:4]]}
+
+
+def accounting(v: _View) -> dict:
     """free + cached + in use per tier, locks and references left, queues in flight."""
-    t, p = s.tree_cache, s.page_size
-    alloc = s.token_to_kv_pool_allocator
+    t, alloc, p = v.tree, v.alloc, v.alloc.page_size
     nodes = list(t.nodes())
-    out = {"tick": s.ticks, "l1": {"total": alloc.num_pages, "free": alloc.logical_available_size() // p,
-                                   "cached": t.device_pages_in_tree(), "in_use": s.pages_in_use()},
+    out = {"tick": v.s.ticks, "l1": {"total": alloc.num_pages, "free": alloc.logical_available_size() // p,
+                                     "cached": t.device_pages_in_tree(), "in_use": v.pages_in_use()},
            "locked_nodes": [n.id for n in nodes if n.lock_ref > 0],
-           "req_slots": {"total": s.req_to_token_pool.size, "free": s.req_to_token_pool.available_size()},
+           "req_slots": {"total": v.req_pool.size, "free": v.req_pool.available_size()},
            "host_ref_nodes": [n.id for n in nodes if n.host_ref > 0], "in_flight": 0}
-    if getattr(s, "hicache", False):
+    host = getattr(t, "host_allocator", None)
+    if host is not None:
         c, io = t.cache_controller, getattr(t, "storage_io", None)
-        out["l2"] = {"total": t.host_allocator.num_pages, "free": t.host_allocator.logical_available_size() // p,
-                     "used": t.host_pages_in_use()}
-        out["in_flight"] = (len(c.ack_write_queue) + len(c.ack_load_queue) + len(t.ongoing_prefetch)
+        out["l2"] = {"total": host.num_pages, "free": host.logical_available_size() // p, "used": t.host_pages_in_use()}
+        out["in_flight"] = (len(c.ack_write_queue) + len(c.ack_load_queue) + v.prefetching
                             + (len(io.ack_backup_queue) if io else 0))
     return out
 
 
+def after_tick(v: _View, state: dict, out_dir: str, limit: int) -> None:
+    rank = v.s.tp_rank
+    if v.waiting and not v.running and not v.prefetching:
+        state["starved"] += 1
+        if state["starved"] >= limit and not state["reported"]:
+            state["reported"] = True
+            _write(os.path.join(out_dir, f"starved-rank{rank}.json"),
+                   {"rank": rank, "ticks": state["starved"], "state": queue_state(v)})
+    else:
+        state["starved"] = 0
+    now = time.monotonic()
+    if not v.waiting and not v.running and now - state["last"] > 0.25:
+        state["last"] = now
+        _write(os.path.join(out_dir, f"quiesce-rank{rank}.json"), {"rank": rank, **accounting(v)})
+
+
 def _patch(mod) -> None:
     out_dir = os.environ.get("HCTOOL_CHAOS_DIR")
-    if not out_dir or getattr(mod.Scheduler, "_hctool_chaos_probe", False):
+    cls = mod.Scheduler
+    if not out_dir or getattr(cls, "_hctool_chaos_probe", False):
         return
     limit = int(os.environ.get("HCTOOL_CHAOS_STARVE_TICKS", "1000"))
-    run_tick = mod.Scheduler.run_tick
     state = {"starved": 0, "reported": False, "last": 0.0}
 
-    def probed_run_tick(self):
-        run_tick(self)
+    def probe(s) -> None:
         try:
-            rank = self.tp_rank
-            prefetching = len(self.tree_cache.ongoing_prefetch) if getattr(self, "hicache", False) else 0
-            if self.waiting_queue and not self.running and not prefetching:
-                state["starved"] += 1
-                if state["starved"] >= limit and not state["reported"]:
-                    state["reported"] = True
-                    _write(os.path.join(out_dir, f"starved-rank{rank}.json"),
-                           {"rank": rank, "ticks": state["starved"], "state": queue_state(self)})
-            else:
-                state["starved"] = 0
-            now = time.monotonic()
-            if not self.waiting_queue and not self.running and now - state["last"] > 0.25:
-                state["last"] = now
-                _write(os.path.join(out_dir, f"quiesce-rank{rank}.json"), {"rank": rank, **accounting(self)})
+            after_tick(_View(s), state, out_dir, limit)
         except Exception as exc:  # a probe must never break the rank
             state["error"] = repr(exc)
 
-    mod.Scheduler.run_tick = probed_run_tick
-    mod.Scheduler._hctool_chaos_probe = True
+    if hasattr(cls, "run_tick"):  # flat layout: one method per tick
+        run_tick = cls.run_tick
+
+        def probed_run_tick(self):
+            run_tick(self)
+            probe(self)
+        cls.run_tick = probed_run_tick
+    else:  # managers layout: the tick ends with io.flush(); wrap it per instance
+        init = cls.__init__
+
+        def probed_init(self, *a, **kw):
+            init(self, *a, **kw)
+            flush = self.io.flush
+
+            def flush_then_probe(*fa, **fkw):
+                flush(*fa, **fkw)
+                probe(self)
+            self.io.flush = flush_then_probe
+        cls.__init__ = probed_init
+    cls._hctool_chaos_probe = True
 
 
 for _name in SCHEDULERS:
