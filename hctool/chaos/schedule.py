@@ -136,7 +136,9 @@ def generate(seed: int, index: int, world_size: int, kinds=DEFAULT_KINDS, horizo
         ms = float(round(rng.uniform(lo, hi))) if hi else 0.0
         n = rng.randint(*COUNTS[kind]) if kind in COUNTS else 0
         p = 1.0 if rng.random() < 0.6 or kind in CERTAIN or kind.startswith("clock") else round(rng.uniform(0.1, 1.0), 2)
-        start = round(rng.uniform(0, horizon_s * 0.5), 1)
-        duration = None if rng.random() < 0.5 or kind in CERTAIN else round(rng.uniform(1.0, horizon_s), 1)
+        # Rank asymmetry matters while requests queue, so windows start early and
+        # mostly last until the heal; one-shot faults land anywhere before it.
+        start = round(rng.uniform(0, horizon_s * (0.75 if kind in CERTAIN else 0.3)), 1)
+        duration = None if rng.random() < 0.6 or kind in CERTAIN else round(rng.uniform(2.0, horizon_s), 1)
         faults.append(Fault(kind, ms=ms, target=target, p=p, start_s=start, duration_s=duration, n=n))
     return Schedule(tuple(faults), heal_s=horizon_s, seed=seed, index=index)
