@@ -54,6 +54,7 @@ class Controller:
         self.threads: list[threading.Thread] = []
         self.metrics_text: str | None = None
         self.healed = False
+        self.last_progress = 0.0   # monotonic: the harness's stall clock also counts waiting for the heal
         self.record: dict = {}
         self._events: list[tuple[float, str, Fault]] = []
         self._lock = threading.Lock()
@@ -65,7 +66,7 @@ class Controller:
                 "HCTOOL_CHAOS_STARVE_TICKS": str(self.starve_ticks)}
 
     def started(self, topo, url: str, driver, t0: float) -> None:
-        self.topo, self.url, self.t0 = topo, url, time.monotonic()
+        self.topo, self.url, self.driver, self.t0 = topo, url, driver, time.monotonic()
         (self.dir / "t0").write_text(repr(t0))
         for f in self.faults:
             self._events.append((f.start_s, "on", f))
@@ -76,6 +77,8 @@ class Controller:
         self.history.add("workload-start", url=url)
 
     def tick(self) -> None:
+        if not self.healed and self.driver.done.is_set():
+            self.last_progress = time.monotonic()  # waiting for the heal is not a stall
         now = time.monotonic() - self.t0
         while self._events and self._events[0][0] <= now:
             at, what, f = self._events.pop(0)
@@ -125,6 +128,7 @@ class Controller:
         except (requests.RequestException, ValueError):
             data = None
         with self._lock:
+            self.last_progress = time.monotonic()
             if data is not None:
                 self.extra[tag], self.extra_meta[tag] = data["output_ids"], data.get("meta_info") or {}
             elif tag[0] == "request-cancel":

@@ -153,7 +153,8 @@ class ReproHarness:
             if driver.done.is_set() and (hooks is None or hooks.idle()):
                 return "done", None, None
             now = time.monotonic()
-            if now - max(driver.last_progress, started) > self.s.stall_timeout:
+            progress = max(driver.last_progress, started, hooks.last_progress if hooks else 0.0)
+            if now - progress > self.s.stall_timeout:
                 return "stalled", None, None
             if now - started > deadline_s:
                 return "deadline", None, None
