@@ -83,6 +83,9 @@ def check_liveness(r: RunRecord) -> list[Anomaly] | None:
         found.append(Anomaly("liveness", {"what": "a rank died", "death": r.death, "status": last_status(r)}))
     elif r.outcome == "done" and r.unanswered:
         found.append(Anomaly("liveness", {"what": f"{r.unanswered} requests never answered", "errors": r.errors[:3]}))
+    lost = [e for e in r.errors if any(w in e for w in ("Timeout", "ConnectionError", "RemoteDisconnected"))]
+    if lost:  # an HTTP error with a reason is an answer; a dropped connection is not
+        found.append(Anomaly("liveness", {"what": f"{len(lost)} requests lost without an answer", "errors": lost[:3]}))
     return found
 
 
