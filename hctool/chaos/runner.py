@@ -187,7 +187,7 @@ class ChaosRunner:
             self.harness.prepare()
             self.prepared = True
 
-    def run(self, schedule: Schedule, name: str) -> RunResult:
+    def run(self, schedule: Schedule, name: str, attempt: int = 1) -> RunResult:
         self.prepare()
         tp = self.harness.tp
         faults = schedule.healed(tp)
@@ -199,8 +199,11 @@ class ChaosRunner:
         t0 = time.monotonic()
         try:
             report = self.harness.run_variant(self.target.variant, faults=in_rank, hooks=ctl, name=name)
-        except TopologyError as exc:  # the engine never came up: nothing to judge
+        except TopologyError as exc:  # the engine never came up (e.g. a port taken meanwhile)
+            ctl.release()
             self.history.add("verdict", run=name, verdict="unknown", reason=f"engine did not start: {exc}")
+            if attempt == 1:  # once more, under a new name: startup is not what chaos tests
+                return self.run(schedule, f"{name}-again", attempt=2)
             return RunResult(name, "unknown", [], list(self.checkers), round(time.monotonic() - t0, 2), name)
         finally:
             ctl.release()
