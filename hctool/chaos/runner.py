@@ -67,25 +67,27 @@ class Controller:
 
     def started(self, topo, url: str, driver, t0: float) -> None:
         self.topo, self.url, self.driver, self.t0 = topo, url, driver, time.monotonic()
+        self.t0_wall = t0
         (self.dir / "t0").write_text(repr(t0))
         for f in self.faults:
             self._events.append((f.start_s, "on", f))
             if f.duration_s is not None and f.kind not in CONTROLLER:
                 self._events.append((f.start_s + f.duration_s, "off", f))
-        self._events.append((self.schedule.heal_s, "heal", None))
+        if self.schedule.heal_s is not None:
+            self._events.append((self.schedule.heal_s, "heal", None))
         self._events.sort(key=lambda e: e[0])
         self.history.add("workload-start", url=url)
 
     def tick(self) -> None:
+        now = time.monotonic() - self.t0
         if not self.healed and self.driver.done.is_set():
             self.last_progress = time.monotonic()  # waiting for the heal is not a stall
-        now = time.monotonic() - self.t0
+            if self.schedule.heal_s is None:
+                self._heal(now)
         while self._events and self._events[0][0] <= now:
             at, what, f = self._events.pop(0)
-            if what == "heal":  # every fault is off now; the engine must still serve
-                self.history.add("heal", at_s=round(now, 2))
-                self.healed = True
-                self._send_many("post-heal", 2, 300.0)
+            if what == "heal":
+                self._heal(now)
                 continue
             self.history.add(f"fault-{what}", at_s=round(now, 2), fault=f.spec())
             if what == "on" and f.kind in CONTROLLER:
@@ -95,6 +97,17 @@ class Controller:
                 self._signal(pid, signal.SIGCONT)
                 del self.paused[pid]
                 self.history.add("rank-continue", at_s=round(now, 2), pid=pid)
+
+    def _heal(self, now: float) -> None:
+        """Every fault is off from now on (the ranks read it from the clock file);
+        the engine must still serve, so two more requests go out."""
+        if self.healed:
+            return
+        self.healed = True
+        (self.dir / "t0").write_text(f"{self.t0_wall!r} {now:.3f}")
+        self.history.add("heal", at_s=round(now, 2))
+        self._events = [e for e in self._events if e[1] != "off"]
+        self._send_many("post-heal", 2, 300.0)
 
     def _act(self, f: Fault) -> None:
         pids = self.topo.pids_by_rank()

@@ -3,7 +3,7 @@
 A schedule file is TOML:
 
     seed = 3                 # salt for `target = "one"` and the faults' RNGs
-    heal_s = 12.0            # every fault is off from here on; the workload must still finish
+    heal_s = 12.0            # every fault is off from here on (default: when the workload is done)
     [[faults]]
     kind = "free-delay"
     target = "rank:1"
@@ -45,22 +45,24 @@ class ScheduleError(ValueError):
 @dataclass(frozen=True)
 class Schedule:
     faults: tuple[Fault, ...]
-    heal_s: float = 15.0
+    heal_s: float | None = None   # None: heal when the workload is done
     seed: int = 0
     index: int = field(default=0, compare=False)   # its number within an exploration
 
     def __post_init__(self) -> None:
-        if self.heal_s <= 0:
+        if self.heal_s is not None and self.heal_s <= 0:
             raise ScheduleError("heal_s must be positive")
 
     def healed(self, world_size: int) -> list[Fault]:
-        """Every fault clipped to end by heal_s, `one` resolved with the seed."""
+        """Every fault clipped to end by heal_s (the ranks are also told when the
+        heal happens), `one` resolved with the seed."""
         out = []
         for f in (f.resolved(world_size, self.seed) for f in self.faults):
-            if f.start_s >= self.heal_s and f.kind not in ("request-burst", "request-cancel"):
-                continue
-            end = self.heal_s if f.duration_s is None else min(self.heal_s, f.start_s + f.duration_s)
-            f = f if f.kind in ("request-burst", "request-cancel", "rank-kill") else replace(f, duration_s=end - f.start_s)
+            if self.heal_s is not None and f.kind not in CERTAIN:
+                if f.start_s >= self.heal_s:
+                    continue
+                end = self.heal_s if f.duration_s is None else min(self.heal_s, f.start_s + f.duration_s)
+                f = replace(f, duration_s=end - f.start_s)
             out.append(f)
         return out
 
@@ -71,7 +73,7 @@ class Schedule:
         return {"seed": self.seed, "heal_s": self.heal_s, "faults": [f.to_dict() for f in self.faults]}
 
     def to_toml(self) -> str:
-        lines = [f"seed = {self.seed}", f"heal_s = {self.heal_s:g}"]
+        lines = [f"seed = {self.seed}"] + ([] if self.heal_s is None else [f"heal_s = {self.heal_s:g}"])
         for f in self.faults:
             lines.append("\n[[faults]]")
             for k, v in f.to_dict().items():
@@ -95,7 +97,8 @@ def schedule_from_dict(data: dict, where: str = "schedule") -> Schedule:
         except (ValueError, TypeError) as exc:
             raise ScheduleError(f"{where}: faults[{i}]: {exc}") from None
     try:
-        return Schedule(tuple(faults), float(data.get("heal_s", 15.0)), int(data.get("seed", 0)))
+        heal = data.get("heal_s")
+        return Schedule(tuple(faults), None if heal is None else float(heal), int(data.get("seed", 0)))
     except (TypeError, ValueError) as exc:
         raise ScheduleError(f"{where}: {exc}") from None
 
@@ -118,10 +121,11 @@ def parse_kinds(text: str | None) -> tuple[str, ...]:
     return kinds
 
 
-def generate(seed: int, index: int, world_size: int, kinds=DEFAULT_KINDS, horizon_s: float = 12.0,
+def generate(seed: int, index: int, world_size: int, kinds=DEFAULT_KINDS, horizon_s: float = 20.0,
              max_faults: int = 4) -> Schedule:
     """Schedule `index` of exploration `seed`: 1..max_faults faults, each with a
-    kind, target, magnitude, probability and window drawn from one RNG."""
+    kind, target, magnitude, probability and window (within horizon_s) drawn from
+    one RNG; the heal comes when the workload is done."""
     rng = random.Random(f"hctool-chaos/{seed}/{index}")
     faults = []
     for _ in range(rng.randint(1, max_faults)):
@@ -141,4 +145,4 @@ def generate(seed: int, index: int, world_size: int, kinds=DEFAULT_KINDS, horizo
         start = round(rng.uniform(0, horizon_s * (0.75 if kind in CERTAIN else 0.3)), 1)
         duration = None if rng.random() < 0.6 or kind in CERTAIN else round(rng.uniform(2.0, horizon_s), 1)
         faults.append(Fault(kind, ms=ms, target=target, p=p, start_s=start, duration_s=duration, n=n))
-    return Schedule(tuple(faults), heal_s=horizon_s, seed=seed, index=index)
+    return Schedule(tuple(faults), heal_s=None, seed=seed, index=index)

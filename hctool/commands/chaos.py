@@ -122,7 +122,7 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
                 keep_going: bool = typer.Option(False, "--keep-going", help="Do not stop at the first anomaly."),
                 shrink_budget: float = typer.Option(600.0, "--shrink-budget", min=0, help="Seconds for shrinking (0: none)."),
                 replays: int = typer.Option(5, "--replays", min=0, help="Replays of the (shrunk) schedule."),
-                horizon: float = typer.Option(20.0, "--horizon", min=1, help="Faults start within, and heal at, this second."),
+                horizon: float = typer.Option(20.0, "--horizon", min=1, help="Faults start within this many seconds (the heal comes when the workload is done)."),
                 as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt) -> None:
     """Random schedules until an anomaly or the budget; then shrink and replay it."""
     from rich.console import Console

@@ -3,7 +3,8 @@ and clock that consult the active faults at every operation.
 
 Time runs from the workload's start, which the chaos runner writes to the file
 named by HCTOOL_FAULTS_T0 (until it exists, or without it, the clock reads 0,
-so faults starting at 0 are on from launch). Probabilities draw from a
+so faults starting at 0 are on from launch); at the heal it adds the heal's
+second, and from then on no fault fires. Probabilities draw from a
 rank-local RNG seeded from the fault and the rank, so a replay draws alike.
 Nothing here issues a collective or touches replicated state directly.
 """
@@ -32,24 +33,30 @@ class FaultClock:
         self.path = os.environ.get("HCTOOL_FAULTS_T0")
         self.t0: float | None = None if self.path else time.time()
         self._next_look = 0.0
+        self.heal: float | None = None
         self.rng = {f: random.Random(f"{f.spec()}#{rank}") for f in faults}
 
     def now(self) -> float:
-        if self.t0 is None:
+        """Seconds since the workload started; the file holds "T0 [HEAL_S]" and is
+        re-read every 0.1 s until the heal is known."""
+        if self.path and self.heal is None:
             mono = time.monotonic()
-            if mono < self._next_look:
-                return 0.0
-            self._next_look = mono + 0.05
-            try:
-                with open(self.path) as fh:
-                    self.t0 = float(fh.read().strip())
-            except (OSError, ValueError):
-                return 0.0
-        return max(0.0, time.time() - self.t0)
+            if mono >= self._next_look:
+                self._next_look = mono + 0.1
+                try:
+                    with open(self.path) as fh:
+                        parts = [float(x) for x in fh.read().split()]
+                    self.t0 = parts[0]
+                    self.heal = parts[1] if len(parts) > 1 else None
+                except (OSError, ValueError, IndexError):
+                    pass
+        return 0.0 if self.t0 is None else max(0.0, time.time() - self.t0)
 
     def firing(self, kinds) -> list[Fault]:
         """Active faults of these kinds that fire for this operation (probability p)."""
         t = self.now()
+        if self.heal is not None and t >= self.heal:
+            return []
         return [f for f in self.faults if f.kind in kinds and f.active(t)
                 and (f.p >= 1.0 or self.rng[f].random() < f.p)]
 
@@ -76,6 +83,8 @@ class SkewedTime:
 
     def offset(self) -> float:
         t, off = self.clock.now(), 0.0
+        if self.clock.heal is not None:
+            t = min(t, self.clock.heal)  # the clock keeps what it gained, and gains no more
         for f in self.faults:
             if t < f.start_s:
                 continue

@@ -9,7 +9,6 @@ import subprocess
 import pytest
 
 SCHEDULE = """seed = 5
-heal_s = 4
 [[faults]]
 kind = "free-delay"
 target = "one"

@@ -22,8 +22,17 @@ def test_clock_reads_zero_until_the_workload_starts(clock):
     c = fault_hooks.FaultClock([parse_fault("free-delay:ms=5,start_s=1")], rank=0)
     assert c.now() == 0.0 and c.firing(("free-delay",)) == []
     clock.write_text(repr(time.time() - 2.0))
-    time.sleep(0.06)
+    time.sleep(0.15)
     assert c.now() >= 2.0 and [f.kind for f in c.firing(("free-delay",))] == ["free-delay"]
+
+
+def test_nothing_fires_after_the_heal(clock):
+    clock.write_text(repr(time.time() - 5.0))
+    c = fault_hooks.FaultClock([parse_fault("free-delay:ms=300")], rank=0)
+    assert c.firing(("free-delay",))
+    clock.write_text(f"{time.time() - 5.0!r} 4.0")  # healed one second ago
+    time.sleep(0.15)
+    assert c.firing(("free-delay",)) == [] and c.heal == 4.0
 
 
 def test_live_delays_follow_windows_and_probability(clock):

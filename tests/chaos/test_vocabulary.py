@@ -74,5 +74,5 @@ def test_generation_is_seeded_and_uses_only_the_asked_kinds():
     for i in range(50):
         s = generate(4, i, 2, kinds=("free-delay", "rank-pause"))
         assert 1 <= len(s.faults) <= 4 and {f.kind for f in s.faults} <= {"free-delay", "rank-pause"}
-        assert all(f.kind in FAULT_KINDS and f.start_s < s.heal_s for f in s.faults)
+        assert s.heal_s is None and all(f.kind in FAULT_KINDS and f.start_s < 20 for f in s.faults)
         assert all(f.rank in (0, 1) for f in s.faults if f.kind == "rank-pause")
