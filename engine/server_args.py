@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
 PREFETCH_VOTES = ("per-poll", "bulk", "per-tick")
+DEBUG_BREAKS = ("", "consensus", "liveness", "correctness", "accounting", "metrics")
 STORAGE_BACKENDS = ("file",)
 
 
@@ -65,6 +66,8 @@ class ServerArgs:
     prefetch_vote: str = _opt("per-tick", "how ranks agree a prefetch may end: per-poll (SGLang #30760), bulk (#33029), per-tick", PREFETCH_VOTES)
     dist_timeout: float = _opt(600.0, "torch.distributed group timeout in seconds")
     run_dir: str = _opt("", "directory for logs, traces and default storage")
+    debug_break: str = _opt("", "TEST ONLY: break one invariant on purpose, for hctool chaos's own tests "
+                                "(consensus, liveness, correctness, accounting, metrics)", DEBUG_BREAKS)
     model: ModelConfig = field(default_factory=ModelConfig, metadata={"cli": False})
 
     def __post_init__(self) -> None:
@@ -86,7 +89,8 @@ class ServerArgs:
             problems.append("--hicache-ratio must be above 1 (the host pool must be larger than the device pool)")
         for name, allowed in (("hicache_write_policy", WRITE_POLICIES),
                               ("hicache_storage_prefetch_policy", PREFETCH_POLICIES),
-                              ("prefetch_vote", PREFETCH_VOTES), ("device", ("cpu", "cuda"))):
+                              ("prefetch_vote", PREFETCH_VOTES), ("device", ("cpu", "cuda")),
+                              ("debug_break", DEBUG_BREAKS)):
             if getattr(self, name) not in allowed:
                 problems.append(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}")
         if self.hicache_storage_backend not in (None, *STORAGE_BACKENDS):

@@ -17,7 +17,7 @@ import time
 
 from hctool.inject.faults import when_imported
 
-SCHEDULERS = ("engine.scheduler", "engine.managers.scheduler")
+SCHEDULERS = ("engine.managers.scheduler",)
 
 
 def _write(path: str, data: dict) -> None:
@@ -28,29 +28,18 @@ def _write(path: str, data: dict) -> None:
 
 
 class _View:
-    """The scheduler's parts by their names in either engine layout (flat, or
-    SGLang's managers/ with PrefillManager, DecodeManager and ModelRunner)."""
+    """The scheduler's parts the probe reads (managers/ layout)."""
 
     def __init__(self, s):
         self.s = s
-        runner = getattr(s, "model_runner", s)
-        self.alloc, self.req_pool = runner.token_to_kv_pool_allocator, runner.req_to_token_pool
+        self.alloc = s.model_runner.token_to_kv_pool_allocator
+        self.req_pool = s.model_runner.req_to_token_pool
         self.tree = s.tree_cache
-
-    @property
-    def waiting(self):
-        return self.s.prefill.waiting_queue if hasattr(self.s, "prefill") else self.s.waiting_queue
-
-    @property
-    def running(self):
-        return self.s.decode.running if hasattr(self.s, "decode") else self.s.running
-
-    @property
-    def prefetching(self) -> int:
-        return len(getattr(self.tree, "ongoing_prefetch", ()))
+        self.waiting, self.running = s.prefill.waiting_queue, s.decode.running
+        self.prefetching = len(getattr(self.tree, "ongoing_prefetch", ()))
 
     def pages_in_use(self) -> int:
-        return sum(len(r.pages) - r.tree_pages for r in self.running)
+        return self.s.resources.pages_in_use(self.running)
 
 
 def queue_state(v: _View) -> dict:
@@ -108,25 +97,17 @@ def _patch(mod) -> None:
         except Exception as exc:  # a probe must never break the rank
             state["error"] = repr(exc)
 
-    if hasattr(cls, "run_tick"):  # flat layout: one method per tick
-        run_tick = cls.run_tick
+    init = cls.__init__
 
-        def probed_run_tick(self):
-            run_tick(self)
+    def probed_init(self, *a, **kw):  # each tick ends with io.flush(): look right after it
+        init(self, *a, **kw)
+        flush = self.io.flush
+
+        def flush_then_probe(*fa, **fkw):
+            flush(*fa, **fkw)
             probe(self)
-        cls.run_tick = probed_run_tick
-    else:  # managers layout: the tick ends with io.flush(); wrap it per instance
-        init = cls.__init__
-
-        def probed_init(self, *a, **kw):
-            init(self, *a, **kw)
-            flush = self.io.flush
-
-            def flush_then_probe(*fa, **fkw):
-                flush(*fa, **fkw)
-                probe(self)
-            self.io.flush = flush_then_probe
-        cls.__init__ = probed_init
+        self.io.flush = flush_then_probe
+    cls.__init__ = probed_init
     cls._hctool_chaos_probe = True
 
 

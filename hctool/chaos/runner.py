@@ -171,7 +171,7 @@ class Controller:
         for pid in list(self.paused):
             self._signal(pid, signal.SIGCONT)
         self.paused.clear()
-        pids = list(topo.pids().values())
+        pids = [c.popen.pid for c in topo.procs.children]
         self.record = {"obs": obs, "driver": driver, "orphans": [p for p in pids if _alive(p)]}
 
     def release(self) -> None:

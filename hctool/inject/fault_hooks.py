@@ -19,10 +19,10 @@ import time
 from hctool.inject.faults import Fault, when_imported
 
 DELAY_KEYS = {"h2d-sleep": "h2d", "d2h-sleep": "d2h", "free-delay": "free", "storage-latency": "storage"}
-# Where the engine keeps each part (the first that imports is patched).
-STREAMS = ("engine.streams", "engine.mem_cache.streams")
-STORAGE = ("engine.storage", "engine.mem_cache.hicache_storage")
-CLOCK_USERS = ("engine.hiradix_cache", "engine.mem_cache.hiradix_cache", "engine.storage", "engine.mem_cache.hicache_storage")
+# Where the engine keeps each part.
+STREAMS = ("engine.streams",)
+STORAGE = ("engine.mem_cache.hicache_storage",)
+CLOCK_USERS = ("engine.mem_cache.hiradix_cache", "engine.mem_cache.hicache_storage")
 
 
 class FaultClock:

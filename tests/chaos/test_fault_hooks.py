@@ -46,7 +46,8 @@ def test_live_delays_follow_windows_and_probability(clock):
 
 
 def test_free_delay_defers_real_frees(clock):
-    from engine import memory_pool, streams
+    from engine import streams
+    from engine.mem_cache import memory_pool
     clock.write_text(repr(time.time()))
     saved = streams.FAULT_DELAYS_MS
     try:
@@ -62,8 +63,8 @@ def test_free_delay_defers_real_frees(clock):
 
 
 def test_storage_faults_on_a_real_file_store(clock, tmp_path):
-    from engine import storage
-    from engine.memory_pool import KVPool
+    from engine.mem_cache import hicache_storage as storage
+    from engine.mem_cache.memory_pool import KVPool
     clock.write_text(repr(time.time()))
     cls = storage.HiCacheFile
     saved = cls.batch_get, cls.batch_exists

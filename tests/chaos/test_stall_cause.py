@@ -14,9 +14,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from engine.config import ServerArgs
-from engine.hiradix_cache import HiRadixCache
-from engine.memory_pool import KVPool, PagedAllocator
+from engine.mem_cache.hiradix_cache import HiRadixCache
+from engine.mem_cache.memory_pool import KVPool, PagedAllocator
+from engine.server_args import ServerArgs
 from hctool.procs import free_port
 
 PAGE = 16
@@ -52,7 +52,6 @@ def _settle(tree):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(strict=True, reason="the engine fix lands after the engine restructure (issue #12 phase 2)")
 def test_everything_counted_evictable_can_be_evicted(group):
     tree = _tree(group)
     try:
