@@ -50,8 +50,12 @@ class RunRecord:
 
 
 def check_consensus(r: RunRecord) -> list[Anomaly] | None:
+    # A stalled run's ranks are killed wherever they are, so a "hung" read from
+    # their traces afterwards is that snapshot: liveness reports the stall.
+    killed_busy = r.outcome in ("stalled", "deadline")
     for report in (r.watcher_report, r.final_report):
-        if report and report.get("verdict") in ("diverged", "hung"):
+        if report and (report.get("verdict") == "diverged" or (
+                report.get("verdict") == "hung" and report.get("first_divergence") and not killed_busy)):
             return [Anomaly("consensus", {"verdict": report["verdict"],
                                           "first_divergence": report.get("first_divergence")})]
     if r.death and not r.killed_ranks:
