@@ -106,7 +106,10 @@ class Controller:
         self.healed = True
         (self.dir / "t0").write_text(f"{self.t0_wall!r} {now:.3f}")
         self.history.add("heal", at_s=round(now, 2))
-        self._events = [e for e in self._events if e[1] != "off"]
+        for _, what, f in self._events:  # faults that had not started never will
+            if what == "on":
+                self.history.add("fault-skipped", fault=f.spec())
+        self._events = []
         self._send_many("post-heal", 2, 300.0)
 
     def _act(self, f: Fault) -> None:
