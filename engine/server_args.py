@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
 PREFETCH_VOTES = ("per-poll", "bulk", "per-tick")
+DEBUG_BREAKS = ("", "consensus", "liveness", "correctness", "accounting", "metrics")
 STORAGE_BACKENDS = ("file",)
 DISAGG_MODES = ("null", "prefill", "decode")
 RESTORE_GATES = ("event", "slot")
@@ -87,6 +88,8 @@ class ServerArgs:
     disaggregation_decode_enable_radix_cache: bool = _opt(False, "decode: keep a radix cache (and HiCache with --enable-hierarchical-cache)")
     decode_poll: str = _opt("fixed", "decode transfer poll: queue (pre-fix, SGLang #36928) or fixed (the fix)", DECODE_POLLS)
     decode_restore_gate: str = _opt("slot", "decode local restore: event (pre-fix, SGLang #29483) or slot (the fix)", RESTORE_GATES)
+    debug_break: str = _opt("", "TEST ONLY: break one invariant on purpose, for hctool chaos's own tests "
+                                "(consensus, liveness, correctness, accounting, metrics)", DEBUG_BREAKS)
     model: ModelConfig = field(default_factory=ModelConfig, metadata={"cli": False})
 
     def __post_init__(self) -> None:
@@ -114,7 +117,7 @@ class ServerArgs:
                               ("hicache_storage_prefetch_policy", PREFETCH_POLICIES),
                               ("prefetch_vote", PREFETCH_VOTES), ("device", ("cpu", "cuda")),
                               ("disaggregation_mode", DISAGG_MODES), ("decode_restore_gate", RESTORE_GATES),
-                              ("decode_poll", DECODE_POLLS)):
+                              ("decode_poll", DECODE_POLLS), ("debug_break", DEBUG_BREAKS)):
             if getattr(self, name) not in allowed:
                 problems.append(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}")
         if self.hicache_storage_backend not in (None, *STORAGE_BACKENDS):

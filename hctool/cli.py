@@ -38,9 +38,9 @@ def _root(
 
 def _register() -> None:
     # Each command module owns its group; order here is the order in --help.
-    from hctool.commands import consensus, gate, launch, lint, repro
+    from hctool.commands import chaos, consensus, gate, launch, lint, repro
 
-    for module in (launch, repro, consensus, lint, gate):
+    for module in (launch, repro, consensus, lint, chaos, gate):
         module.register(app)
 
 

@@ -16,6 +16,7 @@ import time
 from typing import Callable
 
 import torch
+import torch.distributed as dist
 
 from engine.managers.collectives import TickCollectives
 from engine.managers.io_struct import (FlushCacheReqInput, FlushCacheReqOutput, GenerateReqOutput, MetricsOutput,
@@ -58,6 +59,7 @@ class Scheduler:
         self.did_work = True
         self.ticks = 0
         self.last_status = time.monotonic()
+        self._debug_broken = False
 
     # -- the tick ----------------------------------------------------------------------
     def event_loop(self) -> None:
@@ -70,7 +72,7 @@ class Scheduler:
             self.tree_cache.check_hicache_events()                       # agree (cache events)
             if self.disagg_decode is not None:
                 self.disagg_decode.process_decode_queue()                # PD: prealloc, agreed poll
-            batch = self.prefill.get_new_batch_prefill(                  # schedule (agreed admission)
+            batch = None if self._debug_stop_admitting() else self.prefill.get_new_batch_prefill(  # schedule
                 len(self.decode.running), self.resources.reserved_decode_tokens(self.decode.running))
             ran_prefill = bool(batch) and self.run_prefill(batch)        # run
             if not ran_prefill and self.decode.running:
@@ -110,6 +112,7 @@ class Scheduler:
         self.prefill.requeue_front(requeue)
         if not ready:
             return False
+        self._debug_extra_vote()
         next_ids = self.model_runner.forward(items, ready, wait_layer=self.tree_cache.ready_to_load_host_cache())
         for req, tok in zip(ready, next_ids):
             req.kv_len = len(req.fill_ids)
@@ -151,11 +154,12 @@ class Scheduler:
             self.finish(req)
 
     def finish(self, req: Req) -> None:
+        output_ids = self._debug_break_finish(req)
         self.resources.cache_finished_req(req)
         req.finished = True
         self.counters.requests += 1
         cached = req.cached or {"device": 0, "host": 0, "storage": 0}
-        self.io.send(GenerateReqOutput(req.rid, list(req.output_ids), {
+        self.io.send(GenerateReqOutput(req.rid, output_ids, {
             "prompt_tokens": len(req.input_ids), "completion_tokens": len(req.output_ids),
             "cached_tokens": sum(cached.values()), "cached_tokens_details": dict(cached)}))
 
@@ -190,6 +194,32 @@ class Scheduler:
               f"L1 free {a.available_size()} (logical {a.logical_available_size()}) "
               f"evictable {self.tree_cache.evictable_size()} admission trimmed {self.prefill.admission_trimmed}x",
               file=sys.stderr, flush=True)
+
+    # -- TEST ONLY: --debug-break INVARIANT breaks that invariant and no other, so
+    # hctool chaos's tests can show each checker report (tests/chaos/test_broken_engine.py).
+    def _debug_stop_admitting(self) -> bool:
+        """liveness: after 4 answers, nothing is admitted again (every rank alike)."""
+        return self.args.debug_break == "liveness" and self.counters.requests >= 4
+
+    def _debug_extra_vote(self) -> None:
+        """consensus: after 2 answers the last rank votes once more than its peers."""
+        if (self.args.debug_break == "consensus" and self.counters.requests >= 2 and not self._debug_broken
+                and self.tp_rank == self.sync.world_size - 1):
+            self._debug_broken = True
+            dist.all_reduce(torch.zeros(2, dtype=torch.int64), op=dist.ReduceOp.MAX, group=self.sync.group)
+
+    def _debug_break_finish(self, req: Req) -> list[int]:
+        """correctness: answers that used the cache come back one token off;
+        accounting: the first finished request leaves a lock on its prefix;
+        metrics: /metrics counts one device-cached token too many per answer."""
+        out, mode = list(req.output_ids), self.args.debug_break
+        if mode == "correctness" and req.cached and sum(req.cached.values()) and out:
+            out[-1] = (out[-1] + 1) % self.args.model.vocab_size
+        elif mode == "accounting" and self.counters.requests == 0:
+            self.tree_cache.inc_lock_ref(req.last_node)
+        elif mode == "metrics":
+            self.counters.cached_tokens["device"] += 1
+        return out
 
     def close(self) -> None:
         self.tree_cache.close()

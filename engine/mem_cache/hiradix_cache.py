@@ -80,6 +80,11 @@ class HiRadixCache(RadixCache):
         submitted at once so a later eviction can defer its free on the event."""
         if node.backuped or node.writing or node.evicted:
             return True
+        if self.write_policy != "write_back" and not _has_host_copy(node.parent):
+            # Written-through nodes form a prefix from the root (SGLang's invariant):
+            # a node without a host copy above host-only children can never be
+            # evicted, yet evictable_size() counts it (the bulk stall, issue #12).
+            return False
         host_pages = self.alloc_host(len(node.value))
         if host_pages is None:
             return False
@@ -94,8 +99,14 @@ class HiRadixCache(RadixCache):
         their 2nd hit (SGLang); write_back waits for eviction."""
         res = super().insert(key, pages)
         if self.write_policy == "write_through":
-            for node in res.new_nodes:
-                self.write_backup(node)
+            # Every node on the path, top down: a backup that failed on a full host
+            # pool is retried on the next hit (SGLang's _inc_hit_count), parents first.
+            node, rest = self.root, self._aligned(key)
+            while rest:
+                child = node.children.get(rest[: self.page_size])
+                if child is None or child.evicted or not self.write_backup(child):
+                    break
+                node, rest = child, rest[len(child.key):]
         elif self.write_policy == "write_through_selective":
             node, rest = self.root, self._aligned(key)
             while rest:
@@ -343,9 +354,12 @@ class HiRadixCache(RadixCache):
         self.prefetched_tokens_total += inserted
 
     def _insert_host(self, anchor: TreeNode, tokens, host_pages: list[int], hashes: list[str]) -> list[int]:
-        """Mutates: adds host-only nodes below anchor; returns host pages not needed."""
+        """Mutates: adds host-only nodes below anchor; returns host pages not needed.
+        Nothing goes under a node without a host copy (see write_backup)."""
         node, done, p = anchor, 0, self.page_size
         while done < len(tokens):
+            if not _has_host_copy(node):
+                return list(host_pages)
             rest = tokens[done:]
             child = node.children.get(rest[:p])
             if child is None:
@@ -399,3 +413,8 @@ class HiRadixCache(RadixCache):
         self.cache_controller.close()
         if self.storage_io is not None:
             self.storage_io.close()
+
+
+def _has_host_copy(node: TreeNode) -> bool:
+    """The root, a backed-up node, or one whose host copy is being written."""
+    return node.parent is None or node.backuped or node.writing

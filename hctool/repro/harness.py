@@ -71,7 +71,7 @@ class ReproHarness:
                 requests.post(f"{url}/flush_cache", timeout=self.s.deadline).raise_for_status()  # waits for backups
                 topo.shutdown()
         ref_args = dataclasses.replace(first, enable_hierarchical_cache=False, hicache_storage_backend=None,
-                                       disable_radix_cache=True, run_dir="",
+                                       disable_radix_cache=True, run_dir="", debug_break="",
                                        max_total_tokens=max(first.max_total_tokens, 16384))
         log("reference: answering every prompt without any cache")
         with Topology(ref_args, self.root / "reference") as topo:
@@ -80,8 +80,14 @@ class ReproHarness:
             topo.shutdown()
 
     # -- one variant run -------------------------------------------------------------------
-    def run_variant(self, variant: Variant, index: int = 0) -> dict:
-        name = variant.name if self.opts.runs == 1 else f"{variant.name}-run{index + 1}"
+    def run_variant(self, variant: Variant, index: int = 0, faults: list[str] | None = None, hooks=None,
+                    name: str | None = None) -> dict:
+        """One run. `faults` replaces the scenario's; `hooks` (chaos) is told when the
+        workload starts (`started(topo, url, driver, t0)`), may act while it runs
+        (`tick()`), sees the engine at quiesce before teardown (`quiesce(topo, url,
+        driver)`) and gets the observation (`finished(obs, driver, topo)`)."""
+        name = name or (variant.name if self.opts.runs == 1 else f"{variant.name}-run{index + 1}")
+        faults = list(self.s.faults) if faults is None else list(faults)
         vdir = self.root / name
         traces = vdir / "traces"
         extra: tuple[str, ...] = ()
@@ -91,26 +97,30 @@ class ReproHarness:
         args = self.s.server_args(variant, self.tp, extra)
         deadline_s = self.opts.timeout or self.s.deadline
         shape = f"PD prefill TP={self.s.prefill_tp} + decode TP={self.tp}" if self.s.pd else f"TP={self.tp}"
-        log(f"{name}: starting {shape} with faults {', '.join(self.s.faults) or 'none'}")
+        log(f"{name}: starting {shape} with faults {', '.join(faults) or 'none'}")
         t0 = time.monotonic()
         stacks: dict[str, str] = {}
+        env = {"HCTOOL_TRACE_DIR": str(traces), **(hooks.env(vdir) if hooks else {})}
+        probes = [*self.s.probes, *(hooks.probes if hooks else ())]
         if self.s.pd:  # the decode side is traced and watched (the prefill's traces sit beside)
-            topo = PDTopology(args, self.s.prefill_tp, self.tp, vdir, faults=list(self.s.faults),
-                              probes=list(self.s.probes), side_env={
-                                  "decode": {"HCTOOL_TRACE_DIR": str(traces)},
-                                  "prefill": {"HCTOOL_TRACE_DIR": str(vdir / "traces-prefill")}})
+            topo = PDTopology(args, self.s.prefill_tp, self.tp, vdir, faults=faults, probes=probes, side_env={
+                "decode": env, "prefill": {"HCTOOL_TRACE_DIR": str(vdir / "traces-prefill")}})
         else:
-            topo = Topology(args, vdir, faults=list(self.s.faults), probes=list(self.s.probes),
-                            extra_env={"HCTOOL_TRACE_DIR": str(traces)})
+            topo = Topology(args, vdir, faults=faults, probes=probes, extra_env=env)
         load_back: list[int] = []
         with topo:
             url = topo.start(self.opts.startup_timeout)
-            (vdir / "commands.txt").write_text(_commands(topo, args, self.s))
+            (vdir / "commands.txt").write_text(_commands(topo, args, self.s, faults))
             watcher = LiveWatcher(traces, self.tp, hang_after=self.s.hang_after)
             driver = WorkloadDriver(url, self.rounds, self.s.workload.max_new_tokens, deadline_s,
-                                    on_round_end=lambda r: load_back.append(_load_back_tokens(url))).start()
+                                    on_round_end=lambda r: load_back.append(_load_back_tokens(url)))
+            if hooks:
+                hooks.started(topo, url, driver, time.time())
+            driver.start()
             started = time.monotonic()
-            outcome, live, death = self._watch(topo, watcher, driver, started, deadline_s)
+            outcome, live, death = self._watch(topo, watcher, driver, started, deadline_s, hooks)
+            if outcome == "done" and hooks:
+                hooks.quiesce(topo, url, driver)
             if outcome != "done":
                 alive = {r: pid for r, pid in topo.pids_by_rank().items() if _alive(pid)}
                 stacks = dump_stacks(alive, timeout=10.0, trace_dir=str(traces)) if alive else {}
@@ -122,6 +132,8 @@ class ReproHarness:
         final = analyze_dir(traces, exit_codes=codes, stacks=stacks)
         obs = Observation(outcome, death, live, final, driver.sent, driver.succeeded, self._outputs_match(driver))
         verdict, reason = derive_verdict(obs)
+        if hooks:
+            hooks.finished(obs, driver, topo, codes)
         per_round = [b - a for a, b in zip([0, *load_back], load_back)]
         ok = verdict in variant.expected
         if ok and verdict == "healthy" and self.s.require_load_back and not all(x > 0 for x in per_round[1:]):
@@ -137,9 +149,12 @@ class ReproHarness:
         log(f"{name}: {verdict} ({reason}) in {report['seconds']} s")
         return report
 
-    def _watch(self, topo: Topology | PDTopology, watcher: LiveWatcher, driver: WorkloadDriver, started: float, deadline_s: float):
+    def _watch(self, topo: Topology | PDTopology, watcher: LiveWatcher, driver: WorkloadDriver, started: float,
+               deadline_s: float, hooks=None):
         while True:
             time.sleep(POLL_S)
+            if hooks:
+                hooks.tick()
             death = topo.first_death()
             if death is not None:
                 time.sleep(0.5)  # let the checker read the last records of the dying rank
@@ -147,10 +162,11 @@ class ReproHarness:
             report = watcher.check()
             if report is not None:
                 return "watcher", report, None
-            if driver.done.is_set():
+            if driver.done.is_set() and (hooks is None or hooks.idle()):
                 return "done", None, None
             now = time.monotonic()
-            if now - max(driver.last_progress, started) > self.s.stall_timeout:
+            progress = max(driver.last_progress, started, hooks.last_progress if hooks else 0.0)
+            if now - progress > self.s.stall_timeout:
                 return "stalled", None, None
             if now - started > deadline_s:
                 return "deadline", None, None
@@ -209,8 +225,8 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _commands(topo: Topology, args: ServerArgs, s: Scenario) -> str:
-    lines = [f"# scenario {s.id}; faults: {', '.join(s.faults) or 'none'}; probes: {', '.join(s.probes) or 'none'}",
+def _commands(topo: Topology, args: ServerArgs, s: Scenario, faults: list[str]) -> str:
+    lines = [f"# scenario {s.id}; faults: {', '.join(faults) or 'none'}; probes: {', '.join(s.probes) or 'none'}",
              f"# engine args: {args.to_json()}"]
     lines += [f"{c.name}: pid {c.popen.pid}: {' '.join(c.popen.args)}" for c in topo.procs.children]
     return "\n".join(lines) + "\n"

@@ -48,6 +48,7 @@ class WorkloadDriver:
         self.max_new_tokens, self.request_timeout = max_new_tokens, request_timeout
         self.sent = self.succeeded = self.failed = 0
         self.outputs: dict[tuple[int, int], list[int]] = {}
+        self.meta: dict[tuple[int, int], dict] = {}   # meta_info of each answer (cached tokens)
         self.errors: list[str] = []
         self.last_progress = time.monotonic()
         self.done = threading.Event()
@@ -78,6 +79,7 @@ class WorkloadDriver:
             if ok:
                 self.succeeded += 1
                 self.outputs[key] = detail["output_ids"]
+                self.meta[key] = detail.get("meta_info") or {}
             else:
                 self.failed += 1
                 self.errors.append(f"request {key}: {detail}")

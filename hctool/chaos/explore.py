@@ -1,0 +1,124 @@
+"""Explore (random schedules until an anomaly or the budget), shrink (fewest
+faults, smallest magnitudes that still fail) and replay (how often it fails)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+from typing import Callable, NamedTuple
+
+from hctool.chaos.runner import ChaosRunner, RunResult
+from hctool.chaos.schedule import DEFAULT_KINDS, Schedule, generate
+from hctool.inject.faults import Fault
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+class Exploration(NamedTuple):
+    runs: list[tuple[Schedule, RunResult]]
+    first_anomaly_s: float | None    # seconds from the start to the first anomalous run's end
+    seconds: float
+
+
+def shard_indices(shard: tuple[int, int]):
+    """Shard i/N takes schedule indices i-1, i-1+N, ...: N machines, no coordinator."""
+    i, n = shard
+    k = i - 1
+    while True:
+        yield k
+        k += n
+
+
+def explore(runner: ChaosRunner, seed: int, budget_s: float, shard: tuple[int, int] = (1, 1),
+            kinds=DEFAULT_KINDS, max_schedules: int | None = None, keep_going: bool = False,
+            progress: Callable[[int, float, str], None] | None = None) -> Exploration:
+    t0 = time.monotonic()
+    runner.prepare()  # setup and reference count against the budget too
+    runs, first = [], None
+    for count, index in enumerate(shard_indices(shard)):
+        elapsed = time.monotonic() - t0
+        if elapsed >= budget_s or (max_schedules is not None and count >= max_schedules):
+            break
+        sched = generate(seed, index, runner.harness.tp, kinds, horizon_s=runner.horizon_s)
+        log(f"chaos: schedule {index} (seed {seed}): {'; '.join(sched.specs())}")
+        res = runner.run(sched, f"s{seed}-{index}")
+        runs.append((sched, res))
+        log(f"chaos: schedule {index}: {res.verdict}" + "".join(f"; {a.invariant}" for a in res.anomalies)
+            + f" in {res.seconds:.0f} s")
+        if progress:
+            progress(len(runs), time.monotonic() - t0, res.verdict)
+        if res.anomalies and first is None:
+            first = time.monotonic() - t0
+            if not keep_going:
+                break
+    return Exploration(runs, first, time.monotonic() - t0)
+
+
+def fails(runner: ChaosRunner, sched: Schedule, invariant: str, tries: int, name: str) -> bool:
+    for k in range(tries):
+        res = runner.run(sched, f"{name}-try{k + 1}")
+        if any(a.invariant == invariant for a in res.anomalies):
+            return True
+    return False
+
+
+def _smaller(f: Fault) -> list[Fault]:
+    """Candidates one step smaller than f: certain instead of probable, half the
+    magnitude, half the count, no end (a shorter window is not simpler to read)."""
+    out = []
+    if f.p < 1.0:
+        out.append(replace(f, p=1.0))
+    if f.ms >= 10:
+        out.append(replace(f, ms=float(round(f.ms / 2))))
+    if f.n > 1:
+        out.append(replace(f, n=f.n // 2))
+    if f.start_s > 0:
+        out.append(replace(f, start_s=0.0))
+    return out
+
+
+def shrink(runner: ChaosRunner, sched: Schedule, invariant: str, budget_s: float, tries: int = 2,
+           predicate: Callable[[Schedule, str], bool] | None = None) -> tuple[Schedule, int]:
+    """Greedy delta debugging: drop faults one at a time while it still fails, then
+    make each remaining fault smaller step by step. Returns (schedule, attempts).
+    `predicate(schedule, name)` decides "still fails" (default: run it `tries` times)."""
+    still = predicate or (lambda s, name: fails(runner, s, invariant, tries, name))
+    t0, attempts = time.monotonic(), 0
+    faults = list(sched.faults)
+
+    def left() -> bool:
+        return time.monotonic() - t0 < budget_s
+
+    i = 0
+    while i < len(faults) and len(faults) > 1 and left():
+        cand = faults[:i] + faults[i + 1:]
+        attempts += 1
+        if still(sched.with_faults(cand), f"shrink{attempts}"):
+            faults = cand
+        else:
+            i += 1
+    for i in range(len(faults)):
+        progress = True
+        while progress and left():
+            progress = False
+            for smaller in _smaller(faults[i]):
+                attempts += 1
+                cand = faults[:i] + [smaller] + faults[i + 1:]
+                if still(sched.with_faults(cand), f"shrink{attempts}"):
+                    faults, progress = cand, True
+                    break
+                if not left():
+                    break
+    return sched.with_faults(faults), attempts
+
+
+def replay(runner: ChaosRunner, sched: Schedule, invariant: str, times: int, name: str = "replay") -> int:
+    hits = 0
+    for k in range(times):
+        res = runner.run(sched, f"{name}{k + 1}")
+        hits += any(a.invariant == invariant for a in res.anomalies)
+        log(f"chaos: {name} {k + 1}/{times}: {'reproduced' if any(a.invariant == invariant for a in res.anomalies) else 'not reproduced'}")
+    return hits

@@ -1,0 +1,148 @@
+"""Chaos schedules: a list of faults with windows, ending in a heal.
+
+A schedule file is TOML:
+
+    seed = 3                 # salt for `target = "one"` and the faults' RNGs
+    heal_s = 12.0            # every fault is off from here on (default: when the workload is done)
+    [[faults]]
+    kind = "free-delay"
+    target = "rank:1"
+    ms = 300
+    start_s = 0.5
+    duration_s = 8
+
+`generate()` draws random schedules from the vocabulary, seeded, so schedule i
+of seed N is the same on every machine (that is what makes `--shard` work).
+"""
+
+from __future__ import annotations
+
+import random
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from hctool.inject.faults import FAULT_KINDS, Fault, parse_fault
+
+# Kinds explore draws by default: all but rank-kill (a killed rank ends the run;
+# ask for it with --kinds). Magnitude ranges (ms or n) per kind.
+DEFAULT_KINDS = ("h2d-sleep", "d2h-sleep", "free-delay", "storage-latency", "storage-error", "storage-timeout",
+                 "storage-partial", "clock-skew", "clock-jump", "rank-pause", "request-burst", "request-cancel")
+MAGNITUDE = {"h2d-sleep": (5, 200), "d2h-sleep": (5, 200), "free-delay": (20, 600), "storage-latency": (5, 120),
+             "storage-timeout": (50, 1500), "clock-skew": (50, 500), "clock-jump": (500, 8000),
+             "rank-pause": (100, 2000), "request-cancel": (50, 500)}
+COUNTS = {"request-burst": (2, 12), "request-cancel": (1, 6)}
+# The bug class is decisions made from rank-local timing, so faults that make
+# one rank's copies, frees or storage slower than its peers' are drawn more often.
+CERTAIN = ("rank-pause", "rank-kill", "request-burst", "request-cancel")  # one-shot: no p, no window
+WEIGHT = {"free-delay": 3, "d2h-sleep": 2, "h2d-sleep": 2, "storage-latency": 3}
+
+
+class ScheduleError(ValueError):
+    """A schedule file or option that cannot be used; the message says where."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    faults: tuple[Fault, ...]
+    heal_s: float | None = None   # None: heal when the workload is done
+    seed: int = 0
+    index: int = field(default=0, compare=False)   # its number within an exploration
+
+    def __post_init__(self) -> None:
+        if self.heal_s is not None and self.heal_s <= 0:
+            raise ScheduleError("heal_s must be positive")
+
+    def healed(self, world_size: int) -> list[Fault]:
+        """Every fault clipped to end by heal_s (the ranks are also told when the
+        heal happens), `one` resolved with the seed."""
+        out = []
+        for f in (f.resolved(world_size, self.seed) for f in self.faults):
+            if self.heal_s is not None and f.kind not in CERTAIN:
+                if f.start_s >= self.heal_s:
+                    continue
+                end = self.heal_s if f.duration_s is None else min(self.heal_s, f.start_s + f.duration_s)
+                f = replace(f, duration_s=end - f.start_s)
+            out.append(f)
+        return out
+
+    def specs(self) -> list[str]:
+        return [f.spec() for f in self.faults]
+
+    def to_dict(self) -> dict:
+        return {"seed": self.seed, "heal_s": self.heal_s, "faults": [f.to_dict() for f in self.faults]}
+
+    def to_toml(self) -> str:
+        lines = [f"seed = {self.seed}"] + ([] if self.heal_s is None else [f"heal_s = {self.heal_s:g}"])
+        for f in self.faults:
+            lines.append("\n[[faults]]")
+            for k, v in f.to_dict().items():
+                if v is None:
+                    continue
+                lines.append(f"{k} = {v!r}" if isinstance(v, str) else f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}")
+        return "\n".join(lines).replace("'", '"') + "\n"
+
+    def with_faults(self, faults) -> Schedule:
+        return replace(self, faults=tuple(faults))
+
+
+def schedule_from_dict(data: dict, where: str = "schedule") -> Schedule:
+    unknown = set(data) - {"seed", "heal_s", "faults"}
+    if unknown:
+        raise ScheduleError(f"{where}: unknown fields {sorted(unknown)}; known: seed, heal_s, faults")
+    faults = []
+    for i, f in enumerate(data.get("faults", [])):
+        try:
+            faults.append(parse_fault(f) if isinstance(f, str) else Fault.from_dict(f))
+        except (ValueError, TypeError) as exc:
+            raise ScheduleError(f"{where}: faults[{i}]: {exc}") from None
+    try:
+        heal = data.get("heal_s")
+        return Schedule(tuple(faults), None if heal is None else float(heal), int(data.get("seed", 0)))
+    except (TypeError, ValueError) as exc:
+        raise ScheduleError(f"{where}: {exc}") from None
+
+
+def load_schedule(path: Path) -> Schedule:
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ScheduleError(f"{path}: {exc}") from None
+    return schedule_from_dict(data, str(path))
+
+
+def parse_kinds(text: str | None) -> tuple[str, ...]:
+    if not text:
+        return DEFAULT_KINDS
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    bad = [k for k in kinds if k not in FAULT_KINDS]
+    if bad or not kinds:
+        raise ScheduleError(f"unknown fault kind {bad[0] if bad else text!r}; known: {', '.join(FAULT_KINDS)}")
+    return kinds
+
+
+def generate(seed: int, index: int, world_size: int, kinds=DEFAULT_KINDS, horizon_s: float = 20.0,
+             max_faults: int = 4) -> Schedule:
+    """Schedule `index` of exploration `seed`: 1..max_faults faults, each with a
+    kind, target, magnitude, probability and window (within horizon_s) drawn from
+    one RNG; the heal comes when the workload is done."""
+    rng = random.Random(f"hctool-chaos/{seed}/{index}")
+    faults = []
+    for _ in range(rng.randint(1, max_faults)):
+        kind = rng.choices(kinds, weights=[WEIGHT.get(k, 1) for k in kinds])[0]
+        if kind in ("rank-pause", "rank-kill"):
+            target = f"rank:{rng.randrange(world_size)}"
+        elif kind in ("request-burst", "request-cancel"):
+            target = "all"  # the client side has no rank
+        else:
+            target = rng.choice(["all", "one", *[f"rank:{r}" for r in range(world_size)]])
+        lo, hi = MAGNITUDE.get(kind, (0, 0))
+        ms = float(round(rng.uniform(lo, hi))) if hi else 0.0
+        n = rng.randint(*COUNTS[kind]) if kind in COUNTS else 0
+        p = 1.0 if rng.random() < 0.6 or kind in CERTAIN or kind.startswith("clock") else round(rng.uniform(0.1, 1.0), 2)
+        # Rank asymmetry matters while requests queue, so windows start early and
+        # mostly last until the heal; one-shot faults land anywhere before it.
+        start = round(rng.uniform(0, horizon_s * (0.75 if kind in CERTAIN else 0.3)), 1)
+        duration = None if rng.random() < 0.6 or kind in CERTAIN else round(rng.uniform(2.0, horizon_s), 1)
+        faults.append(Fault(kind, ms=ms, target=target, p=p, start_s=start, duration_s=duration, n=n))
+    return Schedule(tuple(faults), heal_s=None, seed=seed, index=index)

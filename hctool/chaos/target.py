@@ -1,0 +1,56 @@
+"""What a chaos run runs: a repro scenario's engine configuration and workload
+(`--scenario ID --variant V [--no-scenario-faults]`), or a plain `hctool
+launch` flag set (after `--`) with a default workload."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from hctool.repro.scenario import Scenario, ScenarioError, Variant, Workload
+
+
+@dataclass(frozen=True)
+class Target:
+    scenario: Scenario
+    variant: Variant
+    base_faults: tuple[str, ...]   # the scenario's own faults, unless --no-scenario-faults
+    args: tuple[str, ...]          # the CLI words that name this target again (for replay)
+
+    @property
+    def label(self) -> str:
+        return " ".join(self.args)
+
+
+def scenario_target(sid: str, variant: str | None, no_scenario_faults: bool, catalogue: list[Path] = ()) -> Target:
+    from hctool.repro.catalogue import find_scenario
+    s = find_scenario(sid, list(catalogue))
+    v = s.variant(variant) if variant else s.variants[0]
+    args = ["--scenario", sid, "--variant", v.name, *(["--no-scenario-faults"] if no_scenario_faults else [])]
+    for c in catalogue:
+        args += ["--catalogue", str(c)]
+    return Target(s, v, () if no_scenario_faults else s.faults, tuple(args))
+
+
+def launch_target(flags: list[str], tp: int = 2) -> Target:
+    """`-- --tp 2 --enable-hierarchical-cache ...`: the engine flags of `hctool launch`
+    (--tp included), with a default workload of hot prefixes over a small pool."""
+    flags = list(flags)
+    if "--tp" in flags:
+        i = flags.index("--tp")
+        try:
+            tp = int(flags[i + 1])
+        except (IndexError, ValueError):
+            raise ScenarioError("--tp needs an integer") from None
+        del flags[i:i + 2]
+    s = Scenario(id="launch", title="hctool launch " + shlex.join(flags), summary="", upstream={}, tp=tp,
+                 engine_flags=tuple(flags), setup_flags=(), faults=(), probes=(),
+                 workload=Workload(seed=0, hot_prefixes=4, prefix_tokens=128, suffix_tokens=16,
+                                   requests_per_round=8, rounds=3, max_new_tokens=8),
+                 variants=(Variant("launch", (), ("healthy",)),), stall_timeout=20.0, deadline=120.0)
+    try:
+        s.server_args(s.variants[0])
+    except ValueError as exc:
+        raise ScenarioError(f"engine flags: {exc}") from None
+    return Target(s, s.variants[0], (), ("--", "--tp", str(tp), *flags))

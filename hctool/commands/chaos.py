@@ -1,0 +1,211 @@
+"""`hctool chaos run | explore | shrink | merge`: fault schedules against a real
+engine run, invariant checks, shrinking, replay, CI shards (docs/chaos.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from hctool.errors import UsageError
+
+app = typer.Typer(no_args_is_help=True, help="Chaos testing: random fault schedules, invariants, shrinking (docs/chaos.md).")
+EXTRA = {"allow_extra_args": True, "ignore_unknown_options": False}
+EXIT = {"valid": 0, "invalid": 1, "unknown": 2}
+
+ScenarioOpt = typer.Option(None, "--scenario", help="Run a repro scenario's engine configuration and workload.")
+VariantOpt = typer.Option(None, "--variant", help="The scenario's variant (default: its first).")
+NoFaultsOpt = typer.Option(False, "--no-scenario-faults", help="Leave the scenario's own faults out.")
+CatalogueOpt = typer.Option([], "--catalogue", help="Also load scenarios from this folder.")
+JsonOpt = typer.Option(False, "--json", help="Print only the JSON report on stdout.")
+ArtifactsOpt = typer.Option(None, "--artifacts", help="Run directory (default ./hctool-runs/chaos-TIME).")
+StarveOpt = typer.Option(1000, "--starve-ticks", min=1, help="Liveness: ticks with work waiting and nothing running.")
+
+
+def _target(ctx: typer.Context, scenario, variant, no_faults, catalogue):
+    from hctool.chaos.target import launch_target, scenario_target
+    from hctool.repro.scenario import ScenarioError
+    flags = list(ctx.args)
+    try:
+        if scenario and flags:
+            raise UsageError("give either --scenario or engine flags after --, not both")
+        if scenario:
+            return scenario_target(scenario, variant, no_faults, catalogue)
+        if flags:
+            return launch_target(flags)
+    except ScenarioError as exc:
+        raise UsageError(str(exc), "see `hctool repro list` and `hctool launch --help`") from None
+    raise UsageError("no target", "give --scenario ID [--variant V] or `-- ENGINE-FLAGS` (as for hctool launch)")
+
+
+def _setup(artifacts: Path | None, what: str):
+    from hctool.chaos.history import History
+    root = Path(artifacts or Path("hctool-runs") / f"chaos-{what}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    if root.is_dir() and any(root.iterdir()):
+        raise UsageError(f"--artifacts {root} is not empty", "give a new or empty folder")
+    root.mkdir(parents=True, exist_ok=True)
+    print(f"chaos {what}: artifacts in {root}", file=sys.stderr)
+    return root, History(root / "history.jsonl")
+
+
+def _schedule(path: Path):
+    from hctool.chaos.schedule import ScheduleError, load_schedule
+    try:
+        return load_schedule(path)
+    except ScheduleError as exc:
+        raise UsageError(str(exc), "see docs/chaos.md for the schedule format") from None
+
+
+def _finish(report: dict, root: Path, as_json: bool) -> None:
+    (root / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    if as_json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        from rich.console import Console
+        from hctool.chaos.report import render
+        render(report, Console(width=None if sys.stdout.isatty() else 160))
+    raise typer.Exit(EXIT[report["verdict"]])
+
+
+def _shrink_and_replay(runner, target, sched, anomaly, root: Path, shrink_budget: float, replays: int, k: int):
+    from hctool.chaos.explore import replay, shrink
+    from hctool.chaos.report import anomaly_entry, replay_command
+    shrunk = None
+    if shrink_budget > 0:
+        shrunk, attempts = shrink(runner, sched, anomaly.invariant, shrink_budget)
+        print(f"chaos: shrunk to {len(shrunk.faults)} fault(s) in {attempts} attempt(s): "
+              f"{'; '.join(shrunk.specs())}", file=sys.stderr)
+    final = shrunk or sched
+    path = root / f"anomaly-{k}.toml"
+    path.write_text(final.to_toml())
+    hits = replay(runner, final, anomaly.invariant, replays) if replays else None
+    return anomaly_entry(anomaly, sched, replay_command(path, target), shrunk,
+                         None if hits is None else f"{hits}/{replays}")
+
+
+@app.command("run", context_settings=EXTRA)
+def run_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="Schedule TOML (docs/chaos.md)."),
+            scenario: str = ScenarioOpt, variant: str = VariantOpt, no_scenario_faults: bool = NoFaultsOpt,
+            catalogue: list[Path] = CatalogueOpt, runs: int = typer.Option(1, "--runs", min=1, help="Run it K times."),
+            as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt) -> None:
+    """Run one schedule against a target (K times); exit 0 valid, 1 invalid, 2 could not run."""
+    from hctool.chaos.report import anomaly_entry, build, replay_command
+    from hctool.chaos.runner import ChaosRunner
+    from hctool.procs import sigterm_as_interrupt
+    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue)
+    sched = _schedule(schedule)
+    root, history = _setup(artifacts, "run")
+    runner = ChaosRunner(target, root, history, starve_ticks)
+    with sigterm_as_interrupt():
+        results = [(sched, runner.run(sched, f"run{k + 1}")) for k in range(runs)]
+    invariants = sorted({a.invariant for _, r in results for a in r.anomalies})
+    anomalies = []
+    for inv in invariants:
+        first = next(a for _, r in results for a in r.anomalies if a.invariant == inv)
+        hits = sum(any(a.invariant == inv for a in r.anomalies) for _, r in results)
+        anomalies.append(anomaly_entry(first, sched, replay_command(schedule, target, runs), None, f"{hits}/{runs}"))
+    _finish(build(target, sched.seed, results, anomalies, history.path), root, as_json)
+
+
+@app.command("explore", context_settings=EXTRA)
+def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = VariantOpt,
+                no_scenario_faults: bool = NoFaultsOpt, catalogue: list[Path] = CatalogueOpt,
+                budget: float = typer.Option(600.0, "--budget", min=1, help="Seconds of exploration (setup included)."),
+                seed: int = typer.Option(0, "--seed", help="Seed of the schedule generator."),
+                shard: str = typer.Option("1/1", "--shard", help="i/N: this machine's share of the schedules."),
+                kinds: str = typer.Option(None, "--kinds", help="Comma-separated fault kinds (default: all but rank-kill)."),
+                max_schedules: int = typer.Option(None, "--max-schedules", min=1, help="Stop after this many schedules."),
+                keep_going: bool = typer.Option(False, "--keep-going", help="Do not stop at the first anomaly."),
+                shrink_budget: float = typer.Option(600.0, "--shrink-budget", min=0, help="Seconds for shrinking (0: none)."),
+                replays: int = typer.Option(5, "--replays", min=0, help="Replays of the (shrunk) schedule."),
+                horizon: float = typer.Option(20.0, "--horizon", min=1, help="Faults start within this many seconds (the heal comes when the workload is done)."),
+                as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt) -> None:
+    """Random schedules until an anomaly or the budget; then shrink and replay it."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from hctool.chaos.explore import explore
+    from hctool.chaos.report import build
+    from hctool.chaos.runner import ChaosRunner
+    from hctool.chaos.schedule import ScheduleError, parse_kinds
+    from hctool.procs import sigterm_as_interrupt
+    try:
+        i, n = (int(x) for x in shard.split("/"))
+        if not 1 <= i <= n:
+            raise ValueError
+        kind_list = parse_kinds(kinds)
+    except ValueError as exc:
+        raise UsageError(str(exc) if isinstance(exc, ScheduleError) else f"bad --shard {shard!r}", "use --shard i/N with 1 <= i <= N") from None
+    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue)
+    root, history = _setup(artifacts, "explore")
+    runner = ChaosRunner(target, root, history, starve_ticks, horizon_s=horizon)
+    console = Console(stderr=True)
+    with sigterm_as_interrupt(), Progress(TextColumn("chaos explore"), BarColumn(), TextColumn("{task.description}"),
+                                          TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("starting", total=budget)
+        found = explore(runner, seed, budget, (i, n), kind_list, max_schedules, keep_going,
+                        lambda k, t, v: bar.update(task, completed=min(t, budget), description=f"{k} schedules, last {v}"))
+    anomalies = []
+    for sched, res in found.runs:
+        for a in res.anomalies[:1] if res.anomalies else []:
+            with sigterm_as_interrupt():
+                anomalies.append(_shrink_and_replay(runner, target, sched, a, root, shrink_budget, replays, len(anomalies) + 1))
+    minutes = found.seconds / 60
+    report = build(target, seed, found.runs, anomalies, history.path, shard=shard,
+                   seconds=round(found.seconds, 1), first_anomaly_s=None if found.first_anomaly_s is None else round(found.first_anomaly_s, 1),
+                   schedules_per_min=round(len(found.runs) / minutes, 2) if minutes else None)
+    _finish(report, root, as_json)
+
+
+@app.command("shrink", context_settings=EXTRA)
+def shrink_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="A failing schedule TOML."),
+               scenario: str = ScenarioOpt, variant: str = VariantOpt, no_scenario_faults: bool = NoFaultsOpt,
+               catalogue: list[Path] = CatalogueOpt,
+               invariant: str = typer.Option(None, "--invariant", help="The invariant that must keep failing (default: the first seen)."),
+               budget: float = typer.Option(600.0, "--budget", min=1, help="Seconds for shrinking."),
+               replays: int = typer.Option(5, "--replays", min=0, help="Replays of the shrunk schedule."),
+               as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt) -> None:
+    """Reduce a failing schedule to the fewest, smallest faults that still fail."""
+    from hctool.chaos.invariants import CHECKERS, Anomaly
+    from hctool.chaos.report import build
+    from hctool.chaos.runner import ChaosRunner
+    from hctool.procs import sigterm_as_interrupt
+    if invariant is not None and invariant not in CHECKERS:
+        raise UsageError(f"unknown invariant {invariant!r}", f"known: {', '.join(CHECKERS)}")
+    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue)
+    sched = _schedule(schedule)
+    root, history = _setup(artifacts, "shrink")
+    runner = ChaosRunner(target, root, history, starve_ticks)
+    with sigterm_as_interrupt():
+        first = runner.run(sched, "original")
+        seen = [a for a in first.anomalies if invariant in (None, a.invariant)]
+        anomaly = seen[0] if seen else (Anomaly(invariant, {"note": "not seen in the first run"}) if invariant else None)
+        anomalies = [] if anomaly is None else [_shrink_and_replay(runner, target, sched, anomaly, root, budget, replays, 1)]
+    _finish(build(target, sched.seed, [(sched, first)], anomalies, history.path), root, as_json)
+
+
+@app.command("merge")
+def merge_cmd(reports: list[Path] = typer.Argument(..., help="Chaos reports (--json output or report.json) of shards."),
+              as_json: bool = JsonOpt) -> None:
+    """Join the reports of CI shards into one; exit as the merged verdict."""
+    from hctool.chaos.report import load_report, merge
+    try:
+        loaded = [load_report(p) for p in reports]
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read a report: {exc}", "pass the files written by chaos explore --json") from None
+    merged = merge(loaded)
+    if as_json:
+        print(json.dumps(merged, indent=2, default=str))
+    else:
+        from rich.console import Console
+        from hctool.chaos.report import render
+        render(merged, Console())
+    raise typer.Exit(EXIT[merged["verdict"]])
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="chaos")

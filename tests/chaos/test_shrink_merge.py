@@ -1,0 +1,65 @@
+"""Shrinking (on a predicate standing for "the run still fails"), CI shards, and
+`chaos merge` / usage errors through the real CLI."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+
+from hctool.chaos.explore import shard_indices, shrink
+from hctool.chaos.report import merge
+from hctool.chaos.schedule import Schedule
+from hctool.inject.faults import parse_fault
+
+
+def test_shrink_keeps_only_the_culprits_at_their_smallest():
+    faults = [parse_fault(s) for s in ("storage-error:p=0.4", "free-delay:rank=1,ms=400,p=0.7,start_s=3",
+                                       "request-burst:n=5,start_s=1", "d2h-sleep:ms=80")]
+    # "fails" iff rank 1's free delay is at least 90 ms and a burst of any size is there
+    def still(s: Schedule, name: str) -> bool:
+        fd = [f for f in s.faults if f.kind == "free-delay" and f.rank == 1 and f.ms >= 90]
+        return bool(fd) and any(f.kind == "request-burst" for f in s.faults)
+    shrunk, attempts = shrink(None, Schedule(tuple(faults)), "consensus", budget_s=60, predicate=still)
+    assert [f.kind for f in shrunk.faults] == ["free-delay", "request-burst"]
+    fd, burst = shrunk.faults
+    assert (fd.p, fd.start_s, burst.n, burst.start_s) == (1.0, 0.0, 1, 0.0)
+    assert 90 <= fd.ms < 180 and attempts < 40
+
+
+def test_shards_cover_every_schedule_once():
+    n = 3
+    taken = [list(itertools.islice(shard_indices((i, n)), 10)) for i in range(1, n + 1)]
+    flat = sorted(x for t in taken for x in t)
+    assert flat == list(range(30))
+
+
+def _report(verdict, schedules, anomalies=(), shard="1/2"):
+    return {"verdict": verdict, "target": "--scenario 30760 --variant bulk", "seed": 1, "schedules": schedules,
+            "anomalies": list(anomalies), "history": f"h{shard}.jsonl", "shard": shard, "runs": []}
+
+
+def test_merge_joins_shards(hctool_cmd, clean_env, tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(_report("valid", 4)))
+    b.write_text(json.dumps(_report("valid", 5, shard="2/2")))
+    out = subprocess.run([*hctool_cmd, "chaos", "merge", str(a), str(b), "--json"], capture_output=True, text=True,
+                         env=clean_env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    merged = json.loads(out.stdout)
+    assert (merged["verdict"], merged["schedules"], merged["shards"]) == ("valid", 9, ["1/2", "2/2"])
+    bad = merge([_report("valid", 4), _report("invalid", 2, [{"invariant": "liveness", "evidence": {}}], "2/2")])
+    assert bad["verdict"] == "invalid" and bad["anomalies"][0]["invariant"] == "liveness"
+    assert merge([_report("valid", 4), _report("unknown", 1)])["verdict"] == "unknown"
+
+
+def test_usage_errors_are_one_line(hctool_cmd, clean_env, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[faults]]\nkind = "warp-drive"\n')
+    cases = [(["chaos", "run", str(bad), "--scenario", "30760"], "Error: "),
+             (["chaos", "explore", "--scenario", "30760", "--shard", "3/2"], "Error: bad --shard"),
+             (["chaos", "explore", "--", "--tp", "3"], "Error: engine flags")]
+    for args, start in cases:
+        out = subprocess.run([*hctool_cmd, *args], capture_output=True, text=True, env=clean_env, timeout=60)
+        assert out.returncode == 2 and out.stderr.startswith(start), (args, out.stderr)
+        assert "Traceback" not in out.stderr
