@@ -1,4 +1,4 @@
-"""The chaos report (the JSON contract of DESIGN.md), its rendering, and merging
+"""The chaos report (the JSON contract of docs/contracts.md), its rendering, and merging
 the reports of CI shards."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ cycles), live (the
 supervisor's incremental watcher), report (rich rendering).
 
 Public API (kept light to import: the analyzer loads on first use):
-  analyze_dir(path, exit_codes=None, stacks=None) -> report dict (DESIGN.md contract)
+  analyze_dir(path, exit_codes=None, stacks=None) -> report dict (docs/contracts.md)
   assert_same(label, value)        record a value that must agree across ranks
   @rank_consensus(same_params=..., same_results=...)
 """

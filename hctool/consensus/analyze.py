@@ -1,4 +1,4 @@
-"""From traces to the check-consensus report (DESIGN.md contract)."""
+"""From traces to the check-consensus report (docs/contracts.md)."""
 
 from __future__ import annotations
 

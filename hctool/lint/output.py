@@ -1,4 +1,4 @@
-"""Output formats: text (rich), json (DESIGN.md contract), sarif 2.1.0, github annotations."""
+"""Output formats: text (rich), json (docs/contracts.md), sarif 2.1.0, github annotations."""
 
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ def test_github_annotations_escape_properties_and_message():
 def test_chaos_report_becomes_one_case_per_schedule_and_anomaly(tmp_path):
     from hctool.gate.steps import chaos_cases
 
-    # the shape of `hctool chaos explore --json` (DESIGN.md contract plus its per-schedule "runs")
+    # the shape of `hctool chaos explore --json` (docs/contracts.md)
     report = {"verdict": "invalid", "target": "--scenario 30760", "seed": 3, "schedules": 3, "history": "h.jsonl",
               "anomalies": [{"invariant": "consensus", "evidence": {"site": "x.py:1"},
                              "schedule": [{"kind": "free-delay"}], "shrunk": None,
