@@ -21,7 +21,7 @@ from hctool.consensus.records import (CALL, DONE, FLAG_ASYNC, KIND_CALL, KIND_VO
                                       RECORD_SIZE, STATE_COMPLETED, STATE_FAILED, T_DONE_OFFSET)
 from hctool.consensus.tracefile import (_HCTOOL_DIR, _S, _desc_id, _grow, _group, _intern, _new_site,  # noqa: F401 - re-exported
                                         _reduce_id, _side, _site_value, _thread_id, _user_frame, describe,
-                                        enabled, excepthook, note_failure, register_group)
+                                        enabled, excepthook, note_failure, register_group, write_end)
 
 _monotonic = time.monotonic
 _get_ident = threading.get_ident

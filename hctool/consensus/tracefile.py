@@ -92,7 +92,7 @@ def _open() -> int:
         _S.ring_fd = os.open(base + ".ring", os.O_RDWR | os.O_CREAT, 0o644)
         _S.fd = fd
         _register_faulthandler(base + ".stack")
-        atexit.register(_write_end)
+        atexit.register(write_end)
         return fd
 
 
@@ -145,7 +145,8 @@ def _register_faulthandler(path: str) -> None:
         pass  # not in a state where a handler can be registered; py-spy remains
 
 
-def _write_end() -> None:
+def write_end() -> None:
+    """The end record (atexit writes it; a process leaving by os._exit calls it first)."""
     rec = {"end": 1, "t": time.monotonic()}
     if _S.error:
         rec["error"] = _S.error

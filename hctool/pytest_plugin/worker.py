@@ -56,7 +56,7 @@ class RankWorker:
         from hctool.consensus import recorder
 
         if recorder.enabled():
-            recorder._write_end()  # the end record atexit would have written
+            recorder.write_end()  # the end record atexit would have written
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1 if self.failed else 0)
