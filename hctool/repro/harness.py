@@ -23,6 +23,7 @@ from engine.config import ServerArgs
 from hctool.consensus import analyze_dir
 from hctool.consensus.live import LiveWatcher
 from hctool.launch import Topology
+from hctool.repro.mechanism import check_mechanism
 from hctool.repro.scenario import Scenario, Variant
 from hctool.repro.verdict import Observation, derive_verdict
 from hctool.repro.workload import WorkloadDriver, build_prompts, run_to_completion
@@ -112,11 +113,18 @@ class ReproHarness:
         final = analyze_dir(traces, exit_codes=codes, stacks=stacks)
         obs = Observation(outcome, death, live, final, driver.sent, driver.succeeded, self._outputs_match(driver))
         verdict, reason = derive_verdict(obs)
+        first = (live or {}).get("first_divergence") or final.get("first_divergence")
+        ok, mechanism = verdict in variant.expected, None
+        if variant.mechanism is not None:  # `ok` means THIS bug, not any failure
+            seen, evidence = check_mechanism(variant.mechanism, first, None, obs.outputs_match)
+            mechanism = {"declared": variant.mechanism.describe(), "seen": seen, "evidence": evidence}
+            if ok and not seen:
+                reason += "; but not by the declared mechanism"
+            ok = ok and seen
         report = {"name": variant.name, "expected": list(variant.expected), "verdict": verdict,
-                  "ok": verdict in variant.expected, "seconds": round(time.monotonic() - t0, 2),
-                  "requests": driver.counts(), "reason": reason,
-                  "first_divergence": (live or {}).get("first_divergence") or final.get("first_divergence"),
-                  "stacks": stacks or final.get("stacks") or {}, "artifacts": str(vdir)}
+                  "ok": ok, "seconds": round(time.monotonic() - t0, 2),
+                  "requests": driver.counts(), "reason": reason, "mechanism": mechanism,
+                  "first_divergence": first, "stacks": stacks or final.get("stacks") or {}, "artifacts": str(vdir)}
         (vdir / "report.json").write_text(json.dumps(report, indent=2))
         if stacks:
             (vdir / "stacks.txt").write_text("".join(f"== rank {r} ==\n{t}\n" for r, t in sorted(stacks.items())))
@@ -164,6 +172,8 @@ def _summarize(runs: list[dict]) -> dict:
     last.update(verdict=max(set(verdicts), key=verdicts.count), runs=len(runs),
                 ok_runs=sum(r["ok"] for r in runs), verdicts=verdicts,
                 seconds=round(sum(r["seconds"] for r in runs), 2), ok=all(r["ok"] for r in runs))
+    if last.get("mechanism") is not None:
+        last["mechanism"] = dict(last["mechanism"], seen_runs=sum(bool((r["mechanism"] or {}).get("seen")) for r in runs))
     return last
 
 
