@@ -218,6 +218,12 @@ def _render(result: dict) -> None:
                       _site_cell(v["first_divergence"]), style=None if v["ok"] else "red")
     console.print(table)
     for v in result["variants"]:
+        sd = v.get("state_divergence")
+        if sd:
+            console.print(Text(f"\n{v['name']}: replicated state first differs in {sd['field']} at tick {sd['tick']}"
+                               f" (differing: {', '.join(sd['differing_fields'])})", style="bold"))
+            for rank, value in sd["ranks"].items():
+                console.print(f"  rank {rank}: {value}")
         if v["first_divergence"] or v["stacks"]:
             console.print(Text(f"\n{v['name']}: {v['verdict']}: {v.get('reason', '')}", style="bold"))
             report = {"verdict": v["verdict"], "world_size": len(v["first_divergence"]["ranks"]) if v["first_divergence"] else 0,

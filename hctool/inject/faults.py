@@ -22,7 +22,10 @@ FAULT_KINDS = {
     "d2h-sleep": "d2h",          # sleep before each device->host copy (backup)
     "free-delay": "free",        # device pages return to the free list this much later
     "storage-latency": "storage",  # each L3 page read takes this much longer
+    "clock-jitter": "clock_jitter",  # each wall-clock reading is off by up to +-ms
+    "host-pool-shrink": "host_pool_shrink",  # the host (L2) pool has `pages` fewer pages
 }
+BY_PAGES = {"host-pool-shrink"}  # magnitude in pages=N instead of ms=N
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,8 @@ class Fault:
 
     def spec(self) -> str:
         rank = "" if self.rank is None else f"rank={self.rank},"
-        return f"{self.kind}:{rank}ms={self.ms:g}"
+        unit = "pages" if self.kind in BY_PAGES else "ms"
+        return f"{self.kind}:{rank}{unit}={self.ms:g}"
 
     def applies_to(self, rank: int) -> bool:
         return self.rank is None or self.rank == rank
@@ -47,11 +51,12 @@ def parse_fault(spec: str) -> Fault:
     values: dict[str, str] = {}
     for item in filter(None, params.split(",")):
         key, eq, value = item.partition("=")
-        if not eq or key not in ("rank", "ms"):
-            raise ValueError(f"bad parameter {item!r} in {spec!r}; expected rank=N and ms=N")
-        values[key] = value
+        unit = "pages" if kind in BY_PAGES else "ms"
+        if not eq or key not in ("rank", unit):
+            raise ValueError(f"bad parameter {item!r} in {spec!r}; expected rank=N and {unit}=N")
+        values["ms" if key == "pages" else key] = value
     if "ms" not in values:
-        raise ValueError(f"fault {spec!r} needs ms=N")
+        raise ValueError(f"fault {spec!r} needs {'pages' if kind in BY_PAGES else 'ms'}=N")
     try:
         ms = float(values["ms"])
         rank = int(values["rank"]) if "rank" in values else None

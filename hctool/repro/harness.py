@@ -25,6 +25,7 @@ from hctool.consensus.live import LiveWatcher
 from hctool.launch import Topology
 from hctool.repro.mechanism import check_mechanism
 from hctool.repro.scenario import Scenario, Variant
+from hctool.repro.state import find_state_divergence
 from hctool.repro.verdict import Observation, derive_verdict
 from hctool.repro.workload import WorkloadDriver, build_prompts, run_to_completion
 from hctool.stacks import dump_stacks
@@ -114,16 +115,17 @@ class ReproHarness:
         obs = Observation(outcome, death, live, final, driver.sent, driver.succeeded, self._outputs_match(driver))
         verdict, reason = derive_verdict(obs)
         first = (live or {}).get("first_divergence") or final.get("first_divergence")
+        state = find_state_divergence(vdir / "state")  # written by ranks run with --state-digest
         ok, mechanism = verdict in variant.expected, None
         if variant.mechanism is not None:  # `ok` means THIS bug, not any failure
-            seen, evidence = check_mechanism(variant.mechanism, first, None, obs.outputs_match)
+            seen, evidence = check_mechanism(variant.mechanism, first, state, obs.outputs_match)
             mechanism = {"declared": variant.mechanism.describe(), "seen": seen, "evidence": evidence}
             if ok and not seen:
                 reason += "; but not by the declared mechanism"
             ok = ok and seen
         report = {"name": variant.name, "expected": list(variant.expected), "verdict": verdict,
                   "ok": ok, "seconds": round(time.monotonic() - t0, 2),
-                  "requests": driver.counts(), "reason": reason, "mechanism": mechanism,
+                  "requests": driver.counts(), "reason": reason, "mechanism": mechanism, "state_divergence": state,
                   "first_divergence": first, "stacks": stacks or final.get("stacks") or {}, "artifacts": str(vdir)}
         (vdir / "report.json").write_text(json.dumps(report, indent=2))
         if stacks:
