@@ -28,7 +28,7 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_startup import machine  # noqa: E402
-from engine.config import ServerArgs  # noqa: E402
+from engine.server_args import ServerArgs  # noqa: E402
 from hctool.launch import Topology  # noqa: E402
 
 TIMEOUT = 600

@@ -1,4 +1,6 @@
-"""One TP rank: `python -m engine.rank`, started by `hctool launch` (or torchrun)
+"""SGLang: srt/managers/scheduler.py (run_scheduler_process).
+
+One TP rank: `python -m engine.rank`, started by `hctool launch` (or torchrun)
 with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and HCTOOL_ENGINE_ARGS.
 
 Rank 0 also talks to the frontend over a multiprocessing connection at
@@ -17,8 +19,9 @@ from multiprocessing.connection import Client, Connection
 import torch
 import torch.distributed as dist
 
-from engine.config import ServerArgs
-from engine.scheduler import Scheduler
+from engine.managers.io_struct import ReadyOutput, ShutdownReq
+from engine.server_args import ServerArgs
+from engine.managers.scheduler import Scheduler
 
 CONNECT_TIMEOUT_S = 120.0
 
@@ -43,7 +46,7 @@ class FrontendLink:
     def __init__(self, conn: Connection):
         self.conn = conn
 
-    def recv(self, timeout: float) -> list[dict]:
+    def recv(self, timeout: float) -> list:
         msgs = []
         try:
             if self.conn.poll(timeout):
@@ -52,10 +55,10 @@ class FrontendLink:
                     if not self.conn.poll(0):
                         break
         except (EOFError, OSError):
-            msgs.append({"type": "shutdown"})  # the frontend is gone: stop every rank
+            msgs.append(ShutdownReq())  # the frontend is gone: stop every rank
         return msgs
 
-    def send(self, msg: dict) -> None:
+    def send(self, msg) -> None:
         try:
             self.conn.send(msg)
         except (BrokenPipeError, OSError):
@@ -86,8 +89,7 @@ def main() -> None:
     dist.barrier(group=tp_cpu_group)
     print(f"rank {rank}/{world} ready on {device}", file=sys.stderr, flush=True)
     if link is not None:
-        link.send({"type": "ready", "world_size": world, "vocab_size": args.model.vocab_size,
-                   "max_context_len": args.max_context_len})
+        link.send(ReadyOutput(world, args.model.vocab_size, args.max_context_len))
     try:
         scheduler.event_loop()
     finally:

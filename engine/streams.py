@@ -1,4 +1,6 @@
-"""Copy streams and events with one interface on CUDA and on CPU.
+"""SGLang: none (stands in for the torch.cuda streams of srt/managers/cache_controller.py on CPU).
+
+Copy streams and events with one interface on CUDA and on CPU.
 
 On CUDA these are real `torch.cuda.Stream`/`Event`. On CPU a worker thread per
 stream runs submitted copies in order and an event completes when the worker
@@ -8,6 +10,7 @@ passes it, so "rank 1's H2D stream is 30 ms late" means the same on both, and
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
@@ -88,13 +91,15 @@ class CudaStream:
         self.name = name
         self.delay_ms = delay_ms
         self.stream = torch.cuda.Stream(device=device)
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        self.delay_cycles = int(delay_ms * sleep_cycles_per_ms(index)) if delay_ms else 0
 
     def submit_copy(self, fn: Callable[[], None]) -> None:
         # Copies read pages the forward just wrote / write pages it just released.
         self.stream.wait_stream(torch.cuda.current_stream(self.stream.device))
         with torch.cuda.stream(self.stream):
-            if self.delay_ms:
-                torch.cuda._sleep(int(self.delay_ms * 1.98e6))  # ~cycles per ms on H200
+            if self.delay_cycles:
+                torch.cuda._sleep(self.delay_cycles)
             fn()
 
     def record_event(self):
@@ -110,6 +115,21 @@ class CudaStream:
 
     def close(self) -> None:
         pass
+
+
+@functools.lru_cache(maxsize=None)
+def sleep_cycles_per_ms(device_index: int) -> float:
+    """torch.cuda._sleep spins for GPU clock cycles, and the clock differs by GPU and
+    clock state, so time one known spin with CUDA events, once per device."""
+    cycles = 20_000_000  # ~10 ms at 2 GHz: long enough to time, short enough at start
+    with torch.cuda.device(device_index):
+        torch.cuda._sleep(cycles // 10)  # warm-up (first launch, clock ramp)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        return cycles / max(start.elapsed_time(end), 1e-3)
 
 
 class TimedEvent:

@@ -1,4 +1,6 @@
-"""A trivial byte tokenizer: UTF-8 bytes are ids 0..255; larger ids print as <id>."""
+"""SGLang: srt/managers/tokenizer_manager.py (here a byte tokenizer, no model download).
+
+A trivial byte tokenizer: UTF-8 bytes are ids 0..255; larger ids print as <id>."""
 
 from __future__ import annotations
 

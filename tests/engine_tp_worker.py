@@ -15,9 +15,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.config import ModelConfig  # noqa: E402
-from engine.memory_pool import KVPool  # noqa: E402
-from engine.model import ForwardItem, TinyTransformer  # noqa: E402
+from engine.server_args import ModelConfig  # noqa: E402
+from engine.mem_cache.memory_pool import KVPool  # noqa: E402
+from engine.model_executor.model import ForwardItem, TinyTransformer  # noqa: E402
 
 PAGE = 16
 

@@ -19,11 +19,11 @@ import torch.distributed as dist
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.config import ServerArgs
-from engine.hiradix_cache import HiRadixCache
-from engine.memory_pool import KVPool, PagedAllocator
-from engine.radix_cache import RadixCache, chain_hashes
-from engine.storage import HiCacheFile, StorageIO
+from engine.server_args import ServerArgs
+from engine.mem_cache.hiradix_cache import HiRadixCache
+from engine.mem_cache.memory_pool import KVPool, PagedAllocator
+from engine.mem_cache.radix_cache import RadixCache, chain_hashes
+from engine.mem_cache.hicache_storage import HiCacheFile, StorageIO
 from hctool.procs import free_port
 
 CPU = torch.device("cpu")
@@ -44,7 +44,7 @@ def groups():
 
 
 class Tiers:
-    """One rank's L1/L2(/L3) stack built the way engine.scheduler builds it."""
+    """One rank's L1/L2(/L3) stack built the way engine.mem_cache.cache_factory builds it."""
 
     def __init__(self, groups, device_pages=16, host_pages=64, storage_dir: Path | None = None,
                  write_policy="write_through", vote="per-tick", prefetch_policy="wait_complete", device=CPU):

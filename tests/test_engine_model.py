@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.config import ModelConfig
-from engine.model import TinyTransformer
+from engine.server_args import ModelConfig
+from engine.model_executor.model import TinyTransformer
 from tests.engine_tp_worker import compute_cases, run_tp_workers
 
 TOL = dict(rtol=1e-4, atol=1e-4)

@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from engine.config import PREFETCH_POLICIES, PREFETCH_VOTES, WRITE_POLICIES, ServerArgs
-from engine.radix_cache import chain_hashes
+from engine.server_args import PREFETCH_POLICIES, PREFETCH_VOTES, WRITE_POLICIES, ServerArgs
+from engine.mem_cache.radix_cache import chain_hashes
 from hctool.launch import Topology
 
 PAGE = 16

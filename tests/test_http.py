@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+import psutil
 import pytest
 import requests
 
@@ -15,16 +16,22 @@ TIMEOUT = 120
 
 
 @pytest.fixture(scope="module")
-def url(tmp_path_factory):
+def server(tmp_path_factory):
     server = Launched(["--tp", "2", "--max-total-tokens", "2048", "--page-size", "16"],
                       tmp_path_factory.mktemp("http") / "run")
     try:
-        yield server.wait_ready()
+        server.url = server.wait_ready()
+        yield server
     finally:
         if server.proc.poll() is None:
             server.proc.terminate()
             server.wait_exit()
         assert server.survivors() == []
+
+
+@pytest.fixture(scope="module")
+def url(server):
+    return server.url
 
 
 def generate(url: str, **body) -> requests.Response:
@@ -91,19 +98,35 @@ def test_longest_servable_prompt_is_accepted(url):
     assert r.status_code == 200, r.text
 
 
-def test_duplicate_in_flight_rid_is_400(url):
-    first: list[requests.Response] = []
-    long_body = {"input_ids": [3] * 8, "rid": "dup", "sampling_params": {"max_new_tokens": 1000, "ignore_eos": True}}
-    worker = threading.Thread(target=lambda: first.append(generate(url, **long_body)))
-    worker.start()
-    time.sleep(0.3)
-    second = generate(url, input_ids=[4], rid="dup", sampling_params={"max_new_tokens": 1})
-    still_running = worker.is_alive()
-    worker.join(timeout=TIMEOUT)
-    assert first and first[0].status_code == 200
-    if not still_running:
-        pytest.skip("the first request finished before the duplicate arrived")
-    assert second.status_code == 400 and "already in flight" in second.json()["error"]
+def test_duplicate_in_flight_rid_is_400(server):
+    """Both ranks are stopped (SIGSTOP) while the two requests arrive, so neither can
+    finish: whichever the frontend registered second is the duplicate, and it is
+    answered 400 at once; the other is served once the ranks continue."""
+    ranks = [psutil.Process(server.rank_pid(r)) for r in (0, 1)]
+    answers: dict[str, requests.Response] = {}
+    bodies = {"first": {"input_ids": [3] * 8, "rid": "dup", "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}},
+              "second": {"input_ids": [4], "rid": "dup", "sampling_params": {"max_new_tokens": 1}}}
+    workers = {k: threading.Thread(target=lambda k=k: answers.__setitem__(k, generate(server.url, **bodies[k])))
+               for k in bodies}
+    for p in ranks:
+        p.suspend()
+    try:
+        workers["first"].start()
+        time.sleep(0.3)
+        workers["second"].start()
+        deadline = time.monotonic() + TIMEOUT
+        while not answers and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(answers) == 1, "neither request was refused while the ranks were stopped"
+        (refused, answer), = answers.items()
+    finally:
+        for p in ranks:
+            p.resume()
+    for w in workers.values():
+        w.join(timeout=TIMEOUT)
+    served = answers["second" if refused == "first" else "first"]
+    assert served.status_code == 200, served.text
+    assert answer.status_code == 400 and "already in flight" in answer.json()["error"]
 
 
 def test_health(url):

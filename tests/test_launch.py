@@ -192,7 +192,7 @@ def test_help_lists_engine_flags(hctool_cmd, clean_env):
 
 
 def test_topology_api_reports_pids_and_deaths(tmp_path, no_leftover_processes):
-    from engine.config import ServerArgs
+    from engine.server_args import ServerArgs
     from hctool.launch import Topology
 
     args = ServerArgs.from_cli(SMALL_ENGINE, tp_size=2)

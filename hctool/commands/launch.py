@@ -32,7 +32,7 @@ LAUNCH_OWNED = ("--device", "--run-dir")
 
 
 def _engine_flags_help() -> str:
-    from engine.config import ServerArgs
+    from engine.server_args import ServerArgs
 
     text = ServerArgs.cli_help()
     lines, skipping = [], False
@@ -83,7 +83,7 @@ def launch(
     cuda: bool = typer.Option(None, "--cuda/--cpu", help="Device (default: CUDA when there is a GPU per rank)."),
     startup_timeout: float = typer.Option(300.0, "--startup-timeout", help="Seconds to wait for every rank to serve."),
 ) -> None:
-    from engine.config import ServerArgs
+    from engine.server_args import ServerArgs
     from hctool.launch import Topology, TopologyError
     from hctool.procs import sigterm_as_interrupt
 

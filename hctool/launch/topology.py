@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import requests
 
-from engine.config import ServerArgs
+from engine.server_args import ServerArgs
 from hctool.procs import Child, ProcessSet, describe_exit, free_port, inject_env, kill_tree, python_cmd, torchrun_env
 
 
@@ -88,7 +88,7 @@ class Topology:
         common = {"HCTOOL_ENGINE_ARGS": self.server_args.to_json(),
                   "HCTOOL_IPC_PORT": str(ipc_port), "HCTOOL_IPC_AUTHKEY": authkey}
 
-        self._spawn("frontend", "engine.frontend", {
+        self._spawn("frontend", "engine.entrypoints.http_server", {
             **env, **common, "HCTOOL_HTTP_HOST": self.host, "HCTOOL_HTTP_PORT": str(self.port)})
         world = self.server_args.tp_size
         for rank in range(world):
@@ -178,9 +178,6 @@ class Topology:
     def rank_exit_codes(self) -> dict[int, int | None]:
         """Each rank's exit code now (None: still running)."""
         return {int(c.name.split()[1]): c.popen.poll() for c in self.procs.children if c.name.startswith("rank ")}
-
-    def pids(self) -> dict[str, int]:
-        return {c.name: c.popen.pid for c in self.procs.children}
 
     def dead(self) -> list[tuple[str, int]]:
         with self._lock:

@@ -19,7 +19,7 @@ import psutil
 
 import requests
 
-from engine.config import ServerArgs
+from engine.server_args import ServerArgs
 from hctool.consensus import analyze_dir
 from hctool.consensus.live import LiveWatcher
 from hctool.launch import Topology

@@ -8,7 +8,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.config import ServerArgs
+from engine.server_args import ServerArgs
 from hctool.inject.faults import parse_fault
 from hctool.repro.mechanism import Mechanism, MechanismError, parse_mechanism
 

@@ -9,8 +9,8 @@ import torch
 
 from tests import test_engine_cache as cache
 from tests import test_engine_serving as serving
-from engine.config import ModelConfig
-from engine.model import TinyTransformer
+from engine.server_args import ModelConfig
+from engine.model_executor.model import TinyTransformer
 from tests.engine_tp_worker import compute_cases, run_tp_workers
 from tests.test_engine_cache import groups, tiers  # noqa: F401 - fixtures
 

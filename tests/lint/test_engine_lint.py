@@ -22,10 +22,10 @@ def test_engine_has_exactly_the_per_poll_finding():
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 1, out.stderr
     findings = json.loads(out.stdout)
-    vote = _line_of("engine/scheduler.py", "ready = self.tree_cache.check_prefetch_progress(req.rid)")
-    loop = _line_of("engine/scheduler.py", "for req in self.waiting_queue:")
-    assert [(f["rule"], f["path"], f["line"]) for f in findings] == [("HC101", "engine/scheduler.py", vote)]
+    vote = _line_of("engine/managers/scheduler_prefill.py", "ready = self.tree_cache.check_prefetch_progress(req.rid)")
+    loop = _line_of("engine/managers/scheduler_prefill.py", "for req in self.waiting_queue:")
+    assert [(f["rule"], f["path"], f["line"]) for f in findings] == [("HC101", "engine/managers/scheduler_prefill.py", vote)]
     related = {(r["path"], r["line"]) for r in findings[0]["related"]}
-    assert ("engine/scheduler.py", loop) in related
+    assert ("engine/managers/scheduler_prefill.py", loop) in related
     # The chain reaches the MAX vote inside HiRadixCache._vote_prefetch.
-    assert any(r["path"] == "engine/hiradix_cache.py" for r in findings[0]["related"])
+    assert any(r["path"] == "engine/mem_cache/hiradix_cache.py" for r in findings[0]["related"])

@@ -1,9 +1,14 @@
-"""HiRadixCache: the radix cache with an L2 host tier and an optional L3 store.
+"""SGLang: srt/mem_cache/hiradix_cache.py.
+
+HiRadixCache: the radix cache with an L2 host tier and an optional L3 store.
 
 Tree mutations must be identical on every rank while their triggers (copy
 events, IO threads, clocks) are rank-local, so each trigger is turned into a
 number every rank agrees on with a collective on the TP CPU group
-(`check_hicache_events`, the prefetch votes) before the tree changes.
+(`check_hicache_events`, the prefetch votes) before the tree changes. These
+collectives stay here, where SGLang has them, so a trace names the same
+function (`_vote_prefetch`) as an SGLang trace; docs/architecture.md lists
+them with the scheduler's (`TickCollectives`).
 """
 
 from __future__ import annotations
@@ -11,15 +16,16 @@ from __future__ import annotations
 import hashlib
 import heapq
 import time
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 
-from engine.cache_controller import HiCacheController
-from engine.config import ServerArgs
-from engine.memory_pool import KVPool, PagedAllocator
-from engine.radix_cache import RadixCache, TreeNode, chain_hashes
-from engine.storage import BackupOperation, PrefetchOperation, StorageIO
+from engine.managers.cache_controller import HiCacheController
+from engine.server_args import ServerArgs
+from engine.mem_cache.memory_pool import KVPool, PagedAllocator
+from engine.mem_cache.radix_cache import RadixCache, TreeNode, chain_hashes
+from engine.mem_cache.hicache_storage import BackupOperation, PrefetchOperation, StorageIO
 
 
 class HiRadixCache(RadixCache):
@@ -34,11 +40,7 @@ class HiRadixCache(RadixCache):
         self.write_policy = args.hicache_write_policy
         self.prefetch_vote = args.prefetch_vote
         self.storage_io = storage_io
-        self.ongoing_prefetch: dict[str, PrefetchOperation] = {}  # insertion order is replicated
         self.prefetched_tokens: dict[str, int] = {}  # rid -> tokens its prefetch inserted
-        self.load_back_tokens_total = 0
-        self.backup_tokens_total = 0
-        self.prefetched_tokens_total = 0
 
     # -- host tier ------------------------------------------------------------------
     def inc_host_ref(self, node: TreeNode) -> None:
@@ -146,6 +148,13 @@ class HiRadixCache(RadixCache):
         self.cache_controller.load([p for n in chain for p in n.host_value], pages[:load_pages], last_host_node)
         return chain, pages[load_pages:]
 
+    def ready_to_load_host_cache(self) -> Callable[[int], None] | None:
+        consumer = self.cache_controller.start_loading()
+        if consumer < 0:
+            return None
+        counter = self.cache_controller.layer_done_counter
+        return lambda layer: counter.wait_until(consumer, layer)
+
     # -- the per-tick agreement -------------------------------------------------------
     def _prefetch_set_digest(self) -> int:
         h = hashlib.blake2b("\0".join(self.ongoing_prefetch).encode(), digest_size=7)
@@ -160,8 +169,8 @@ class HiRadixCache(RadixCache):
         d = self._prefetch_set_digest()
         backups = self.storage_io.backup_ready_count() if self.storage_io else 0
         io_ok = int(self.storage_io is None or self.storage_io.error is None)  # rank-local: agreed below
-        counts = torch.tensor([c.ready_count(c.ack_write_queue), c.ready_count(c.ack_load_queue), backups, d, -d,
-                               io_ok], dtype=torch.int64)
+        writes, loads = c.ready_counts()
+        counts = torch.tensor([writes, loads, backups, d, -d, io_ok], dtype=torch.int64)
         dist.all_reduce(counts, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
         writes, loads, backups, dmin, neg_dmax, all_io_ok = (int(x) for x in counts.tolist())
         if not all_io_ok:  # every rank raises in the same tick, none is left in a collective
@@ -169,11 +178,11 @@ class HiRadixCache(RadixCache):
         if dmin != -neg_dmax:
             raise RuntimeError(f"HiCache live prefetch set diverged across ranks (local digest {d:x}, "
                                f"{len(self.ongoing_prefetch)} prefetches)")
-        for ack in c.pop_acks(c.ack_write_queue, writes):
+        for ack in c.pop_acks("write", writes):
             self.backup_tokens_total += ack.tokens
             for node in ack.nodes:
                 self._finish_write(node, ack.event)
-        for ack in c.pop_acks(c.ack_load_queue, loads):
+        for ack in c.pop_acks("load", loads):
             for node in ack.nodes:
                 self.dec_host_ref(node)
         if self.storage_io is not None:
@@ -210,6 +219,17 @@ class HiRadixCache(RadixCache):
         op = PrefetchOperation(rid, last_host_node, rest, hashes, host_pages)
         self.ongoing_prefetch[rid] = op
         self.storage_io.prefetch(op)
+
+    def prefetch_kvcache(self, rid: str, key) -> None:
+        """Mutates: as match_prefix, then prefetch_from_storage (with a storage backend)."""
+        if self.storage_io is None:
+            return
+        m = self.match_prefix(key)
+        matched = len(m.device_pages) * self.page_size + m.host_hit_length
+        self.prefetch_from_storage(rid, key, m.last_host_node, matched)
+
+    def pop_prefetched_tokens(self, rid: str) -> int:
+        return self.prefetched_tokens.pop(rid, 0)
 
     def can_terminate_prefetch(self, op: PrefetchOperation) -> bool:
         """Rank-local: whether this rank may stop waiting for this prefetch."""
@@ -319,9 +339,7 @@ class HiRadixCache(RadixCache):
 
     def flush(self) -> None:
         """Mutates: everything. Callers ensure no request is running or waiting."""
-        c = self.cache_controller
-        c.write_stream.synchronize()
-        c.load_stream.synchronize()
+        self.cache_controller.synchronize()
         # Every copy is done on every rank now, so the agreed counts pop everything;
         # write acks may start storage backups, which must finish before pages go.
         self.check_hicache_events()
@@ -336,3 +354,8 @@ class HiRadixCache(RadixCache):
             if n.host_value is not None:
                 self.host_allocator.free(n.host_value)
         self.reset()
+
+    def close(self) -> None:
+        self.cache_controller.close()
+        if self.storage_io is not None:
+            self.storage_io.close()

@@ -1,4 +1,6 @@
-"""L1 and L2 memory: request slots, paged KV pools and their allocators.
+"""SGLang: srt/mem_cache/memory_pool.py (+ allocator.py, memory_pool_host.py: the host pool is a KVPool on CPU).
+
+L1 and L2 memory: request slots, paged KV pools and their allocators.
 
 Device frees may be deferred until a copy's event completes (a page being read
 by a D2H copy must not be reused). So the device allocator has two counts:
@@ -15,7 +17,7 @@ from collections import deque
 
 import torch
 
-from engine import streams
+from engine import page_transfer, streams
 
 PENDING_FREE_TIMEOUT_S = 120.0
 
@@ -144,7 +146,10 @@ def page_runs(src: list[int], dst: list[int]) -> list[tuple[int, int, int]]:
 
 
 def copy_pages(src: KVPool, dst: KVPool, src_pages: list[int], dst_pages: list[int], layer: int | None = None) -> None:
-    """Copy whole pages (all layers, or one layer) from one pool to another."""
+    """Copy whole pages (all layers, or one layer) from one pool to another: host<->device
+    pages in short runs by one kernel launch (engine/page_transfer.py), else run by run."""
+    if page_transfer.transfer_pages(src, dst, src_pages, dst_pages, layer):
+        return
     p = src.page_size
     layers = range(src.num_layers) if layer is None else (layer,)
     for s, d, n in page_runs(src_pages, dst_pages):

@@ -1,10 +1,13 @@
-"""HiCacheController: the copy engine between L1 (device) and L2 (host).
+"""SGLang: srt/managers/cache_controller.py.
+
+HiCacheController: the copy engine between L1 (device) and L2 (host).
 
 `write()`/`load()` queue copies; `start_writing()`/`start_loading()` submit them
 on the D2H/H2D stream and append an ack (with the copy's event) to
 `ack_write_queue`/`ack_load_queue`. Whether an ack is ready is rank-local
-(`event.query()`); how many acks every rank pops is agreed by the scheduler's
-packed MIN all_reduce in `HiRadixCache.check_hicache_events`.
+(`event.query()`, counted by `ready_counts()`); how many acks every rank pops
+(`pop_acks(kind, n)`) is agreed by the packed MIN all_reduce in
+`HiRadixCache.check_hicache_events`.
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine import streams
-from engine.memory_pool import KVPool, copy_pages
+from engine import page_transfer, streams
+from engine.mem_cache.memory_pool import KVPool, copy_pages
 
 
 @dataclass
@@ -65,6 +68,7 @@ class HiCacheController:
         self.ack_write_queue: deque[Ack] = deque()
         self.ack_load_queue: deque[Ack] = deque()
         self.layer_done_counter = LayerDoneCounter(device_pool.num_layers, num_counters)
+        page_transfer.warm_up(device_pool, host_pool)  # no compile stall at the first load-back
 
     # -- device -> host ---------------------------------------------------------------
     def write(self, device_pages: list[int], host_pages: list[int], node) -> None:
@@ -107,9 +111,24 @@ class HiCacheController:
         return slot
 
     # -- acks -------------------------------------------------------------------------
+    def ready_counts(self) -> tuple[int, int]:
+        """(write, load) acks whose copies finished on this rank (rank-local: the
+        cache agrees on them before popping)."""
+        return self._ready(self.ack_write_queue), self._ready(self.ack_load_queue)
+
+    def pop_acks(self, kind: str, n: int) -> list[Ack]:
+        """Pop the agreed number of `kind` ("write" or "load") acks; every rank pops the same n."""
+        queue = {"write": self.ack_write_queue, "load": self.ack_load_queue}[kind]
+        out = []
+        for _ in range(n):
+            ack = queue.popleft()
+            ack.event.synchronize()
+            out.append(ack)
+        return out
+
     @staticmethod
-    def ready_count(queue: deque[Ack]) -> int:
-        """Leading acks whose copy finished on this rank (rank-local)."""
+    def _ready(queue: deque[Ack]) -> int:
+        """Leading acks whose copy finished on this rank."""
         n = 0
         for ack in queue:
             if not ack.event.query():
@@ -117,15 +136,10 @@ class HiCacheController:
             n += 1
         return n
 
-    @staticmethod
-    def pop_acks(queue: deque[Ack], n: int) -> list[Ack]:
-        """Pop the agreed number of acks (every rank pops the same n)."""
-        out = []
-        for _ in range(n):
-            ack = queue.popleft()
-            ack.event.synchronize()
-            out.append(ack)
-        return out
+    def synchronize(self) -> None:
+        """Wait for every submitted copy on this rank (flush, before pages are freed)."""
+        self.write_stream.synchronize()
+        self.load_stream.synchronize()
 
     def close(self) -> None:
         self.write_stream.close()

@@ -1,4 +1,6 @@
-"""Admission policy: pure arithmetic over budgets, no torch and no collectives.
+"""SGLang: srt/managers/schedule_policy.py.
+
+Admission policy: pure arithmetic over budgets, no torch and no collectives.
 
 The budgets come from rank-local free counts (as in SGLang), so two ranks may
 admit different numbers of requests; the scheduler agrees on the count with a

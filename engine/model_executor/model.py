@@ -1,4 +1,6 @@
-"""A tiny decoder-only transformer split over tensor-parallel ranks.
+"""SGLang: srt/models/llama.py (a tiny Llama-shaped decoder; weights from a seed).
+
+A tiny decoder-only transformer split over tensor-parallel ranks.
 
 Every rank builds the full weights from the seed and keeps its shard: heads and
 the MLP's intermediate columns are split; o_proj and down_proj are row-parallel
@@ -15,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from engine.config import ModelConfig
+from engine.server_args import ModelConfig
 
 
 @dataclass

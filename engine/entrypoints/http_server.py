@@ -1,6 +1,8 @@
-"""HTTP frontend: an SGLang-compatible subset of the API in front of rank 0.
+"""SGLang: srt/entrypoints/http_server.py.
 
-Run as `python -m engine.frontend` by `hctool launch`. It listens for rank 0 on
+HTTP frontend: an SGLang-compatible subset of the API in front of rank 0.
+
+Run as `python -m engine.entrypoints.http_server` by `hctool launch`. It listens for rank 0 on
 HCTOOL_IPC_PORT (multiprocessing.connection, authkey HCTOOL_IPC_AUTHKEY) and
 serves HTTP on HCTOOL_HTTP_HOST:HCTOOL_HTTP_PORT. Every request is validated
 here, so nothing a client sends reaches the ranks unless it is servable.
@@ -21,12 +23,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from engine import tokenizer
-from engine.config import ServerArgs
+from engine.managers.io_struct import (ErrorOutput, FlushCacheReqInput, FlushCacheReqOutput, GenerateReqOutput,
+                                       MetricsOutput, ReadyOutput, SamplingParams, TokenizedGenerateReqInput)
+from engine.server_args import ServerArgs
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily
-
-DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default
-
 
 # Counters rank 0 reports (cumulative totals): name -> (HELP, label name or None, label values).
 KNOWN_COUNTERS = {
@@ -90,7 +91,7 @@ class RankLink:
         self.listener = listener
         self.metrics = metrics
         self.conn: Connection | None = None
-        self.ready: dict | None = None  # the ready message, once every rank is up
+        self.ready: ReadyOutput | None = None  # once every rank is up
         self.disconnected = False
         self.pending: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
         self.lock = threading.Lock()  # guards pending and serializes sends
@@ -114,23 +115,22 @@ class RankLink:
             with self.lock:
                 pending, self.pending = self.pending, {}
             for key in pending:
-                self._resolve(pending, key, {"type": "error", "status": 503, "message": "engine rank 0 disconnected"})
+                self._resolve(pending, key, ErrorOutput(None, 503, "engine rank 0 disconnected"))
 
-    def _dispatch(self, msg: dict) -> None:
-        kind = msg.get("type")
-        if kind == "ready":
+    def _dispatch(self, msg) -> None:
+        if isinstance(msg, ReadyOutput):
             self.ready = msg
             print(f"ready: {msg}", file=sys.stderr, flush=True)
-        elif kind == "metrics":
-            self.metrics.update(msg.get("counters", {}))
-        elif kind in ("result", "error"):
-            self._resolve(self.pending, "req:" + msg["rid"], msg)
-        elif kind == "flush_done":
-            self._resolve(self.pending, "flush:" + msg["id"], msg)
+        elif isinstance(msg, MetricsOutput):
+            self.metrics.update(msg.counters)
+        elif isinstance(msg, (GenerateReqOutput, ErrorOutput)):
+            self._resolve(self.pending, f"req:{msg.rid}", msg)
+        elif isinstance(msg, FlushCacheReqOutput):
+            self._resolve(self.pending, "flush:" + msg.id, msg)
         else:
-            print(f"ignoring unknown message from rank 0: {kind!r}", file=sys.stderr, flush=True)
+            print(f"ignoring unknown message from rank 0: {type(msg).__name__}", file=sys.stderr, flush=True)
 
-    def _resolve(self, pending: dict, key: str, msg: dict) -> None:
+    def _resolve(self, pending: dict, key: str, msg) -> None:
         with self.lock:
             entry = pending.pop(key, None)
         if entry is None:
@@ -138,7 +138,7 @@ class RankLink:
         loop, fut = entry
         loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(msg))
 
-    async def call(self, key: str, msg: dict) -> dict:
+    async def call(self, key: str, msg):
         """Send one message and wait for the answer keyed by `key` (rid or flush id)."""
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
@@ -159,19 +159,14 @@ class RankLink:
         # rank 0 answers, because the request is still live on the ranks.
         return await fut
 
-    def _send(self, msg: dict) -> None:
+    def _send(self, msg) -> None:
         with self.lock:
             self.conn.send(msg)
 
 
-def _int(value, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadRequest(f"{what} must be an integer, got {value!r}")
-    return value
-
-
-def parse_generate(body: bytes, vocab_size: int, max_context_len: int) -> dict:
-    """Validate a /generate body into the generate message for rank 0."""
+def parse_generate(body: bytes, vocab_size: int, max_context_len: int) -> TokenizedGenerateReqInput:
+    """Validate a /generate body into the generate message for rank 0 (the token and
+    sampling checks are TokenizedGenerateReqInput.verify, which every rank repeats)."""
     try:
         req = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -193,36 +188,22 @@ def parse_generate(body: bytes, vocab_size: int, max_context_len: int) -> dict:
             raise BadRequest("'input_ids' must be a list of integers")
         if input_ids and isinstance(input_ids[0], list):
             raise BadRequest("batch requests are not supported")
-        for i in input_ids:
-            if not 0 <= _int(i, "every input id") < vocab_size:
-                raise BadRequest(f"input id {i} is outside the vocabulary [0, {vocab_size})")
-    if not input_ids:
-        raise BadRequest("the prompt is empty")
 
     sp = req.get("sampling_params") or {}
     if not isinstance(sp, dict):
         raise BadRequest("'sampling_params' must be an object")
-    max_new = sp.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
-    if _int(max_new, "max_new_tokens") < 0:
-        raise BadRequest(f"max_new_tokens must not be negative, got {max_new}")
-    temperature = sp.get("temperature", 1.0)
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
-        raise BadRequest(f"temperature must be a non-negative number, got {temperature!r}")
-    ignore_eos = sp.get("ignore_eos", False)
-    if not isinstance(ignore_eos, bool):
-        raise BadRequest(f"ignore_eos must be true or false, got {ignore_eos!r}")
-    if len(input_ids) + max_new > max_context_len:
-        raise BadRequest(f"prompt ({len(input_ids)} tokens) + max_new_tokens ({max_new}) exceeds the "
-                         f"maximum context length {max_context_len} (the KV pool can never hold it)")
+    # Unknown sampling keys are ignored, as SGLang does; absent ones take SamplingParams' defaults.
+    known = {k: sp[k] for k in ("max_new_tokens", "temperature", "ignore_eos") if k in sp}
     rid = req.get("rid")
     if rid is None:
         rid = uuid.uuid4().hex
     elif not isinstance(rid, str) or not rid:
         raise BadRequest("'rid' must be a non-empty string")
-    # Unknown sampling keys are ignored, as SGLang does.
-    return {"type": "generate", "rid": rid, "input_ids": input_ids,
-            "sampling_params": {"max_new_tokens": max_new, "temperature": float(temperature),
-                                "ignore_eos": ignore_eos}}
+    msg = TokenizedGenerateReqInput(rid, input_ids, SamplingParams(**known))
+    error = msg.verify(vocab_size, max_context_len)
+    if error:
+        raise BadRequest(error)
+    return msg
 
 
 def build_app(link: RankLink, server_args: ServerArgs) -> FastAPI:
@@ -247,17 +228,16 @@ def build_app(link: RankLink, server_args: ServerArgs) -> FastAPI:
             return error(503, "engine is not ready")
         ready = link.ready
         try:
-            msg = parse_generate(await request.body(), ready["vocab_size"], ready["max_context_len"])
-            answer = await link.call("req:" + msg["rid"], msg)
+            msg = parse_generate(await request.body(), ready.vocab_size, ready.max_context_len)
+            answer = await link.call("req:" + msg.rid, msg)
         except BadRequest as exc:
             return error(400, str(exc))
         except ConnectionError as exc:
             return error(503, str(exc))
-        if answer["type"] == "error":
-            return error(answer.get("status", 500), answer.get("message", "engine error"))
-        output_ids = answer["output_ids"]
-        return JSONResponse({"text": tokenizer.decode(output_ids), "output_ids": output_ids,
-                             "meta_info": {"id": msg["rid"], **answer.get("meta_info", {})}})
+        if isinstance(answer, ErrorOutput):
+            return error(answer.status, answer.message)
+        return JSONResponse({"text": tokenizer.decode(answer.output_ids), "output_ids": answer.output_ids,
+                             "meta_info": {"id": msg.rid, **answer.meta_info}})
 
     @app.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache() -> Response:
@@ -265,14 +245,14 @@ def build_app(link: RankLink, server_args: ServerArgs) -> FastAPI:
             return error(503, "engine is not ready")
         flush_id = uuid.uuid4().hex
         try:
-            answer = await link.call("flush:" + flush_id, {"type": "flush_cache", "id": flush_id})
+            answer = await link.call("flush:" + flush_id, FlushCacheReqInput(flush_id))
         except ConnectionError as exc:
             return error(503, str(exc))
-        if answer["type"] == "error":
-            return error(answer.get("status", 503), answer.get("message", "engine error"))
-        if not answer.get("ok"):
-            return error(400, answer.get("message") or "cache not flushed: requests are running")
-        return PlainTextResponse(answer.get("message") or "Cache flushed.\n")
+        if isinstance(answer, ErrorOutput):
+            return error(answer.status, answer.message)
+        if not answer.ok:
+            return error(400, answer.message or "cache not flushed: requests are running")
+        return PlainTextResponse(answer.message or "Cache flushed.\n")
 
     return app
 

@@ -1,9 +1,10 @@
-"""Radix prefix cache over page-aligned token keys (the L1 tier).
+"""SGLang: srt/mem_cache/radix_cache.py.
+
+Radix prefix cache over page-aligned token keys (the L1 tier).
 
 Each method says what it mutates. Access order uses a logical clock advanced by
 the replicated schedule, never the wall clock, so every rank picks the same
-eviction victims (the CP shared-KV incident in DESIGN.md is what happens
-otherwise).
+eviction victims (a wall-clock LRU lets ranks evict different nodes).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import hashlib
 import heapq
 import itertools
 from typing import NamedTuple
+
+from engine.mem_cache.base_prefix_cache import BasePrefixCache
 
 _node_ids = itertools.count()
 
@@ -66,13 +69,13 @@ class InsertResult(NamedTuple):
     new_nodes: list[TreeNode]    # nodes that took device pages from the caller
 
 
-class RadixCache:
+class RadixCache(BasePrefixCache):
     def __init__(self, page_size: int, allocator, disable: bool = False):
+        super().__init__()
         self.page_size = page_size
         self.allocator = allocator
         self.disable = disable
         self.clock = 0
-        self.evicted_tokens_total = 0
         self.reset()
 
     # -- reads ----------------------------------------------------------------------
@@ -126,6 +129,13 @@ class RadixCache:
         self.root = TreeNode(None, (), [], [])
         self.root.lock_ref = 1
         self.root.backuped = True
+
+    def flush(self) -> None:
+        """Mutates: everything. Callers ensure no request is running or waiting."""
+        for n in self.nodes():
+            if not n.evicted:
+                self.allocator.free(n.value)
+        self.reset()
 
     def match_prefix(self, key) -> MatchResult:
         """Mutates: splits nodes at the match boundary, advances access times."""

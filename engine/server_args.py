@@ -1,4 +1,6 @@
-"""ServerArgs: every engine flag in one validated dataclass (names follow SGLang).
+"""SGLang: srt/server_args.py.
+
+ServerArgs: every engine flag in one validated dataclass (names follow SGLang).
 
 The same class builds the `hctool launch` flag parser and travels to the ranks
 as JSON, so the frontend and every rank see one configuration.

@@ -1,4 +1,6 @@
-"""L3 storage: the HiCacheStorage interface, the file backend, and the IO threads
+"""SGLang: srt/mem_cache/hicache_storage.py (+ the storage IO threads of srt/managers/cache_controller.py).
+
+L3 storage: the HiCacheStorage interface, the file backend, and the IO threads
 that prefetch pages into the host pool and back host pages up to storage."""
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from engine import streams
-from engine.memory_pool import KVPool
+from engine.mem_cache.memory_pool import KVPool
 
 
 class HiCacheStorage(ABC):
@@ -88,7 +90,6 @@ class PrefetchOperation:
     host_pages: list[int]
     start_time: float = field(default_factory=time.monotonic)  # rank-local, for the timeout policy
     completed_tokens: int = 0      # written by the IO thread
-    storage_hit_tokens: int = -1   # agreed (MIN) number of tokens present in storage
     terminate_flag: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -148,7 +149,6 @@ class StorageIO:
             # IO group's sequence of collectives stays identical.
             dist.all_reduce(hit, op=dist.ReduceOp.MIN, group=self.io_group)
             pages = int(hit.item())
-            op.storage_hit_tokens = pages * self.page_size
             for i in range(pages):
                 if op.terminate_flag.is_set():
                     break

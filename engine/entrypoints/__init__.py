@@ -1,0 +1,1 @@
+"""SGLang: srt/entrypoints/. The HTTP frontend."""

@@ -1,0 +1,1 @@
+"""SGLang: srt/managers/. The scheduler, its parts, the cache controller and the typed messages."""

@@ -1,0 +1,176 @@
+"""SGLang: srt/managers/scheduler.py.
+
+The tick loop every TP rank runs in lockstep, in the order of `event_loop`:
+recv (rank 0 reads the frontend, every rank gets the broadcast) -> agree (the
+cache's per-tick agreement on copy / IO completions) -> schedule (prefill
+admission, agreed by MIN) -> run (a prefill batch, else one decode step) ->
+output. The parts live in managers: SchedulerIO, PrefillManager, DecodeManager,
+ReqResources; every collective of the tick is a method of TickCollectives.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Callable
+
+import torch
+
+from engine.managers.collectives import TickCollectives
+from engine.managers.io_struct import (FlushCacheReqInput, FlushCacheReqOutput, GenerateReqOutput, MetricsOutput,
+                                       ShutdownReq, TokenizedGenerateReqInput)
+from engine.managers.schedule_batch import Req
+from engine.managers.scheduler_decode import DecodeManager
+from engine.managers.scheduler_io import SchedulerIO
+from engine.managers.scheduler_prefill import PrefillManager
+from engine.managers.scheduler_resources import ReqResources, TokenCounters
+from engine.mem_cache.cache_factory import create_tree_cache
+from engine.model_executor.model_runner import ModelRunner
+from engine.server_args import ServerArgs
+
+
+class Scheduler:
+    def __init__(self, args: ServerArgs, tp_rank: int, tp_size: int, tp_cpu_group, io_group, device: torch.device,
+                 recv_from_frontend: Callable[[float], list] | None = None,
+                 send_to_frontend: Callable[[object], None] | None = None, model_group=None):
+        self.args, self.tp_rank = args, tp_rank
+        self.sync = TickCollectives(tp_cpu_group, tp_size)
+        self.model_runner = ModelRunner(args, tp_rank, tp_size, device, group=model_group)
+        r = self.model_runner
+        self.tree_cache = create_tree_cache(args, r.token_to_kv_pool_allocator, r.kv_pool, tp_cpu_group, io_group,
+                                            tp_rank, tp_size, device)
+        self.counters = TokenCounters()
+        self.resources = ReqResources(r, self.tree_cache, args.page_size, self.counters)
+        self.io = SchedulerIO(tp_rank, self.sync, recv_from_frontend, send_to_frontend)
+        self.prefill = PrefillManager(args, self.tree_cache, r.req_to_token_pool, r.token_to_kv_pool_allocator,
+                                      self.sync)
+        self.decode = DecodeManager(r, self.resources)
+        self.check_integrity_each_tick = os.environ.get("HCTOOL_CHECK_INTEGRITY") == "1"
+        self.did_work = True
+        self.ticks = 0
+        self.last_status = time.monotonic()
+
+    # -- the tick ----------------------------------------------------------------------
+    def event_loop(self) -> None:
+        while True:
+            idle = not self.prefill.waiting_queue and not self.decode.running
+            msgs = self.io.recv_requests(idle, self.did_work)           # recv (broadcast)
+            if not self.process_input_requests(msgs):
+                return
+            self.ticks += 1
+            self.tree_cache.check_hicache_events()                       # agree (cache events)
+            batch = self.prefill.get_new_batch_prefill(                  # schedule (agreed admission)
+                len(self.decode.running), self.resources.reserved_decode_tokens(self.decode.running))
+            ran_prefill = bool(batch) and self.run_prefill(batch)        # run
+            if not ran_prefill and self.decode.running:
+                self.run_decode()  # also when no admitted request could get L1 pages
+            self.did_work = ran_prefill or bool(self.decode.running)
+            if self.check_integrity_each_tick:
+                self.check_integrity()
+            self.io.flush(self.metrics)                                  # output
+            if time.monotonic() - self.last_status > 5.0:
+                self.log_status()
+
+    def process_input_requests(self, msgs: list) -> bool:
+        """Returns False on shutdown. Every rank sees the same messages in order."""
+        for msg in msgs:
+            if isinstance(msg, ShutdownReq):
+                return False
+            if isinstance(msg, FlushCacheReqInput):
+                self.io.send(self.flush_cache(msg))
+            elif isinstance(msg, TokenizedGenerateReqInput):
+                error = self.prefill.add_request(msg)
+                if error is not None:
+                    self.io.send(error)
+        return True
+
+    # -- run -----------------------------------------------------------------------------
+    def run_prefill(self, batch: list[Req]) -> bool:
+        """Returns whether any request of the batch ran (others wait for room)."""
+        items, ready, requeue = [], [], []
+        for req in batch:
+            item = self.resources.prepare_extend(req)
+            if item is None:
+                requeue.append(req)
+            else:
+                items.append(item)
+                ready.append(req)
+        self.prefill.requeue_front(requeue)
+        if not ready:
+            return False
+        next_ids = self.model_runner.forward(items, ready, wait_layer=self.tree_cache.ready_to_load_host_cache())
+        for req, tok in zip(ready, next_ids):
+            req.kv_len = len(req.fill_ids)
+            if not req.output_ids:  # a retracted request's prompt was counted already
+                self.counters.prompt_tokens += len(req.input_ids)
+            if not self.args.disable_radix_cache:
+                self.resources.cache_unfinished_req(req)
+            if req.max_new_tokens == 0:
+                self.finish(req)
+                continue
+            self.append_token(req, tok)
+            if not req.finished:
+                self.decode.running.append(req)
+        return True
+
+    def run_decode(self) -> None:
+        self.prefill.requeue_front(self.decode.update_running_batch())
+        if not self.decode.running:
+            return
+        running = list(self.decode.running)
+        next_ids = self.model_runner.forward(self.decode.decode_items(), running)
+        for req, tok in zip(running, next_ids):
+            req.kv_len += 1
+            self.append_token(req, tok)
+        self.decode.filter_finished()
+
+    # -- output ----------------------------------------------------------------------------
+    def append_token(self, req: Req, tok: int) -> None:
+        req.output_ids.append(tok)
+        self.counters.generation_tokens += 1
+        eos = tok == self.args.model.eos_token_id and not req.sampling_params.ignore_eos
+        if eos or len(req.output_ids) >= req.max_new_tokens:
+            self.finish(req)
+
+    def finish(self, req: Req) -> None:
+        self.resources.cache_finished_req(req)
+        req.finished = True
+        self.counters.requests += 1
+        cached = req.cached or {"device": 0, "host": 0, "storage": 0}
+        self.io.send(GenerateReqOutput(req.rid, list(req.output_ids), {
+            "prompt_tokens": len(req.input_ids), "completion_tokens": len(req.output_ids),
+            "cached_tokens": sum(cached.values()), "cached_tokens_details": dict(cached)}))
+
+    def metrics(self) -> MetricsOutput:
+        t, c = self.tree_cache, self.counters
+        return MetricsOutput({
+            "hicache_cached_tokens_total": dict(c.cached_tokens),
+            "hicache_evicted_tokens_total": t.evicted_tokens_total,
+            "prompt_tokens_total": c.prompt_tokens, "generation_tokens_total": c.generation_tokens,
+            "requests_total": c.requests, "hicache_load_back_tokens_total": t.load_back_tokens_total,
+            "hicache_backup_tokens_total": t.backup_tokens_total,
+            "hicache_prefetched_tokens_total": t.prefetched_tokens_total})
+
+    # -- admin -------------------------------------------------------------------------------
+    def flush_cache(self, msg: FlushCacheReqInput) -> FlushCacheReqOutput:
+        if self.prefill.waiting_queue or self.decode.running:
+            return FlushCacheReqOutput(msg.id, False, "requests are in flight")
+        self.tree_cache.flush()
+        return FlushCacheReqOutput(msg.id, True, "flushed")
+
+    def check_integrity(self) -> None:
+        self.tree_cache.check_integrity(self.resources.pages_in_use(self.decode.running))
+
+    def log_status(self) -> None:
+        """A one-line state summary in the rank's log, every few seconds."""
+        self.last_status = time.monotonic()
+        a = self.model_runner.token_to_kv_pool_allocator
+        print(f"[rank {self.tp_rank}] tick {self.ticks}: waiting {len(self.prefill.waiting_queue)} "
+              f"running {len(self.decode.running)} prefetching {len(self.tree_cache.ongoing_prefetch)} "
+              f"L1 free {a.available_size()} (logical {a.logical_available_size()}) "
+              f"evictable {self.tree_cache.evictable_size()} admission trimmed {self.prefill.admission_trimmed}x",
+              file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.tree_cache.close()

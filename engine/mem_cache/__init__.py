@@ -1,0 +1,1 @@
+"""SGLang: srt/mem_cache/. KV pools, the radix cache family and the L3 storage."""

@@ -1,0 +1,79 @@
+"""SGLang: srt/mem_cache/base_prefix_cache.py.
+
+What the scheduler may ask of a prefix cache. The HiCache hooks are no-ops
+here, so the scheduler calls them unconditionally and never asks which cache it
+has; `HiRadixCache` overrides them. Every method that mutates the tree must be
+called at the same point of the replicated schedule on every rank.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Callable
+
+
+class BasePrefixCache(ABC):
+    def __init__(self) -> None:
+        # Cumulative counters behind /metrics; tiers a cache lacks stay 0.
+        self.evicted_tokens_total = 0
+        self.load_back_tokens_total = 0
+        self.backup_tokens_total = 0
+        self.prefetched_tokens_total = 0
+        self.ongoing_prefetch: dict = {}  # rid -> live storage prefetch (insertion order is replicated)
+
+    # -- the radix interface ---------------------------------------------------------
+    @abstractmethod
+    def match_prefix(self, key): ...
+    @abstractmethod
+    def peek_prefix(self, key) -> tuple[int, int, int]: ...
+    @abstractmethod
+    def insert(self, key, pages: list[int]): ...
+    @abstractmethod
+    def inc_lock_ref(self, node) -> None: ...
+    @abstractmethod
+    def dec_lock_ref(self, node) -> None: ...
+    @abstractmethod
+    def evict(self, num_tokens: int) -> int: ...
+    @abstractmethod
+    def evictable_size(self) -> int: ...
+    @abstractmethod
+    def alloc_pages(self, num_pages: int) -> list[int] | None: ...
+    @abstractmethod
+    def check_integrity(self, pages_in_use: int) -> None: ...
+    @abstractmethod
+    def flush(self) -> None:
+        """Mutates: everything. Callers ensure no request is running or waiting."""
+
+    # -- HiCache hooks (no-ops without the host tier) ----------------------------------
+    def check_hicache_events(self) -> None:
+        """Once per tick on every rank: apply the agreed copy / IO completions."""
+
+    def init_load_back(self, last_host_node, extra_pages: int = 0):
+        """Load a host-only prefix back to L1; a cache without a host tier never
+        reports a host hit, so this is never reached there."""
+        raise NotImplementedError(f"{type(self).__name__} has no host tier")
+
+    def ready_to_load_host_cache(self) -> Callable[[int], None] | None:
+        """Start the queued load-backs; returns the forward's per-layer wait, if any."""
+        return None
+
+    def prefetch_kvcache(self, rid: str, key) -> None:
+        """Start fetching the prefix of a new request from storage (L3 -> L2)."""
+
+    def check_prefetch_progress(self, rid: str) -> bool:
+        """per-poll vote: may `rid` be admitted? (True: no prefetch to wait for)."""
+        return True
+
+    def prefetch_ready(self, rid: str) -> bool:
+        """Read-only poll: True when `rid` has no live prefetch."""
+        return True
+
+    def check_prefetch_progress_bulk(self, rids: list[str]) -> None:
+        """bulk vote: every live prefetch of the waiting queue, before admission."""
+
+    def pop_prefetched_tokens(self, rid: str) -> int:
+        """Tokens `rid`'s storage prefetch put in the tree (0 after the first call)."""
+        return 0
+
+    def close(self) -> None:
+        """Stop copy streams and IO threads."""

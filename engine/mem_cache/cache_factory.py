@@ -1,0 +1,41 @@
+"""SGLang: srt/managers/scheduler.py (init_cache_with_memory_pool picks the tree cache).
+
+The one place that decides which prefix cache a rank runs, from ServerArgs: a
+RadixCache (or a disabled one, the no-cache reference), or a HiRadixCache with
+its host pool and optional L3 storage. The scheduler only sees BasePrefixCache.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from engine.mem_cache.base_prefix_cache import BasePrefixCache
+from engine.mem_cache.hicache_storage import HiCacheFile, StorageIO
+from engine.mem_cache.hiradix_cache import HiRadixCache
+from engine.mem_cache.memory_pool import KVPool, PagedAllocator
+from engine.mem_cache.radix_cache import RadixCache
+from engine.server_args import ServerArgs
+
+
+def host_pool_pages(args: ServerArgs, device_pool: KVPool) -> int:
+    if args.hicache_size > 0:
+        return max(1, int(args.hicache_size * 1e9) // device_pool.page_bytes())
+    return int(args.max_total_tokens // args.page_size * args.hicache_ratio)
+
+
+def create_tree_cache(args: ServerArgs, allocator: PagedAllocator, device_pool: KVPool, tp_cpu_group,
+                      io_group, tp_rank: int, tp_size: int, device: torch.device) -> BasePrefixCache:
+    p, cfg = args.page_size, args.model
+    if not args.enable_hierarchical_cache:
+        return RadixCache(p, allocator, disable=args.disable_radix_cache)
+    host_pages = host_pool_pages(args, device_pool)
+    host_pool = KVPool(host_pages, p, cfg.num_layers, cfg.num_heads // tp_size, cfg.head_dim, torch.device("cpu"),
+                       pin_memory=device.type == "cuda")
+    storage_io = None
+    if args.hicache_storage_backend == "file":
+        directory = args.hicache_storage_dir or os.path.join(args.run_dir or ".", "storage")
+        storage_io = StorageIO(HiCacheFile(directory, tp_rank, tp_size), host_pool, io_group, p)
+    return HiRadixCache(args, allocator, device_pool, host_pool, PagedAllocator(host_pages, p, "host"), tp_cpu_group,
+                        device, storage_io)
