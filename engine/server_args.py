@@ -17,6 +17,12 @@ WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
 PREFETCH_VOTES = ("per-poll", "bulk", "per-tick")
 STORAGE_BACKENDS = ("file",)
+# Incident behaviours (docs/repros.md): the fixed behaviour first, it is the default.
+PREFETCH_REAPS = ("agreed", "local")
+UNTRACKED_POLLS = ("join", "skip")
+ACK_CHECKS = ("packed", "per-queue", "skip-empty")
+LRU_CLOCKS = ("logical", "wall")
+LOAD_BACK_CAPACITIES = ("logical", "local")
 
 
 def _opt(default, help: str, choices=None):
@@ -63,6 +69,12 @@ class ServerArgs:
     prefetch_timeout_max: float = _opt(10.0, "timeout policy: upper bound in seconds")
     prefetch_threshold: int = _opt(64, "least number of storage tokens worth a prefetch")
     prefetch_vote: str = _opt("per-tick", "how ranks agree a prefetch may end: per-poll (SGLang #30760), bulk (#33029), per-tick", PREFETCH_VOTES)
+    prefetch_reap: str = _opt("agreed", "when a prefetch whose pages all arrived ends: at an agreed vote, or on the spot on this rank (local: the SGLang #38268 family)", PREFETCH_REAPS)
+    prefetch_untracked_poll: str = _opt("join", "per-poll/bulk poll of a rid without a live prefetch here: join the vote with a neutral contribution, or return early (skip: SGLang #38268)", UNTRACKED_POLLS)
+    hicache_ack_check: str = _opt("packed", "agreeing on finished copies: one packed MIN per tick, a MIN per queue (per-queue: SGLang #26923), or per queue and skipped when the local queue is empty (skip-empty: #26921)", ACK_CHECKS)
+    lru_clock: str = _opt("logical", "eviction order: a replicated logical clock, or each rank's wall clock (wall: the CP shared-KV fork)", LRU_CLOCKS)
+    load_back_capacity: str = _opt("logical", "whether a host hit is loaded back: decided on the logical free count every rank shares, or on this rank's free-now count (local: SGLang #33442)", LOAD_BACK_CAPACITIES)
+    state_digest: bool = _opt(False, "fold a digest of the replicated state into the per-tick MIN sync: every rank stops at the first tick it differs")
     dist_timeout: float = _opt(600.0, "torch.distributed group timeout in seconds")
     run_dir: str = _opt("", "directory for logs, traces and default storage")
     model: ModelConfig = field(default_factory=ModelConfig, metadata={"cli": False})
@@ -86,7 +98,10 @@ class ServerArgs:
             problems.append("--hicache-ratio must be above 1 (the host pool must be larger than the device pool)")
         for name, allowed in (("hicache_write_policy", WRITE_POLICIES),
                               ("hicache_storage_prefetch_policy", PREFETCH_POLICIES),
-                              ("prefetch_vote", PREFETCH_VOTES), ("device", ("cpu", "cuda"))):
+                              ("prefetch_vote", PREFETCH_VOTES), ("device", ("cpu", "cuda")),
+                              ("prefetch_reap", PREFETCH_REAPS), ("prefetch_untracked_poll", UNTRACKED_POLLS),
+                              ("hicache_ack_check", ACK_CHECKS), ("lru_clock", LRU_CLOCKS),
+                              ("load_back_capacity", LOAD_BACK_CAPACITIES)):
             if getattr(self, name) not in allowed:
                 problems.append(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}")
         if self.hicache_storage_backend not in (None, *STORAGE_BACKENDS):
@@ -95,6 +110,8 @@ class ServerArgs:
             problems.append("--hicache-storage-backend needs --enable-hierarchical-cache")
         if self.enable_hierarchical_cache and self.disable_radix_cache:
             problems.append("--enable-hierarchical-cache cannot be combined with --disable-radix-cache")
+        if self.state_digest and not self.enable_hierarchical_cache:
+            problems.append("--state-digest needs --enable-hierarchical-cache (it rides HiCache's per-tick sync)")
         if problems:
             raise ValueError("; ".join(problems))
 

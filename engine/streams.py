@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import queue
+import random
 import threading
 import time
 from typing import Callable
@@ -153,6 +154,13 @@ class TimedEvent:
 # Stream delays and free delays set by fault injection (hctool/inject/faults.py)
 # before the engine builds its streams; keys: "h2d", "d2h", "free".
 FAULT_DELAYS_MS: dict[str, float] = {}
+
+
+def wall_clock() -> float:
+    """This rank's wall clock (time.time()), as read by wall-clock bookkeeping; fault
+    clock-jitter adds up to +-N ms of noise per reading on the faulted rank."""
+    jitter = FAULT_DELAYS_MS.get("clock_jitter", 0.0)
+    return time.time() + (random.uniform(-jitter, jitter) / 1000.0 if jitter else 0.0)
 
 
 def make_stream(name: str, device: torch.device):

@@ -25,6 +25,8 @@ from engine.managers.scheduler_decode import DecodeManager
 from engine.managers.scheduler_io import SchedulerIO
 from engine.managers.scheduler_prefill import PrefillManager
 from engine.managers.scheduler_resources import ReqResources, TokenCounters
+from engine.managers.state_digest import StateDigest
+from engine.mem_cache.hiradix_cache import StateDiverged
 from engine.mem_cache.cache_factory import create_tree_cache
 from engine.model_executor.model_runner import ModelRunner
 from engine.server_args import ServerArgs
@@ -46,6 +48,7 @@ class Scheduler:
         self.prefill = PrefillManager(args, self.tree_cache, r.req_to_token_pool, r.token_to_kv_pool_allocator,
                                       self.sync)
         self.decode = DecodeManager(r, self.resources)
+        self.state_digest = StateDigest(args.run_dir, tp_rank) if args.state_digest else None
         self.check_integrity_each_tick = os.environ.get("HCTOOL_CHECK_INTEGRITY") == "1"
         self.did_work = True
         self.ticks = 0
@@ -59,7 +62,7 @@ class Scheduler:
             if not self.process_input_requests(msgs):
                 return
             self.ticks += 1
-            self.tree_cache.check_hicache_events()                       # agree (cache events)
+            self.check_hicache_events()                                  # agree (cache events)
             batch = self.prefill.get_new_batch_prefill(                  # schedule (agreed admission)
                 len(self.decode.running), self.resources.reserved_decode_tokens(self.decode.running))
             ran_prefill = bool(batch) and self.run_prefill(batch)        # run
@@ -84,6 +87,17 @@ class Scheduler:
                 if error is not None:
                     self.io.send(error)
         return True
+
+    def check_hicache_events(self) -> None:
+        if self.state_digest is None:
+            self.tree_cache.check_hicache_events()
+            return
+        d = self.state_digest.digest(self.prefill.waiting_queue, self.decode.running, self.tree_cache)
+        try:
+            self.tree_cache.check_hicache_events(d)
+        except StateDiverged as exc:  # every rank is here in the same tick
+            path = self.state_digest.dump(self.ticks)
+            raise StateDiverged(f"{exc} at tick {self.ticks}; this rank's state record: {path}") from None
 
     # -- run -----------------------------------------------------------------------------
     def run_prefill(self, batch: list[Req]) -> bool:

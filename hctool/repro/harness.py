@@ -73,7 +73,7 @@ class ReproHarness:
                 requests.post(f"{url}/flush_cache", timeout=self.s.deadline).raise_for_status()  # waits for backups
                 topo.shutdown()
         ref_args = dataclasses.replace(first, enable_hierarchical_cache=False, hicache_storage_backend=None,
-                                       disable_radix_cache=True, run_dir="",
+                                       disable_radix_cache=True, run_dir="", state_digest=False,
                                        max_total_tokens=max(first.max_total_tokens, 16384))
         log("reference: answering every prompt without any cache")
         with Topology(ref_args, self.root / "reference") as topo:
