@@ -23,6 +23,7 @@ UNTRACKED_POLLS = ("join", "skip")
 ACK_CHECKS = ("packed", "per-queue", "skip-empty")
 LRU_CLOCKS = ("logical", "wall")
 LOAD_BACK_CAPACITIES = ("logical", "local")
+TIMEOUT_DECISIONS = ("rank0", "local")
 
 
 def _opt(default, help: str, choices=None):
@@ -74,6 +75,8 @@ class ServerArgs:
     hicache_ack_check: str = _opt("packed", "agreeing on finished copies: one packed MIN per tick, a MIN per queue (per-queue: SGLang #26923), or per queue and skipped when the local queue is empty (skip-empty: #26921)", ACK_CHECKS)
     lru_clock: str = _opt("logical", "eviction order: a replicated logical clock, or each rank's wall clock (wall: the CP shared-KV fork)", LRU_CLOCKS)
     load_back_capacity: str = _opt("logical", "whether a host hit is loaded back: decided on the logical free count every rank shares, or on this rank's free-now count (local: SGLang #33442)", LOAD_BACK_CAPACITIES)
+    req_waiting_timeout: float = _opt(0.0, "abort a request that waited longer than this many seconds (0: never; SGLANG_REQ_WAITING_TIMEOUT)")
+    waiting_timeout_decision: str = _opt("rank0", "who decides a waiting timeout: rank 0, sent to every rank with the next tick's requests, or each rank by its own clock (local: SGLang #27221)", TIMEOUT_DECISIONS)
     state_digest: bool = _opt(False, "fold a digest of the replicated state into the per-tick MIN sync: every rank stops at the first tick it differs")
     dist_timeout: float = _opt(600.0, "torch.distributed group timeout in seconds")
     run_dir: str = _opt("", "directory for logs, traces and default storage")
@@ -101,7 +104,8 @@ class ServerArgs:
                               ("prefetch_vote", PREFETCH_VOTES), ("device", ("cpu", "cuda")),
                               ("prefetch_reap", PREFETCH_REAPS), ("prefetch_untracked_poll", UNTRACKED_POLLS),
                               ("hicache_ack_check", ACK_CHECKS), ("lru_clock", LRU_CLOCKS),
-                              ("load_back_capacity", LOAD_BACK_CAPACITIES)):
+                              ("load_back_capacity", LOAD_BACK_CAPACITIES),
+                              ("waiting_timeout_decision", TIMEOUT_DECISIONS)):
             if getattr(self, name) not in allowed:
                 problems.append(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}")
         if self.hicache_storage_backend not in (None, *STORAGE_BACKENDS):
@@ -110,6 +114,8 @@ class ServerArgs:
             problems.append("--hicache-storage-backend needs --enable-hierarchical-cache")
         if self.enable_hierarchical_cache and self.disable_radix_cache:
             problems.append("--enable-hierarchical-cache cannot be combined with --disable-radix-cache")
+        if not self.req_waiting_timeout >= 0:
+            problems.append("--req-waiting-timeout must be a non-negative number of seconds")
         if self.state_digest and not self.enable_hierarchical_cache:
             problems.append("--state-digest needs --enable-hierarchical-cache (it rides HiCache's per-tick sync)")
         if problems:

@@ -156,11 +156,17 @@ class TimedEvent:
 FAULT_DELAYS_MS: dict[str, float] = {}
 
 
+_CLOCK_T0 = time.time()
+
+
 def wall_clock() -> float:
-    """This rank's wall clock (time.time()), as read by wall-clock bookkeeping; fault
-    clock-jitter adds up to +-N ms of noise per reading on the faulted rank."""
+    """This rank's wall clock (time.time()), as read by wall-clock bookkeeping. Faults:
+    clock-jitter adds up to +-N ms of noise per reading, clock-skew makes the clock
+    gain N ms per second (since this module loaded) on the faulted rank."""
+    now = time.time()
     jitter = FAULT_DELAYS_MS.get("clock_jitter", 0.0)
-    return time.time() + (random.uniform(-jitter, jitter) / 1000.0 if jitter else 0.0)
+    skew = FAULT_DELAYS_MS.get("clock_skew", 0.0)
+    return now + (random.uniform(-jitter, jitter) / 1000.0 if jitter else 0.0) + skew / 1000.0 * (now - _CLOCK_T0)
 
 
 def make_stream(name: str, device: torch.device):

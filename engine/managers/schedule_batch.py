@@ -28,6 +28,7 @@ class Req:
     cached: dict | None = None      # cached_tokens_details at first admission
     generator: torch.Generator | None = None
     finished: bool = False
+    wait_start: float = 0.0         # this rank's wall clock when the request was queued
 
     @classmethod
     def from_input(cls, msg: TokenizedGenerateReqInput) -> Req:

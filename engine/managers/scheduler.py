@@ -17,9 +17,10 @@ from typing import Callable
 
 import torch
 
+from engine import streams
 from engine.managers.collectives import TickCollectives
-from engine.managers.io_struct import (FlushCacheReqInput, FlushCacheReqOutput, GenerateReqOutput, MetricsOutput,
-                                       ShutdownReq, TokenizedGenerateReqInput)
+from engine.managers.io_struct import (AbortReq, ErrorOutput, FlushCacheReqInput, FlushCacheReqOutput,
+                                       GenerateReqOutput, MetricsOutput, ShutdownReq, TokenizedGenerateReqInput)
 from engine.managers.schedule_batch import Req
 from engine.managers.scheduler_decode import DecodeManager
 from engine.managers.scheduler_io import SchedulerIO
@@ -49,6 +50,7 @@ class Scheduler:
                                       self.sync)
         self.decode = DecodeManager(r, self.resources)
         self.state_digest = StateDigest(args.run_dir, tp_rank) if args.state_digest else None
+        self.aborting: set[str] = set()  # rank 0: rids whose abort it has sent
         self.check_integrity_each_tick = os.environ.get("HCTOOL_CHECK_INTEGRITY") == "1"
         self.did_work = True
         self.ticks = 0
@@ -62,6 +64,7 @@ class Scheduler:
             if not self.process_input_requests(msgs):
                 return
             self.ticks += 1
+            self.abort_on_waiting_timeout()
             self.check_hicache_events()                                  # agree (cache events)
             batch = self.prefill.get_new_batch_prefill(                  # schedule (agreed admission)
                 len(self.decode.running), self.resources.reserved_decode_tokens(self.decode.running))
@@ -80,13 +83,41 @@ class Scheduler:
         for msg in msgs:
             if isinstance(msg, ShutdownReq):
                 return False
-            if isinstance(msg, FlushCacheReqInput):
+            if isinstance(msg, AbortReq):
+                self.abort_waiting(msg.rid, msg.message)
+            elif isinstance(msg, FlushCacheReqInput):
                 self.io.send(self.flush_cache(msg))
             elif isinstance(msg, TokenizedGenerateReqInput):
                 error = self.prefill.add_request(msg)
                 if error is not None:
                     self.io.send(error)
         return True
+
+    def abort_on_waiting_timeout(self) -> None:
+        """SGLang's _abort_on_waiting_timeout (--req-waiting-timeout). local, SGLang
+        #27221: each rank reads its own clock and drops requests from its waiting queue
+        now; a request near the deadline is dropped on one rank a tick before another,
+        and the ranks admit different batches. rank0 (#27164): rank 0 decides and sends
+        the rids with the next tick's broadcast, so every rank drops them in one tick."""
+        limit, local = self.args.req_waiting_timeout, self.args.waiting_timeout_decision == "local"
+        if limit <= 0 or not (local or self.tp_rank == 0):
+            return
+        now = streams.wall_clock()
+        for req in [r for r in self.prefill.waiting_queue if now - r.wait_start > limit and r.rid not in self.aborting]:
+            message = f"waited longer than --req-waiting-timeout {limit:g} s"
+            if local:
+                self.abort_waiting(req.rid, message)
+            else:
+                self.aborting.add(req.rid)
+                self.io.decisions.append(AbortReq(req.rid, message))
+
+    def abort_waiting(self, rid: str, message: str) -> None:
+        """Mutates: drops a waiting request (it holds no pages) and answers 408."""
+        self.aborting.discard(rid)
+        kept = [r for r in self.prefill.waiting_queue if r.rid != rid]
+        if len(kept) < len(self.prefill.waiting_queue):
+            self.prefill.waiting_queue = kept
+            self.io.send(ErrorOutput(rid, 408, message))
 
     def check_hicache_events(self) -> None:
         if self.state_digest is None:

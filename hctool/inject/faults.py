@@ -23,6 +23,7 @@ FAULT_KINDS = {
     "free-delay": "free",        # device pages return to the free list this much later
     "storage-latency": "storage",  # each L3 page read takes this much longer
     "clock-jitter": "clock_jitter",  # each wall-clock reading is off by up to +-ms
+    "clock-skew": "clock_skew",      # the engine's wall clock gains ms per second
     "host-pool-shrink": "host_pool_shrink",  # the host (L2) pool has `pages` fewer pages
 }
 BY_PAGES = {"host-pool-shrink"}  # magnitude in pages=N instead of ms=N

@@ -73,7 +73,7 @@ class ReproHarness:
                 requests.post(f"{url}/flush_cache", timeout=self.s.deadline).raise_for_status()  # waits for backups
                 topo.shutdown()
         ref_args = dataclasses.replace(first, enable_hierarchical_cache=False, hicache_storage_backend=None,
-                                       disable_radix_cache=True, run_dir="", state_digest=False,
+                                       disable_radix_cache=True, run_dir="", state_digest=False, req_waiting_timeout=0.0,
                                        max_total_tokens=max(first.max_total_tokens, 16384))
         log("reference: answering every prompt without any cache")
         with Topology(ref_args, self.root / "reference") as topo:
@@ -112,7 +112,8 @@ class ReproHarness:
                 driver.stop()
                 codes = topo.rank_exit_codes()
         final = analyze_dir(traces, exit_codes=codes, stacks=stacks)
-        obs = Observation(outcome, death, live, final, driver.sent, driver.succeeded, self._outputs_match(driver))
+        obs = Observation(outcome, death, live, final, driver.sent, driver.succeeded, self._outputs_match(driver),
+                          driver.aborted)
         verdict, reason = derive_verdict(obs)
         first = (live or {}).get("first_divergence") or final.get("first_divergence")
         state = find_state_divergence(vdir / "state")  # written by ranks run with --state-digest

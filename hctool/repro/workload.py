@@ -45,6 +45,7 @@ class WorkloadDriver:
         self.base_url, self.rounds = base_url, rounds
         self.max_new_tokens, self.request_timeout = max_new_tokens, request_timeout
         self.sent = self.succeeded = self.failed = 0
+        self.aborted = 0  # of the failed: 408, dropped by the server's own waiting timeout
         self.outputs: dict[tuple[int, int], list[int]] = {}
         self.errors: list[str] = []
         self.last_progress = time.monotonic()
@@ -65,9 +66,11 @@ class WorkloadDriver:
     def _one(self, key: tuple[int, int], prompt: list[int]) -> None:
         body = {"input_ids": prompt, "rid": f"r{key[0]}-{key[1]}-{time.monotonic_ns()}",
                 "sampling_params": {"max_new_tokens": self.max_new_tokens, "temperature": 0, "ignore_eos": True}}
+        status = None
         try:
             resp = requests.post(f"{self.base_url}/generate", json=body, timeout=self.request_timeout)
-            ok = resp.status_code == 200
+            status = resp.status_code
+            ok = status == 200
             detail = resp.json() if ok else resp.text[:200]
         except (requests.RequestException, ValueError) as exc:
             ok, detail = False, f"{type(exc).__name__}: {exc}"
@@ -78,6 +81,7 @@ class WorkloadDriver:
                 self.outputs[key] = detail["output_ids"]
             else:
                 self.failed += 1
+                self.aborted += status == 408
                 self.errors.append(f"request {key}: {detail}")
 
     def _run(self) -> None:
@@ -93,7 +97,7 @@ class WorkloadDriver:
             self.done.set()
 
     def counts(self) -> dict:
-        return {"sent": self.sent, "succeeded": self.succeeded, "failed": self.failed}
+        return {"sent": self.sent, "succeeded": self.succeeded, "failed": self.failed, "aborted": self.aborted}
 
 
 def run_to_completion(base_url: str, rounds, max_new_tokens: int, timeout: float) -> dict[tuple[int, int], list[int]]:
