@@ -36,17 +36,20 @@ def test_26921_skip_empty_reproduces_by_its_mechanism(hctool_cmd, clean_env, tmp
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("incident", ["38268", "26921", "wall-clock-lru"])
+@pytest.mark.parametrize("incident", ["38268", "26921", "33442", "27221", "wall-clock-lru"])
 def test_incident_bug_and_fixes(hctool_cmd, clean_env, tmp_path, no_leftover_processes, incident):
     out, result = _repro(hctool_cmd, clean_env, [incident, "--artifacts", str(tmp_path / "run")], 880)
     assert out.returncode == 0, out.stderr[-3000:]
     for v in result["variants"]:
         assert v["ok"], v
         if v["mechanism"] is None:  # a fix: every answer, token-identical to the reference
-            assert v["verdict"] == "healthy" and v["requests"]["succeeded"] == v["requests"]["sent"] > 0
+            req = v["requests"]  # 27221's timeout drops some requests on purpose (HTTP 408)
+            assert v["verdict"] == "healthy" and req["succeeded"] > 0 and req["succeeded"] + req["aborted"] == req["sent"]
         else:
             assert v["mechanism"]["seen"] and not any("NOT" in e for e in v["mechanism"]["evidence"]), v
-    if incident == "wall-clock-lru":
-        sd = next(v for v in result["variants"] if v["name"] == "wall-clock")["state_divergence"]
-        assert sd["field"].startswith("lru_order[") and set(sd["ticks"].values()) == {sd["tick"]}, sd
-        assert (tmp_path / "run" / "wall-clock" / "state" / "rank0.json").exists()
+    digest_variant, field = {"wall-clock-lru": ("wall-clock", "lru_order["), "27221": ("local-clock", "waiting_queue[")}.get(
+        incident, (None, None))
+    if digest_variant:  # every rank stopped in the same tick; hctool named the field
+        sd = next(v for v in result["variants"] if v["name"] == digest_variant)["state_divergence"]
+        assert sd["field"].startswith(field) and set(sd["ticks"].values()) == {sd["tick"]}, sd
+        assert (tmp_path / "run" / digest_variant / "state" / "rank0.json").exists()
