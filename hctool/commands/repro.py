@@ -60,14 +60,14 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON only
     from rich.console import Console
     from rich.table import Table
     table = Table()
-    for col in ("id", "title", "upstream", "TP", "variants (expected)", "measured"):
+    for col in ("id", "title", "upstream", "TP", "variants: expected [measured]"):
         table.add_column(col, overflow="fold")
     for e in entries:
         up = e["upstream"]
         refs = " ".join([f"#{i}" for i in up.get("issues", [])] + [f"PR #{p}" for p in up.get("prs", [])])
         table.add_row(e["id"], e["title"], f"{up.get('project', '')} {refs}".strip(), str(e["topology"]["tp"]),
-                      "\n".join(f"{v['name']}: {' | '.join(v['expected'])}" for v in e["variants"]),
-                      "\n".join(_rate(v["measured"]) for v in e["variants"]))
+                      "\n".join(f"{v['name']}: {' | '.join(v['expected'])} [{_rate(v['measured'])}]"
+                                for v in e["variants"]))
     Console().print(table)
 
 
