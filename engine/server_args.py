@@ -24,6 +24,7 @@ ACK_CHECKS = ("packed", "per-queue", "skip-empty")
 LRU_CLOCKS = ("logical", "wall")
 LOAD_BACK_CAPACITIES = ("logical", "local")
 TIMEOUT_DECISIONS = ("rank0", "local")
+HIT_SYNCS = ("count", "mask")
 
 
 def _opt(default, help: str, choices=None):
@@ -77,6 +78,7 @@ class ServerArgs:
     load_back_capacity: str = _opt("logical", "whether a host hit is loaded back: decided on the logical free count every rank shares, or on this rank's free-now count (local: SGLang #33442)", LOAD_BACK_CAPACITIES)
     req_waiting_timeout: float = _opt(0.0, "abort a request that waited longer than this many seconds (0: never; SGLANG_REQ_WAITING_TIMEOUT)")
     waiting_timeout_decision: str = _opt("rank0", "who decides a waiting timeout: rank 0, sent to every rank with the next tick's requests, or each rank by its own clock (local: SGLang #27221)", TIMEOUT_DECISIONS)
+    storage_hit_sync: str = _opt("count", "how the prefetch thread agrees on a storage hit: MIN of the count, or MIN of a per-page mask sized by this rank's own hit (mask: SGLang #39267)", HIT_SYNCS)
     state_digest: bool = _opt(False, "fold a digest of the replicated state into the per-tick MIN sync: every rank stops at the first tick it differs")
     dist_timeout: float = _opt(600.0, "torch.distributed group timeout in seconds")
     run_dir: str = _opt("", "directory for logs, traces and default storage")
@@ -105,7 +107,7 @@ class ServerArgs:
                               ("prefetch_reap", PREFETCH_REAPS), ("prefetch_untracked_poll", UNTRACKED_POLLS),
                               ("hicache_ack_check", ACK_CHECKS), ("lru_clock", LRU_CLOCKS),
                               ("load_back_capacity", LOAD_BACK_CAPACITIES),
-                              ("waiting_timeout_decision", TIMEOUT_DECISIONS)):
+                              ("waiting_timeout_decision", TIMEOUT_DECISIONS), ("storage_hit_sync", HIT_SYNCS)):
             if getattr(self, name) not in allowed:
                 problems.append(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}")
         if self.hicache_storage_backend not in (None, *STORAGE_BACKENDS):

@@ -40,6 +40,6 @@ def create_tree_cache(args: ServerArgs, allocator: PagedAllocator, device_pool: 
     storage_io = None
     if args.hicache_storage_backend == "file":
         directory = args.hicache_storage_dir or os.path.join(args.run_dir or ".", "storage")
-        storage_io = StorageIO(HiCacheFile(directory, tp_rank, tp_size), host_pool, io_group, p)
+        storage_io = StorageIO(HiCacheFile(directory, tp_rank, tp_size), host_pool, io_group, p, args.storage_hit_sync)
     return HiRadixCache(args, allocator, device_pool, host_pool, PagedAllocator(host_pages, p, "host"), tp_cpu_group,
                         device, storage_io)

@@ -25,8 +25,9 @@ FAULT_KINDS = {
     "clock-jitter": "clock_jitter",  # each wall-clock reading is off by up to +-ms
     "clock-skew": "clock_skew",      # the engine's wall clock gains ms per second
     "host-pool-shrink": "host_pool_shrink",  # the host (L2) pool has `pages` fewer pages
+    "storage-miss": "storage_miss",  # L3 existence queries report `pages` fewer pages
 }
-BY_PAGES = {"host-pool-shrink"}  # magnitude in pages=N instead of ms=N
+BY_PAGES = {"host-pool-shrink", "storage-miss"}  # magnitude in pages=N instead of ms=N
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ def test_26921_skip_empty_reproduces_by_its_mechanism(hctool_cmd, clean_env, tmp
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("incident", ["38268", "26921", "33442", "27221", "wall-clock-lru"])
+@pytest.mark.parametrize("incident", ["38268", "26921", "33442", "27221", "39267", "wall-clock-lru"])
 def test_incident_bug_and_fixes(hctool_cmd, clean_env, tmp_path, no_leftover_processes, incident):
     out, result = _repro(hctool_cmd, clean_env, [incident, "--artifacts", str(tmp_path / "run")], 880)
     assert out.returncode == 0, out.stderr[-3000:]
