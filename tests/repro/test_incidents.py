@@ -1,5 +1,5 @@
 """The catalogue's incidents end to end, as a user runs them: real ranks, real gloo,
-real HTTP, real faults. One small case runs by default; every incident in `slow`."""
+real HTTP, real faults. All `slow`: the small 26921 case first, then every incident."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ def _repro(hctool_cmd, env, args, timeout):
     return out, (json.loads(out.stdout) if out.stdout.strip() else None)
 
 
+@pytest.mark.slow  # 68 s on the loaded 2-core box: over this area's 40 s default-suite budget
 @pytest.mark.timeout(300)
 def test_26921_skip_empty_reproduces_by_its_mechanism(hctool_cmd, clean_env, tmp_path, no_leftover_processes):
     """The smallest incident, trimmed to one round: the rank whose host pool is a page
