@@ -120,6 +120,12 @@ class ReproHarness:
         ok, mechanism = verdict in variant.expected, None
         if variant.mechanism is not None:  # `ok` means THIS bug, not any failure
             seen, evidence = check_mechanism(variant.mechanism, first, state, obs.outputs_match)
+            after = final.get("first_divergence")
+            if not seen and after and after != first:
+                # The live check reports the first mismatch it sees, which can be a consequence in
+                # another group; the post-run analysis of every trace is the other finding.
+                seen, more = check_mechanism(variant.mechanism, after, state, obs.outputs_match)
+                evidence += [f"post-run trace analysis: {e}" for e in more]
             mechanism = {"declared": variant.mechanism.describe(), "seen": seen, "evidence": evidence}
             if ok and not seen:
                 reason += "; but not by the declared mechanism"
