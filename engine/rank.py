@@ -19,6 +19,7 @@ from multiprocessing.connection import Client, Connection
 import torch
 import torch.distributed as dist
 
+from engine.distributed.parallel_state import RendezvousError, init_distributed_environment
 from engine.managers.io_struct import ReadyOutput, ShutdownReq
 from engine.server_args import ServerArgs
 from engine.managers.scheduler import Scheduler
@@ -77,7 +78,11 @@ def main() -> None:
         torch.cuda.set_device(device)
     torch.set_num_threads(1)  # ranks share the host's cores; one BLAS thread each
     timeout = timedelta(seconds=args.dist_timeout)
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=timeout, device_id=device if cuda else None)
+    try:
+        init_distributed_environment("nccl" if cuda else "gloo", rank, world, timeout,
+                                     device_id=device if cuda else None)
+    except RendezvousError as exc:
+        sys.exit(f"Error: {exc}")
     # Created in the same order on every rank: the model uses the default group,
     # scheduling agreement the TP CPU group, the storage prefetch thread its own.
     tp_cpu_group = dist.new_group(backend="gloo", timeout=timeout)

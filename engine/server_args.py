@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field, fields
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
@@ -47,6 +48,16 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
+
+
+# Bounds of the numeric flags: pools are allocated at start, so a typo must not ask for
+# the machine's memory, and a NaN or negative timeout must not pass as a setting.
+NUMBER_LIMITS = {
+    "model_seed": (0, 2**63 - 1), "page_size": (1, 4096), "max_total_tokens": (1, 1 << 26),
+    "max_running_requests": (1, 1 << 16), "max_prefill_tokens": (1, 1 << 26), "hicache_ratio": (0, 1000),
+    "hicache_size": (0, 10_000), "prefetch_timeout_base": (0, 86_400), "prefetch_timeout_per_ki_token": (0, 86_400),
+    "prefetch_timeout_max": (0, 86_400), "prefetch_threshold": (0, 1 << 26), "dist_timeout": (0.001, 7 * 86_400),
+}
 
 
 @dataclass
@@ -99,6 +110,10 @@ class ServerArgs:
             problems.append(f"--max-total-tokens must hold at least 4 pages ({4 * self.page_size} tokens)")
         if self.max_running_requests < 1:
             problems.append("--max-running-requests must be at least 1")
+        for name, (low, high) in NUMBER_LIMITS.items():  # NaN fails every comparison
+            value = getattr(self, name)
+            if isinstance(value, bool) or not (math.isfinite(value) and low <= value <= high):
+                problems.append(f"--{name.replace('_', '-')} must be between {low} and {high}, got {value!r}")
         if self.hicache_ratio <= 1.0 and self.enable_hierarchical_cache and self.hicache_size <= 0:
             problems.append("--hicache-ratio must be above 1 (the host pool must be larger than the device pool)")
         for name, allowed in (("hicache_write_policy", WRITE_POLICIES),

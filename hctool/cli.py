@@ -38,9 +38,9 @@ def _root(
 
 def _register() -> None:
     # Each command module owns its group; order here is the order in --help.
-    from hctool.commands import consensus, launch, lint, repro
+    from hctool.commands import consensus, gate, launch, lint, repro
 
-    for module in (launch, repro, consensus, lint):
+    for module in (launch, repro, consensus, lint, gate):
         module.register(app)
 
 

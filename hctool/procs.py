@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-INJECT_DIR = Path(__file__).resolve().parent / "inject"
+INJECT_DIR = Path(__file__).resolve().parent / "inject" / "site"  # holds sitecustomize.py only
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -70,9 +70,10 @@ def torchrun_env(rank: int, world_size: int, master_addr: str, master_port: int,
 
 
 def inject_env(env: dict[str, str], **hctool_vars: str) -> dict[str, str]:
-    """Put hctool's inject/ first on PYTHONPATH so its sitecustomize loads in every
+    """Put hctool's inject/site/ first on PYTHONPATH so its sitecustomize loads in every
     Python process started with this environment, and set HCTOOL_* variables."""
     env = dict(env)
+    env["HCTOOL_SUPERVISOR_PID"] = str(os.getpid())  # children exit when we die (inject/lifeline.py)
     parts = [str(INJECT_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
     for key, value in hctool_vars.items():

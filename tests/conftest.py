@@ -11,6 +11,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Multi-rank tests (@pytest.mark.world_size) need the plugin; where hctool is installed its
+# pytest11 entry point has loaded it already under this name, and this is a no-op.
+pytest_plugins = ["hctool.pytest_plugin"]
+
 
 @pytest.fixture
 def no_leftover_processes():

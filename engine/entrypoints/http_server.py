@@ -11,7 +11,6 @@ here, so nothing a client sends reaches the ranks unless it is servable.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import threading
@@ -23,11 +22,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from engine import tokenizer
+from engine.entrypoints.request_guard import BodyError, body_limit, parse_json, read_body
 from engine.managers.io_struct import (ErrorOutput, FlushCacheReqInput, FlushCacheReqOutput, GenerateReqOutput,
                                        MetricsOutput, ReadyOutput, SamplingParams, TokenizedGenerateReqInput)
 from engine.server_args import ServerArgs
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 # Counters rank 0 reports (cumulative totals): name -> (HELP, label name or None, label values).
 KNOWN_COUNTERS = {
@@ -40,7 +40,11 @@ KNOWN_COUNTERS = {
     "prompt_tokens_total": ("Prompt tokens of finished requests.", None, ()),
     "generation_tokens_total": ("Tokens generated.", None, ()),
     "requests_total": ("Requests finished.", None, ()),
+    "hicache_storage_corrupt_pages_total": ("L3 pages found damaged or written by another model/layout "
+                                            "(each a miss, recomputed); the most any rank found.", None, ()),
 }
+KNOWN_GAUGES = {"hicache_storage_writes_enabled": "1 while pages are written to L3 storage; 0 without storage "
+                                                  "or after storage writes failed (reads go on)."}
 
 
 class MetricsSnapshot:
@@ -54,6 +58,7 @@ class MetricsSnapshot:
     def __init__(self):
         self.counters: dict = {name: ({v: 0 for v in values} if label else 0)
                                for name, (_, label, values) in KNOWN_COUNTERS.items()}
+        self.counters.update(dict.fromkeys(KNOWN_GAUGES, 0))
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -72,6 +77,8 @@ class MetricsSnapshot:
                 family = CounterMetricFamily(name, help_text, labels=[label or "label"])
                 for label_value, v in sorted(value.items()):
                     family.add_metric([str(label_value)], v)
+            elif name in KNOWN_GAUGES:
+                family = GaugeMetricFamily(name, KNOWN_GAUGES[name], value=value)
             else:
                 family = CounterMetricFamily(name, help_text, value=value)
             yield family
@@ -111,11 +118,15 @@ class RankLink:
             print(f"rank 0 disconnected ({type(exc).__name__}); failing pending requests",
                   file=sys.stderr, flush=True)
         finally:
+            self.fail_all("engine rank 0 disconnected")
+
+    def fail_all(self, message: str) -> None:
+        """Answer every waiting request with a 503 now; later calls are refused."""
+        with self.lock:
             self.disconnected = True
-            with self.lock:
-                pending, self.pending = self.pending, {}
-            for key in pending:
-                self._resolve(pending, key, ErrorOutput(None, 503, "engine rank 0 disconnected"))
+            pending, self.pending = self.pending, {}
+        for key in list(pending):  # _resolve pops from this dict
+            self._resolve(pending, key, ErrorOutput(None, 503, message))
 
     def _dispatch(self, msg) -> None:
         if isinstance(msg, ReadyOutput):
@@ -168,9 +179,9 @@ def parse_generate(body: bytes, vocab_size: int, max_context_len: int) -> Tokeni
     """Validate a /generate body into the generate message for rank 0 (the token and
     sampling checks are TokenizedGenerateReqInput.verify, which every rank repeats)."""
     try:
-        req = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"malformed JSON: {exc}") from None
+        req = parse_json(body)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
     if not isinstance(req, dict):
         raise BadRequest("the body must be a JSON object")
     if req.get("stream"):
@@ -228,8 +239,11 @@ def build_app(link: RankLink, server_args: ServerArgs) -> FastAPI:
             return error(503, "engine is not ready")
         ready = link.ready
         try:
-            msg = parse_generate(await request.body(), ready.vocab_size, ready.max_context_len)
+            body = await read_body(request, body_limit(ready.max_context_len))
+            msg = parse_generate(body, ready.vocab_size, ready.max_context_len)
             answer = await link.call("req:" + msg.rid, msg)
+        except BodyError as exc:
+            return error(exc.status, str(exc))
         except BadRequest as exc:
             return error(400, str(exc))
         except ConnectionError as exc:
@@ -266,7 +280,20 @@ def main() -> None:
     config = uvicorn.Config(build_app(link, server_args), host=os.environ.get("HCTOOL_HTTP_HOST", "127.0.0.1"),
                             port=int(os.environ["HCTOOL_HTTP_PORT"]), log_level="warning",
                             access_log=False, timeout_graceful_shutdown=1)
-    uvicorn.Server(config).run()
+    _Server(config, link).run()
+
+
+class _Server(uvicorn.Server):
+    """On SIGTERM/SIGINT (hctool tearing the topology down after a rank died) every
+    waiting request gets its 503 before uvicorn's graceful shutdown starts."""
+
+    def __init__(self, config: uvicorn.Config, link: RankLink):
+        super().__init__(config)
+        self.link = link
+
+    def handle_exit(self, sig, frame) -> None:
+        self.link.fail_all("engine is shutting down")
+        super().handle_exit(sig, frame)
 
 
 if __name__ == "__main__":

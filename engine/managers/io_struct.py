@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's SamplingParams default
 DEFAULT_TEMPERATURE = 1.0     # SGLang's SamplingParams default
+SAMPLING_EPS = 1e-6           # SGLang's _SAMPLING_EPS: a temperature below it samples greedily
+MAX_TEMPERATURE = 100.0       # above it every token is about equally likely; 1e308 or inf is a mistake
 
 
 @dataclass
@@ -29,8 +31,8 @@ class SamplingParams:
             return f"max_new_tokens must be an integer, got {n!r}"
         if n < 0:
             return f"max_new_tokens must not be negative, got {n}"
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0:
-            return f"temperature must be a non-negative number, got {t!r}"
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t <= MAX_TEMPERATURE:
+            return f"temperature must be a number from 0 to {MAX_TEMPERATURE:g}, got {t!r}"
         if not isinstance(self.ignore_eos, bool):
             return f"ignore_eos must be true or false, got {self.ignore_eos!r}"
         return None

@@ -195,7 +195,9 @@ class Scheduler:
             "prompt_tokens_total": c.prompt_tokens, "generation_tokens_total": c.generation_tokens,
             "requests_total": c.requests, "hicache_load_back_tokens_total": t.load_back_tokens_total,
             "hicache_backup_tokens_total": t.backup_tokens_total,
-            "hicache_prefetched_tokens_total": t.prefetched_tokens_total})
+            "hicache_prefetched_tokens_total": t.prefetched_tokens_total,
+            "hicache_storage_corrupt_pages_total": t.storage_corrupt_pages,
+            "hicache_storage_writes_enabled": int(t.storage_writes_enabled)})
 
     # -- admin -------------------------------------------------------------------------------
     def flush_cache(self, msg: FlushCacheReqInput) -> FlushCacheReqOutput:

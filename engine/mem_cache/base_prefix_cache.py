@@ -19,6 +19,8 @@ class BasePrefixCache(ABC):
         self.load_back_tokens_total = 0
         self.backup_tokens_total = 0
         self.prefetched_tokens_total = 0
+        self.storage_corrupt_pages = 0      # most L3 pages any rank found damaged (agreed each tick)
+        self.storage_writes_enabled = False  # L3 writes on (a storage backend that has not failed)
         self.ongoing_prefetch: dict = {}  # rid -> live storage prefetch (insertion order is replicated)
 
     # -- the radix interface ---------------------------------------------------------

@@ -7,12 +7,14 @@ its host pool and optional L3 storage. The scheduler only sees BasePrefixCache.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import torch
 
 from engine import streams
 from engine.mem_cache.base_prefix_cache import BasePrefixCache
+from engine.mem_cache.hicache_page import writer_identity
 from engine.mem_cache.hicache_storage import HiCacheFile, StorageIO
 from engine.mem_cache.hiradix_cache import HiRadixCache
 from engine.mem_cache.memory_pool import KVPool, PagedAllocator
@@ -40,6 +42,9 @@ def create_tree_cache(args: ServerArgs, allocator: PagedAllocator, device_pool: 
     storage_io = None
     if args.hicache_storage_backend == "file":
         directory = args.hicache_storage_dir or os.path.join(args.run_dir or ".", "storage")
-        storage_io = StorageIO(HiCacheFile(directory, tp_rank, tp_size), host_pool, io_group, p, args.storage_hit_sync)
+        shape = (2, cfg.num_layers, p, cfg.num_heads // tp_size, cfg.head_dim)
+        identity = writer_identity(dataclasses.asdict(cfg), "float32", p, tp_size, tp_rank, shape)
+        storage_io = StorageIO(HiCacheFile(directory, tp_rank, tp_size, identity), host_pool, io_group, p,
+                               args.storage_hit_sync)
     return HiRadixCache(args, allocator, device_pool, host_pool, PagedAllocator(host_pages, p, "host"), tp_cpu_group,
                         device, storage_io)

@@ -5,8 +5,11 @@ that prefetch pages into the host pool and back host pages up to storage."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
+import stat
+import sys
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -14,16 +17,18 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from engine import streams
+from engine.mem_cache import hicache_page
 from engine.mem_cache.memory_pool import KVPool
 
 
 class HiCacheStorage(ABC):
     """Pages addressed by hash-chained keys; one page = K and V of every layer."""
+
+    corrupt_pages = 0  # pages found damaged or foreign (each one a miss)
 
     @abstractmethod
     def batch_exists(self, keys: list[str]) -> int:
@@ -39,45 +44,92 @@ class HiCacheStorage(ABC):
 
 
 class HiCacheFile(HiCacheStorage):
-    """One file per page and rank: `<key>_tp<size>_<rank>.bin` in a directory."""
+    """One file per page and rank: `<key>_tp<size>_<rank>.bin` in a directory, each
+    a checked page (hicache_page.py). A damaged or foreign file is a miss: it is
+    counted, logged and deleted, so the backup of the recomputed page rewrites it."""
 
-    def __init__(self, directory: str, tp_rank: int, tp_size: int):
-        self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+    def __init__(self, directory: str, tp_rank: int, tp_size: int, identity: bytes = bytes(16)):
+        self.dir = hicache_page.check_storage_dir(directory)
         self.suffix = f"_tp{tp_size}_{tp_rank}.bin"
+        self.identity = identity  # hicache_page.writer_identity(...); the zero default suits one writer (tests)
+        self.corrupt_pages = 0  # written by the prefetch thread only
 
     def _path(self, key: str) -> Path:
         return self.dir / f"{key}{self.suffix}"
 
     def batch_exists(self, keys: list[str]) -> int:
-        n = next((i for i, key in enumerate(keys) if not self._path(key).exists()), len(keys))
+        n = len(keys)
+        for i, key in enumerate(keys):
+            try:
+                if not self._path(key).is_file():
+                    n = i
+                    break
+            except OSError:
+                n = i
+                break
         # Fault storage-miss: this rank's store lost its last N pages of every prefix.
         return max(0, n - int(streams.FAULT_DELAYS_MS.get("storage_miss", 0)))
 
     def batch_get(self, keys: list[str], host_pool: KVPool, host_pages: list[int]) -> int:
         delay = streams.FAULT_DELAYS_MS.get("storage", 0.0)
         shape = (2, host_pool.num_layers, host_pool.page_size, *host_pool.k_buffer.shape[2:])
+        size = host_pool.page_bytes()
         for i, (key, page) in enumerate(zip(keys, host_pages)):
             if delay:
                 time.sleep(delay / 1000.0)
-            try:
-                data = np.fromfile(self._path(key), dtype=np.float32)
-            except OSError:
+            data = _read_regular(self._path(key), hicache_page.HEADER.size + size + 1)
+            if data is None:
                 return i
-            if data.size != int(np.prod(shape)):
-                return i  # written by another model or layout: a miss, not garbage
-            host_pool.write_page(page, torch.from_numpy(data).view(shape))
+            check = hicache_page.decode(data, self.identity, key, size)
+            if check.payload is None:
+                self._reject(self._path(key), check.problem)
+                return i
+            host_pool.write_page(page, torch.from_numpy(check.payload).view(shape))
         return len(keys)
 
     def batch_set(self, keys: list[str], host_pool: KVPool, host_pages: list[int]) -> int:
+        """Writes every page whose file is missing or is not an intact page of this
+        writer and key (so damage is repaired); an OSError propagates (StorageIO
+        then turns writes off)."""
+        size = host_pool.page_bytes()
         for key, page in zip(keys, host_pages):
             path = self._path(key)
-            if path.exists():
+            old = _read_regular(path, hicache_page.HEADER.size + size + 1)
+            if old is not None and hicache_page.decode(old, self.identity, key, size).payload is not None:
                 continue
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            host_pool.read_page(page).numpy().tofile(tmp)
-            os.replace(tmp, path)  # readers never see a half-written page
+            data = hicache_page.encode(self.identity, key, host_pool.read_page(page).numpy().tobytes())
+            tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+            try:
+                tmp.write_bytes(data)
+                os.replace(tmp, path)  # readers never see a half-written page
+            finally:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
         return len(keys)
+
+    def _reject(self, path: Path, problem: str) -> None:
+        self.corrupt_pages += 1
+        if self.corrupt_pages <= 10 or self.corrupt_pages % 100 == 0:
+            print(f"[storage] page {path.name} rejected ({problem}): a miss, recomputed "
+                  f"({self.corrupt_pages} so far)", file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def _read_regular(path: Path, most: int) -> bytes | None:
+    """Up to `most` bytes of a regular file; None for a missing file, a FIFO, a
+    device or a directory (opened non-blocking, so a FIFO cannot stall the reader)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            return f.read(most)
+        except OSError:
+            return None
 
 
 @dataclass
@@ -119,7 +171,8 @@ class StorageIO:
         self.prefetch_queue: queue.Queue = queue.Queue()
         self.backup_queue: queue.Queue = queue.Queue()
         self.ack_backup_queue: deque[BackupOperation] = deque()
-        self.error: BaseException | None = None
+        self.error: BaseException | None = None      # a bug in an IO thread: every rank stops
+        self.write_error: OSError | None = None      # a failed write: every rank turns L3 writes off
         self._threads = [
             threading.Thread(target=self._guard, args=(self.prefetch_thread_func,), name="hicache-prefetch", daemon=True),
             threading.Thread(target=self._guard, args=(self.backup_thread_func,), name="hicache-backup", daemon=True),
@@ -174,7 +227,13 @@ class StorageIO:
             op = self.backup_queue.get()
             if op is None:
                 return
-            self.backend.batch_set(op.hashes, self.host_pool, op.host_pages)
+            if self.write_error is None:
+                try:
+                    self.backend.batch_set(op.hashes, self.host_pool, op.host_pages)
+                except OSError as exc:  # agreed in HiRadixCache.check_hicache_events
+                    self.write_error = exc
+                    print(f"[storage] WARNING: storage writes failed ({exc}); L3 writes go off on every rank",
+                          file=sys.stderr, flush=True)
             op.done.set()
 
     def backup_ready_count(self) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import sys
 import time
 from typing import Callable
 
@@ -46,6 +47,7 @@ class HiRadixCache(RadixCache):
         self.write_policy = args.hicache_write_policy
         self.prefetch_vote = args.prefetch_vote
         self.storage_io = storage_io
+        self.storage_writes_enabled = storage_io is not None
         self.prefetched_tokens: dict[str, int] = {}  # rid -> tokens its prefetch inserted
         self.ack_check = args.hicache_ack_check
         self._bulk_ready: dict[str, bool] = {}  # bulk: this tick's agreed verdicts
@@ -189,25 +191,34 @@ class HiRadixCache(RadixCache):
         """Once per tick on every rank: one packed MIN all_reduce of the ready counts
         (write acks, load acks, storage backups), of [d, -d] for a digest d of the
         live prefetch set (per-tick vote) and for the scheduler's replicated-state
-        digest (--state-digest), and of an IO-healthy flag; then every rank pops the
-        same number of acks, or every rank raises."""
+        digest (--state-digest), of an IO-healthy flag, a storage-writes-ok flag and
+        the negated count of damaged L3 pages; then every rank pops the same number
+        of acks and turns L3 writes off in the same tick, or every rank raises."""
         c = self.cache_controller
         d = self._prefetch_set_digest() if self.prefetch_vote == "per-tick" else 0
-        s = state_digest
+        sd = state_digest
         backups = self.storage_io.backup_ready_count() if self.storage_io else 0
-        io_ok = int(self.storage_io is None or self.storage_io.error is None)  # rank-local: agreed below
+        s = self.storage_io  # its flags and counts are rank-local: agreed below
+        io_ok, writes_ok = int(s is None or s.error is None), int(s is None or s.write_error is None)
+        corrupt = s.backend.corrupt_pages if s else 0
         writes, loads = c.ready_counts()
         if self.ack_check != "packed":  # SGLang's shape: one MIN per queue, then the rest
             writes, loads = self.writing_check(writes), self.loading_check(loads)
-        rest = torch.tensor(([writes, loads] if self.ack_check == "packed" else []) + [backups, d, -d, s, -s, io_ok],
-                            dtype=torch.int64)
-        dist.all_reduce(rest, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
-        *acks, backups, dmin, neg_dmax, smin, neg_smax, all_io_ok = (int(x) for x in rest.tolist())
+        counts = torch.tensor(([writes, loads] if self.ack_check == "packed" else [])
+                              + [backups, d, -d, sd, -sd, io_ok, writes_ok, -corrupt], dtype=torch.int64)
+        dist.all_reduce(counts, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
+        *acks, backups, dmin, neg_dmax, sd_min, neg_sd_max, all_io_ok, all_writes_ok, neg_corrupt = map(
+            int, counts.tolist())
         writes, loads = acks if acks else (writes, loads)
         if not all_io_ok:  # every rank raises in the same tick, none is left in a collective
             raise RuntimeError(f"HiCache storage IO thread failed on some rank (here: {self.storage_io.error!r})")
-        if smin != -neg_smax:
-            raise StateDiverged(f"replicated state differs across ranks (local digest {s:x})")
+        if sd_min != -neg_sd_max:
+            raise StateDiverged(f"replicated state differs across ranks (local digest {sd:x})")
+        self.storage_corrupt_pages = -neg_corrupt
+        if not all_writes_ok and self.storage_writes_enabled:  # the same tick on every rank
+            self.storage_writes_enabled = False
+            print(f"[rank {dist.get_rank()}] WARNING: storage writes failed on some rank (here: "
+                  f"{s.write_error or 'none'}); L3 writes are off, reads go on", file=sys.stderr, flush=True)
         if dmin != -neg_dmax:
             raise RuntimeError(f"HiCache live prefetch set diverged across ranks (local digest {d:x}, "
                                f"{len(self.ongoing_prefetch)} prefetches)")
@@ -251,7 +262,7 @@ class HiRadixCache(RadixCache):
         # A node split while its copy ran shares the event with its upper part.
         while node is not None and node.writing and node.write_event is event:
             node.writing, node.backuped, node.write_event = False, True, None
-            if self.storage_io is not None:
+            if self.storage_writes_enabled:
                 self.inc_host_ref(node)
                 self.storage_io.backup(BackupOperation(node, list(node.hash_value), list(node.host_value)))
             node = node.parent

@@ -11,12 +11,14 @@ byte in any tier changes the output.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from engine.managers.io_struct import SAMPLING_EPS
 from engine.server_args import ModelConfig
 
 
@@ -137,12 +139,16 @@ class TinyTransformer:
 
     @staticmethod
     def sample(logits: torch.Tensor, temperatures: list[float], generators: list[torch.Generator | None]) -> list[int]:
-        """Greedy for temperature 0; otherwise seeded sampling (the same on every rank)."""
+        """Greedy below SAMPLING_EPS (as SGLang); otherwise seeded sampling (the same
+        on every rank). Never raises for a temperature: logits are shifted so their
+        maximum is 0 before the division, so no inf/inf or 0/0 can reach multinomial,
+        and a non-finite logit (it cannot occur with intact KV) counts as impossible."""
         out = []
         for row, t, g in zip(logits, temperatures, generators):
-            if t <= 0 or g is None:
+            row = torch.nan_to_num(row.float().cpu(), nan=-torch.inf, posinf=torch.finfo(torch.float32).max)
+            if not t >= SAMPLING_EPS or g is None or not math.isfinite(t) or not torch.isfinite(row.max()):
                 out.append(int(torch.argmax(row).item()))
             else:
-                probs = torch.softmax(row.float().cpu() / t, dim=-1)
+                probs = torch.softmax((row - row.max()) / t, dim=-1)
                 out.append(int(torch.multinomial(probs, 1, generator=g).item()))
         return out

@@ -70,8 +70,14 @@ def run(
         raise UsageError(f"trace folder already holds traces: {trace_dir}", "pass a new --trace-dir or remove the old one")
     trace_dir.mkdir(parents=True, exist_ok=True)
     _err(f"hctool: traces in {trace_dir}")
-    report, latency = run_job(RunOptions(command=list(command), nproc=nproc, timeout=timeout, hang_after=hang_after,
-                                         abort=on_divergence == "abort", trace_dir=trace_dir, script_mode=script_mode))
+    from hctool.consensus.trace import TraceError
+
+    try:
+        report, latency = run_job(RunOptions(command=list(command), nproc=nproc, timeout=timeout,
+                                             hang_after=hang_after, abort=on_divergence == "abort",
+                                             trace_dir=trace_dir, script_mode=script_mode))
+    except TraceError as exc:
+        raise UsageError(f"the traces of this run cannot be read: {exc}", "was something else writing into --trace-dir?") from None
     if latency is not None:
         _err(f"hctool: reported {latency * 1000:.0f} ms after the first divergent call")
     _emit(report, as_json)
@@ -89,16 +95,36 @@ def analyze(
         raise UsageError(f"not a folder: {path}", "give the folder that `check-consensus run` printed")
     if not any(path.iterdir()):
         raise UsageError(f"empty folder: {path}", "give a folder with rank*.jsonl traces or Flight Recorder dumps")
-    exit_codes = None
-    info = path / RUN_INFO
-    if info.is_file():
-        codes = json.loads(info.read_text()).get("exit_codes") or {}
-        exit_codes = {int(r): c for r, c in codes.items()}
-    report = analyze_dir(path, exit_codes=exit_codes)
-    if report["world_size"] == 0:
+    from hctool.consensus.trace import TraceError
+
+    exit_codes, command_exit = _run_info(path / RUN_INFO)
+    try:
+        report = analyze_dir(path, exit_codes=exit_codes, command_exit=command_exit)
+    except TraceError as exc:
+        raise UsageError(str(exc), "analyze reads folders written by `check-consensus run` or Flight Recorder dumps") from None
+    if report["world_size"] == 0 and command_exit is None:  # a failed run's record alone still says `crashed`
         raise UsageError(f"no traces found in {path}", "expected rank*.jsonl files or Flight Recorder pickles")
     _emit(report, as_json)
     raise typer.Exit(_exit_code(report))
+
+
+def _run_info(info: Path) -> tuple[dict[int, int | None] | None, int | None]:
+    """Exit codes a `run` left beside its traces (checked: the folder may come from anyone)."""
+    if not info.exists():
+        return None, None
+    hint = "remove it to analyze the traces alone"
+    if not info.is_file() or info.is_symlink() or info.stat().st_size > 1 << 20:
+        raise UsageError(f"{info}: not a small regular file", hint)
+    try:
+        data = json.loads(info.read_bytes())
+        codes = {int(r): c for r, c in (data.get("exit_codes") or {}).items()}
+        command_exit = data.get("command_exit_code")
+        ok = all(0 <= r < 1 << 16 and (c is None or isinstance(c, int)) for r, c in codes.items())
+        if not ok or len(codes) > 1 << 16 or not (command_exit is None or isinstance(command_exit, int)):
+            raise ValueError("bad exit codes")
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise UsageError(f"{info}: not a run record ({exc})", hint) from None
+    return codes, command_exit
 
 
 def register(app: typer.Typer) -> None:

@@ -72,6 +72,17 @@ def _validate_faults(specs: list[str]) -> None:
             raise UsageError(f"bad --inject {spec!r}: {exc}", "e.g. --inject h2d-sleep:rank=1,ms=30") from None
 
 
+def _validate_storage(server_args, run_dir: Path) -> None:
+    if server_args.hicache_storage_backend != "file":
+        return
+    from engine.mem_cache.hicache_page import StorageDirError, check_storage_dir
+
+    try:
+        check_storage_dir(server_args.hicache_storage_dir or run_dir / "storage")
+    except StorageDirError as exc:
+        raise UsageError(str(exc), "pass a writable folder as --hicache-storage-dir") from None
+
+
 def launch(
     ctx: typer.Context,
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel ranks."),
@@ -99,6 +110,7 @@ def launch(
     except ValueError as exc:
         raise UsageError(str(exc), "see `hctool launch --help` for the engine flags") from None
     _validate_faults(inject)
+    _validate_storage(server_args, run_dir)
     if not 0 <= port < 65536:
         raise UsageError(f"--port {port} is not a port number")
     if port and not _can_bind(host, port):

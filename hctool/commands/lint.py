@@ -21,20 +21,49 @@ def register(app: typer.Typer) -> None:
         config: Optional[Path] = typer.Option(None, "--config", help="pyproject.toml holding a tool.hctool.lint table (default: the nearest one)."),
         statistics: bool = typer.Option(False, "--statistics", help="Count findings per rule (text format)."),
         jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Worker processes (default: CPU count)."),
+        baseline: Optional[Path] = typer.Option(None, "--baseline", help="Report only findings not in this baseline (JSON from --write-baseline)."),
+        write_baseline: Optional[Path] = typer.Option(None, "--write-baseline", help="Write all current findings to this baseline file and exit 0."),
+        diff: Optional[str] = typer.Option(None, "--diff", help="Only findings on lines changed since this git ref (working tree vs REF)."),
     ) -> None:
         """Find collectives whose execution depends on rank-local state (HC100-HC104).
 
         Exit status: 0 no findings, 1 findings, 2 usage/config error or a file that could not be analyzed
-        (findings in the other files are still printed).
+        (findings in the other files are still printed). With --baseline, only findings not in the
+        baseline count; --write-baseline exits 0.
         """
+        from hctool.lint.adopt import apply_baseline, changed_lines, filter_diff, read_baseline
+        from hctool.lint.adopt import write_baseline as write_baseline_file
         from hctool.lint.config import load_config
+        from hctool.lint.output import _rel
         from hctool.lint.output import FORMATS, print_text, render
         from hctool.lint.runner import lint, stderr_progress
 
         if fmt not in FORMATS:
             raise UsageError(f"unknown format {fmt!r}", f"choose one of: {', '.join(FORMATS)}")
+        if baseline is not None and write_baseline is not None:
+            raise UsageError("--baseline and --write-baseline exclude each other", "write it once, then read it")
         cfg = load_config(config).with_cli(select, ignore)
+        known = read_baseline(baseline) if baseline is not None else None  # bad file: exit 2 before the work
+        cwd = Path.cwd()
+        where = (cwd / paths[0]).resolve() if paths else cwd
+        if diff is not None:
+            changed_lines(where, diff)  # not a git repository / unknown ref: exit 2 before the work
         report = lint(paths, cfg, jobs=jobs, progress=stderr_progress if fmt == "text" else None)
+        rel = lambda p: _rel(p, report)  # noqa: E731
+        if write_baseline is not None:
+            n = write_baseline_file(write_baseline, report.findings, rel, cwd)
+            print(f"wrote {n} baseline entries ({len(report.findings)} findings) to {write_baseline}", file=sys.stderr)
+            for e in report.errors:
+                print(f"Error: {e.path}:{e.line}: {e.message}", file=sys.stderr)
+            raise typer.Exit(2 if report.errors else 0)
+        if diff is not None:
+            report.findings = filter_diff(report.findings, cwd, where, diff)
+        if known is not None:
+            result = apply_baseline(report.findings, known, rel, cwd)
+            report.findings = result.new
+            for k, n in result.fixed:
+                print(f"fixed: {k.rule} {k.path} in {k.function or '<module>'}: {k.collective} "
+                      f"({n} baseline entr{'y' if n == 1 else 'ies'} no longer found)", file=sys.stderr)
         if fmt == "text":
             from rich.console import Console
 

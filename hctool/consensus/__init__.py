@@ -1,7 +1,11 @@
 """check-consensus: record every collective on every rank, name the first divergence.
 
-Modules: recorder (inside ranks), trace (reading trace files and Flight Recorder
-dumps), align (per-group alignment and the first divergence), live (the
+Modules: recorder (inside ranks: record_collective/record_complete), tracefile
+(its files and interned names), wrappers (the torch.distributed capture route),
+capture_c10d (C++-issued and functional collectives), records (the trace format),
+trace (reading traces), flight_recorder (reading FR dumps safely), align
+(per-group alignment and the first divergence), waits (who waits for whom, wait
+cycles), live (the
 supervisor's incremental watcher), report (rich rendering).
 
 Public API (kept light to import: the analyzer loads on first use):
@@ -16,10 +20,11 @@ import functools
 import inspect
 
 
-def analyze_dir(path, exit_codes=None, stacks=None) -> dict:
+def analyze_dir(path, exit_codes=None, stacks=None, command_exit=None) -> dict:
+    """Raises hctool.consensus.trace.TraceError (a ValueError) for a folder hctool cannot read."""
     from hctool.consensus.analyze import analyze_dir as _analyze
 
-    return _analyze(path, exit_codes=exit_codes, stacks=stacks)
+    return _analyze(path, exit_codes=exit_codes, stacks=stacks, command_exit=command_exit)
 
 
 def assert_same(label: str, value) -> None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from collections import deque
 
+from hctool.consensus.waits import Waits
+
 ROOTED = {"broadcast", "reduce", "gather", "scatter", "broadcast_object_list", "gather_object",
           "scatter_object_list"}
 KIND_FIELDS = (("op", "op"), ("sh", "shape"), ("dt", "dtype"), ("ro", "reduce_op"), ("root", "root"),
@@ -117,6 +119,10 @@ def _cost(x: list, y: list, x_ended: bool, y_ended: bool) -> int:
     return c
 
 
+def _matches(x: list, y: list) -> int:
+    return sum(1 for p, q in zip(x, y) if signature(p) == signature(q))
+
+
 def decide_pair(a: list, b: list, i: int, ended_a: str | None, ended_b: str | None, prev_a, prev_b,
                 seen: set | None = None, pairs: set | None = None):
     """Two ranks' sequences differ at index i (both present). Returns
@@ -129,14 +135,23 @@ def decide_pair(a: list, b: list, i: int, ended_a: str | None, ended_b: str | No
     }
     best = min(options.values())
     winners = [k for k, v in options.items() if v == best]
+    shifts = {"both": (a[i + 1:], b[i + 1:]), "a": (a[i + 1:], b[i:]), "b": (a[i:], b[i + 1:])}
+    if len(winners) > 1:
+        # Equal cost: the explanation under which more later calls pair up wins (an
+        # inserted call that paired silently with the peer's next same-shape call
+        # leaves the inserting rank one call ahead; only "it inserted" aligns that call).
+        matched = {k: _matches(*shifts[k]) for k in winners}
+        most = max(matched.values())
+        if most > 0 and list(matched.values()).count(most) == 1:
+            side = max(matched, key=matched.get)
+            return ("extra" if side != "both" else diff_kind(a[i], b[i])), side, True
     if len(winners) == 1:
         side = winners[0]
         return ("extra" if side != "both" else diff_kind(a[i], b[i])), side, False
     # A tie between "the calls differ" and one insertion: the rest matches either
     # way (a uniform loop), and only the insertion explains the odd call.
     sides = [w for w in winners if w != "both"]
-    evidence = {"a": min(len(a) - i - 1, len(b) - i), "b": min(len(a) - i, len(b) - i - 1)}
-    if len(sides) == 1 and evidence[sides[0]] > 0:
+    if len(sides) == 1 and _matches(*shifts[sides[0]]) > 0:
         return "extra", sides[0], True
     # No data decides: the call that repeats the previous one (a loop taking one
     # more turn) is the inserted one if the peer moved on to a call this group
@@ -162,17 +177,40 @@ def decide_pair(a: list, b: list, i: int, ended_a: str | None, ended_b: str | No
     b_first = (site_key(b[i]), site_key(a[i])) in seen_pairs
     if a_first != b_first:
         return "extra", "a" if a_first else "b", True
+    # A block of calls inserted (one more training step while the peer moved on to
+    # its checkpoint): the inserting rank's sequence lines up with its peer's again
+    # after k calls, and the peer's never does.
+    ka, kb = _block(a, b, i), _block(b, a, i)
+    if (ka is None) != (kb is None):
+        return "extra", "a" if ka is not None else "b", True
     return diff_kind(a[i], b[i]), "both", True
 
 
+def _block(x: list, y: list, i: int, limit: int = 4096, window: int = 64) -> int | None:
+    """Smallest k > 1 such that x[i+k:] agrees with y[i:] on every compared call
+    (at least one): x inserted k calls at i."""
+    want = [signature(e) for e in y[i:i + window]]
+    if not want:
+        return None
+    for k in range(2, min(len(x) - i, limit)):
+        got = x[i + k:i + k + len(want)]
+        if got and all(signature(p) == q for p, q in zip(got, want)):
+            return k
+    return None
+
+
 def find_divergence(ch: Channel, all_ranks: list[int], ended: dict[int, str | None], now: float,
-                    hang_after: float | None, final: bool, settle: float = 0.5) -> dict | None:
+                    hang_after: float | None, final: bool, settle: float = 0.5,
+                    waits: Waits | None = None) -> dict | None:
     """The channel's first divergence as an internal finding, or None (agreeing
-    so far, or live data not yet conclusive)."""
+    so far, or live data not yet conclusive). waits: which ranks are inside a
+    collective elsewhere and which wait in a cycle (see wait_state)."""
+    waits = waits or Waits({}, set())
     ranks = [r for r in ch.member_ranks(all_ranks)]
     if len(ranks) < 2:
         return None
     seqs = {r: list(ch.seqs.get(r, ())) for r in ranks}
+    stuck = any(r in waits.stuck for r in ranks)  # the data can no longer change
     n = max(len(s) for s in seqs.values())
     for i in range(n):
         at = {r: (s[i] if i < len(s) else None) for r, s in seqs.items()}
@@ -185,16 +223,19 @@ def find_divergence(ch: Channel, all_ranks: list[int], ended: dict[int, str | No
             # Some ranks have not (yet) reached this call.
             waiting_long = any(e["state"] == "blocked" and hang_after is not None and now - (e["t"] or now) > hang_after
                                for e in present.values())
-            if not (final or waiting_long or all(ended.get(r) for r in absent)):
+            # A wait cycle across groups can never resolve: report it now, not after hang_after.
+            if not (final or waiting_long or stuck or all(ended.get(r) for r in absent)):
                 return None
-            if len(ranks) == 2 and ch.seen_sites and _novel(ch, seqs, i, present):
+            elsewhere = all(waits.busy.get(r, set()) - {ch.key} for r in absent)
+            if len(ranks) == 2 and ch.seen_sites and elsewhere and _novel(ch, seqs, i, present):
                 # The present rank waits in a call from a place this group never
-                # used before, while its peer is busy elsewhere: that call is the
-                # inserted one (an extra call in one group deadlocks another).
-                return _finding(ch, i, at, "extra", sorted(present))
+                # used before, while its peer waits in a collective of another
+                # group: that call is the inserted one (an extra call in one group
+                # deadlocks another). A peer outside any collective is `missing`.
+                return _finding(ch, i, at, "extra", sorted(present), waits)
             if len(absent) < len(present) or not all(ended.get(r) == "clean" for r in absent):
-                return _finding(ch, i, at, "missing", absent)
-            return _finding(ch, i, at, "extra", sorted(present))
+                return _finding(ch, i, at, "missing", absent, waits)
+            return _finding(ch, i, at, "extra", sorted(present), waits)
         # Signatures differ: compare each odd rank with a reference of the majority.
         classes: dict = {}
         for r in ranks:
@@ -206,10 +247,10 @@ def find_divergence(ch: Channel, all_ranks: list[int], ended: dict[int, str | No
                 return None
             kind, side, ambiguous = decide_pair(seqs[ra], seqs[rb], i, ended.get(ra), ended.get(rb),
                                                 ch.prev.get(ra), ch.prev.get(rb), ch.seen_sites, ch.seen_pairs)
-            if ambiguous and not final and now - ch.last_arrival < settle:
-                return None  # more events may settle which rank inserted a call
+            if ambiguous and not final and not stuck and now - ch.last_arrival < settle:
+                return None  # more events may settle which rank inserted a call (not in a deadlock)
             culprits = {"a": [ra], "b": [rb], "both": [ra, rb]}[side]
-            return _finding(ch, i, at, kind, culprits)
+            return _finding(ch, i, at, kind, culprits, waits)
         ref = min(majority)
         culprits, kinds = [], []
         for r in ranks:
@@ -224,7 +265,7 @@ def find_divergence(ch: Channel, all_ranks: list[int], ended: dict[int, str | No
                 kind, side, _ = decide_pair(seqs[ref], seqs[r], i, ended.get(ref), ended.get(r),
                                             ch.prev.get(ref), ch.prev.get(r), ch.seen_sites, ch.seen_pairs)
                 kinds.append("missing" if side == "a" else kind)
-        return _finding(ch, i, at, kinds[0], culprits)
+        return _finding(ch, i, at, kinds[0], culprits, waits)
     return None
 
 
@@ -235,7 +276,10 @@ def _novel(ch: Channel, seqs: dict, i: int, present: dict) -> bool:
     return all(site_key(e) not in seen for e in present.values())
 
 
-def _finding(ch: Channel, i: int, at: dict, kind: str, culprits: list[int]) -> dict:
+def _finding(ch: Channel, i: int, at: dict, kind: str, culprits: list[int], waits: Waits | None = None) -> dict:
     times = [e["w"] for e in at.values() if e is not None and e.get("w") is not None]
-    return {"channel": ch.key, "seq": ch.base + i, "kind": kind, "culprits": sorted(culprits),
-            "events": at, "time": min(times) if times else 0.0}
+    out = {"channel": ch.key, "seq": ch.base + i, "kind": kind, "culprits": sorted(culprits),
+           "events": at, "time": min(times) if times else 0.0}
+    if waits is not None and waits.cycle and any(r in waits.stuck for r in at):
+        out["deadlock"] = waits.cycle
+    return out

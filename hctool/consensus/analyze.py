@@ -6,7 +6,12 @@ import os
 import time
 
 from hctool.consensus.align import Channel, channel_members, find_divergence, route
-from hctool.consensus.trace import TraceDirReader, is_flight_recorder_dir, read_flight_recorder
+from hctool.consensus.flight_recorder import is_flight_recorder_dir, read_flight_recorder
+from hctool.consensus.trace import TraceDirReader, TraceError, trace_files
+from hctool.consensus.waits import wait_state
+
+MAX_MISSING_RANKS = 1024      # ranks a header may claim beyond the trace files present
+MAX_PENDING = 1_000_000       # unagreed events held before the analysis stops reading
 
 
 class Tracker:
@@ -18,8 +23,12 @@ class Tracker:
         self.ranks: set[int] = set()
         self.world_size: int | None = None
         self.last_event: dict[int, dict] = {}
+        self.thread_last: dict[tuple, dict] = {}  # (rank, thread) -> latest event (align.wait_state)
+        self.counts: dict[int, dict[str, int]] = {}   # rank -> op -> calls seen (evidence of what was checked)
 
     def add(self, ev: dict, now: float) -> None:
+        per_op = self.counts.setdefault(ev["rank"], {})
+        per_op[ev["op"]] = per_op.get(ev["op"], 0) + 1
         key = route(ev, self.groups)
         if key is None:
             return
@@ -32,10 +41,14 @@ class Tracker:
         ch.add(ev, now)
         self.ranks.add(ev["rank"])
         self.last_event[ev["rank"]] = ev
+        self.thread_last[(ev["rank"], ev.get("th"))] = ev
 
     def all_ranks(self) -> list[int]:
         n = self.world_size or 0
         return sorted(self.ranks | set(range(n)))
+
+    def pending(self) -> int:
+        return sum(len(s) for ch in self.channels.values() for s in ch.seqs.values())
 
     def prune(self) -> None:
         ranks = self.all_ranks()
@@ -45,8 +58,9 @@ class Tracker:
     def first_divergence(self, ended: dict[int, str | None], now: float, hang_after: float | None,
                          final: bool) -> dict | None:
         ranks = self.all_ranks()
+        waits = wait_state(self.channels, ranks, ended, self.thread_last)
         found = [f for ch in self.channels.values()
-                 if (f := find_divergence(ch, ranks, ended, now, hang_after, final)) is not None]
+                 if (f := find_divergence(ch, ranks, ended, now, hang_after, final, waits=waits)) is not None]
         # A rank missing from one group is often a consequence of its own divergent
         # call in another group: prefer a finding that names a call over a missing one.
         return min(found, key=lambda f: (f["kind"] == "missing", f["time"])) if found else None
@@ -86,6 +100,8 @@ def build_report(tracker: Tracker, ended: dict[int, str | None], finding: dict |
         first = {"group": finding["channel"], "seq": finding["seq"], "kind": finding["kind"],
                  "culprit_ranks": finding["culprits"],
                  "ranks": {str(r): _rank_entry(e, tracker.last_event.get(r)) for r, e in sorted(finding["events"].items())}}
+        if finding.get("deadlock"):
+            first["deadlock"] = finding["deadlock"]  # the wait cycle across groups, in words
         if finding["kind"] == "missing":
             culprit_states = {ended.get(r) for r in finding["culprits"]}
             verdict = "crashed" if "crashed" in culprit_states else ("hung" if None in culprit_states else "diverged")
@@ -97,8 +113,9 @@ def build_report(tracker: Tracker, ended: dict[int, str | None], finding: dict |
         verdict = "hung"
     else:
         verdict = "consistent"
+    counts = {str(r): dict(sorted(tracker.counts.get(r, {}).items())) for r in ranks}
     return {"verdict": verdict, "world_size": tracker.world_size or len(ranks), "first_divergence": first,
-            "stacks": dict(stacks or {})}
+            "stacks": dict(stacks or {}), "counts": counts}
 
 
 def ended_states(reader_ranks: dict, exit_codes: dict[int, int | None] | None, ranks: list[int]) -> dict[int, str | None]:
@@ -115,11 +132,28 @@ def ended_states(reader_ranks: dict, exit_codes: dict[int, int | None] | None, r
     return out
 
 
-def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: dict[str, str] | None = None) -> dict:
+def _check_world(reader: TraceDirReader, known: set[int]) -> None:
+    ws = reader.world_size
+    if ws is None:
+        return
+    beyond = sorted(r for r in known if r >= ws)
+    if beyond:
+        raise TraceError(f"{reader.path}: rank {beyond[0]} has a trace but the headers say world_size {ws}")
+    if ws - len(known) > MAX_MISSING_RANKS:
+        raise TraceError(f"{reader.path}: a header claims world_size {ws} but only {len(known)} rank(s) "
+                         f"have traces")
+
+
+def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: dict[str, str] | None = None,
+                command_exit: int | None = None) -> dict:
+    """The report for a trace folder (or Flight Recorder dumps). exit_codes: what
+    the caller knows of each rank's exit (None: still running when it was ended);
+    command_exit: the exit code of a wrapper command (torchrun ...). Raises
+    TraceError (one line) for a folder hctool cannot read."""
     path = os.fspath(path)
     tracker = Tracker()
     now = time.monotonic()
-    if not any(n.endswith(".jsonl") for n in os.listdir(path)) and is_flight_recorder_dir(path):
+    if not trace_files(path) and is_flight_recorder_dir(path):
         per_rank, groups = read_flight_recorder(path)
         tracker.groups.update(groups)
         tracker.world_size = len(per_rank)
@@ -131,16 +165,29 @@ def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: d
         if exit_codes:
             ended.update({r: None if c is None else ("clean" if c == 0 else "crashed") for r, c in exit_codes.items()})
     else:
-        reader = TraceDirReader(path)
-        events = reader.poll()
-        tracker.groups.update(reader.groups)
-        tracker.world_size = reader.world_size
-        for ev in events:
-            tracker.add(ev, now)
-        ended = ended_states(reader.ranks, exit_codes, tracker.all_ranks())
+        reader = TraceDirReader(path, strict=True)
+        while True:  # in rounds, dropping the agreed prefix: memory stays bounded on long traces
+            events = reader.poll()
+            _check_world(reader, set(reader.ranks) | set(exit_codes or {}))
+            tracker.world_size = reader.world_size
+            tracker.groups.update(reader.groups)
+            for ev in events:
+                tracker.add(ev, now)
+            tracker.prune()
+            if not reader.more or tracker.pending() > MAX_PENDING:
+                break
+        ended = ended_states(reader.ranks, exit_codes, sorted(set(tracker.all_ranks()) | set(exit_codes or {})))
         if exit_codes is None:
             # No end record and no exit code: the process died without atexit (SIGKILL, abort).
             ended = {r: ("crashed" if s is None and r in reader.ranks else s) for r, s in ended.items()}
+    tracker.ranks.update(exit_codes or {})
     tracker.prune()
     finding = tracker.first_divergence(ended, now, hang_after=None, final=True)
-    return build_report(tracker, ended, finding, stacks, final=True)
+    report = build_report(tracker, ended, finding, stacks, final=True)
+    if exit_codes is not None:
+        report["exit_codes"] = {str(r): c for r, c in sorted(exit_codes.items())}
+    if command_exit is not None:
+        report["command_exit_code"] = command_exit
+        if command_exit != 0 and report["verdict"] == "consistent":
+            report["verdict"] = "crashed"  # a failed command is never a clean run
+    return report

@@ -15,6 +15,16 @@ def _chain(entry: dict) -> str:
     return " <- ".join(names)
 
 
+def counts_line(report: dict) -> str:
+    """One line of evidence: what each rank was seen calling."""
+    parts = []
+    for rank, ops in report.get("counts", {}).items():
+        total = sum(ops.values())
+        detail = ", ".join(f"{n} {op}" for op, n in sorted(ops.items(), key=lambda kv: -kv[1]))
+        parts.append(f"rank {rank}: {total}" + (f" ({detail})" if detail else ""))
+    return "counts: " + ("; ".join(parts) if parts else "no calls recorded")
+
+
 def render(report: dict, console: Console) -> None:
     verdict = report["verdict"]
     line = Text(f"{verdict.upper()}", style=_VERDICT_STYLE.get(verdict, "bold"))
@@ -25,6 +35,14 @@ def render(report: dict, console: Console) -> None:
     else:
         line.append(f"  {report['world_size']} rank(s), no divergent collective", style="default")
     console.print(line)
+    if first and first.get("deadlock"):
+        console.print(Text(f"wait cycle across groups: {first['deadlock']}", style="bold red"), soft_wrap=True)
+    console.print(Text(counts_line(report), style="dim"), soft_wrap=True)
+    if report.get("exit_codes") and any(c for c in report["exit_codes"].values()) or report.get("command_exit_code"):
+        codes = ", ".join(f"rank {r}: {c}" for r, c in report.get("exit_codes", {}).items())
+        if report.get("command_exit_code"):
+            codes = f"command: {report['command_exit_code']}" + (f", {codes}" if codes else "")
+        console.print(Text(f"exit codes: {codes}"))
     if first:
         table = Table(show_lines=False)
         for col in ("rank", "state", "call", "call site", "callers"):

@@ -114,16 +114,21 @@ def run_job(opts: RunOptions) -> tuple[dict, float | None]:
                 break
             time.sleep(POLL_S)
         codes = _exit_codes(opts, ranks, watcher)
+        # a wrapper command's own exit code, if it ended by itself (not by hctool below)
+        command_exit = None if opts.script_mode or not ps.children else ps.children[0].popen.poll()
         stacks = _stacks(opts, ps, ranks, watcher) if ps.alive() else {}
         ps.terminate_all()
-    if not opts.script_mode and not codes:
-        root = ps.children[0].popen.returncode if ps.children else None
-        if root:
-            _log(f"the command failed ({procs.describe_exit(root)}) before any rank recorded a collective")
-    (opts.trace_dir / RUN_INFO).write_text(json.dumps({"command": opts.command, "exit_codes": codes}))
-    report = analyze_dir(opts.trace_dir, exit_codes=codes, stacks=stacks)
+    if command_exit and not codes:
+        _log(f"the command failed ({procs.describe_exit(command_exit)}) before any rank recorded a collective")
+    (opts.trace_dir / RUN_INFO).write_text(json.dumps({"command": opts.command, "exit_codes": codes,
+                                                       "command_exit_code": command_exit}))
+    report = analyze_dir(opts.trace_dir, exit_codes=codes, stacks=stacks, command_exit=command_exit)
     if report["verdict"] == "consistent" and finding is not None:
-        report = dict(finding, stacks=stacks)  # the live finding stands if the final data lost it
+        # the live finding stands if the final data lost it
+        report = dict(finding, stacks=stacks, exit_codes=report.get("exit_codes"))
+    live_first, final_first = (finding or {}).get("first_divergence") or {}, report.get("first_divergence") or {}
+    if live_first.get("deadlock") and (live_first["group"], live_first["seq"]) == (final_first.get("group"), final_first.get("seq")):
+        final_first["deadlock"] = live_first["deadlock"]  # seen live; ending the job broke the cycle
     if report["verdict"] != "consistent":
         _log_tails(opts)
     return report, latency

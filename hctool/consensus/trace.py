@@ -1,16 +1,58 @@
-"""Reading traces: hctool's JSON-lines files (incrementally, for live mode) and
-PyTorch Flight Recorder dumps. Both become per-rank event dicts with a
-`state` of "blocked" (entered, not completed), "completed" or "failed"."""
+"""Reading hctool traces (records.py format) incrementally, for live mode and
+for `analyze`. Each rank's calls become Event dicts with a `state` of
+"blocked" (entered, not completed), "completed" or "failed".
+
+Trace folders may come from someone else: with strict=True (analyze) only
+regular files are read (never a FIFO or a symlink), files and lines are size
+limited, every record is type-checked, and anything malformed is a TraceError
+naming the file and line. Live mode (strict=False) skips what it cannot read.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import pickle
 import re
+import stat
 from dataclasses import dataclass, field
 
-_TRACE_NAME = re.compile(r"^rank(\d+|X)-(\d+)\.jsonl$")
+from hctool.consensus.records import (CALL, FLAG_ASYNC, INTERNED, KIND_CALL, KIND_EMPTY, KIND_VOID, NO_ROOT,
+                                      RECORD_SIZE, STATE_COMPLETED, STATE_ENTERED, STATE_FAILED, CallRecord,
+                                      Event, Site)
+
+TRACE_NAME = re.compile(r"^rank(\d{1,6}|X)-(\d{1,10})\.jsonl$")
+MAX_WORLD = 1 << 16
+# Limits for folders from elsewhere (strict); reading goes in rounds, so these
+# bound time, not memory. Live mode reads its own job's files without limits.
+MAX_SIDE_BYTES = 1 << 30       # one side table
+MAX_RING_BYTES = 16 << 30      # one ring file (256 M calls)
+MAX_LINE = 1 << 20
+MAX_INTERNED = 1 << 20         # values of one kind in one side table (real traces: thousands)
+SIDE_CHUNK = 4 << 20           # read per file per poll: ranks advance together, the agreed prefix is dropped
+RING_CHUNK = 1 << 16           # records per file per poll
+P2P_DIR = {"send": "send", "isend": "send", "send_object_list": "send",
+           "recv": "recv", "irecv": "recv", "recv_object_list": "recv"}
+_NO_SITE = Site(None, None, ())
+_STATE = {STATE_ENTERED: "blocked", STATE_COMPLETED: "completed", STATE_FAILED: "failed"}
+
+
+class TraceError(ValueError):
+    """A trace file that is not what hctool writes (one line, names the file)."""
+
+
+def open_regular(path: str, limit: int | None) -> int:
+    """An fd of `path` if it is a regular file of at most `limit` bytes (None: any
+    size; never a FIFO, device or symlink: O_NOFOLLOW and O_NONBLOCK, then fstat)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot be read as a regular file ({exc.strerror})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or (limit is not None and st.st_size > limit):
+        os.close(fd)
+        why = "not a regular file" if not stat.S_ISREG(st.st_mode) else f"larger than {limit >> 20} MiB"
+        raise TraceError(f"{path}: {why}")
+    return fd
 
 
 @dataclass
@@ -20,81 +62,265 @@ class RankTrace:
     header: dict = field(default_factory=dict)
     ended: str | None = None          # None: no end record; "clean" or "crashed"
     end_error: str | None = None
-    open_events: dict = field(default_factory=dict)   # id -> [event dicts] not yet completed
     last_event: dict | None = None
 
 
-class TraceDirReader:
-    """Reads new complete lines of every rank{R}-{pid}.jsonl file in a folder;
-    `poll()` returns the events that appeared since the previous call."""
+@dataclass
+class _File:
+    name: str
+    rt: RankTrace
+    side_off: int = 0
+    partial: bytes = b""
+    line_no: int = 0
+    next_slot: int = 0
+    wall_offset: float = 0.0                       # wall = monotonic + this
+    tables: dict = field(default_factory=lambda: {k: {} for k in INTERNED})
+    groups: dict = field(default_factory=dict)     # ring group id -> key
+    errors: dict = field(default_factory=dict)     # token -> error text
+    open: dict = field(default_factory=dict)       # ring slot -> [events]
 
-    def __init__(self, path: str):
+
+def _check(cond: bool, what: str) -> None:
+    if not cond:
+        raise ValueError(what)
+
+
+def _is_int(x, lo: int = 0, hi: int = 1 << 62) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and lo <= x < hi
+
+
+def _strs(x) -> bool:
+    return isinstance(x, list) and all(isinstance(s, str) for s in x)
+
+
+def trace_files(path: str) -> list[str]:
+    """Trace file names in a folder and in its subfolders one level down (one per
+    host when traces were gathered from several hosts), relative to it."""
+    try:
+        top = sorted(os.listdir(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = [n for n in top if TRACE_NAME.match(n)]
+    for sub in top:
+        full = os.path.join(path, sub)
+        if not os.path.isdir(full) or os.path.islink(full):
+            continue
+        try:
+            out += [os.path.join(sub, n) for n in sorted(os.listdir(full)) if TRACE_NAME.match(n)]
+        except OSError:
+            continue
+    return out
+
+
+class TraceDirReader:
+    """Reads what was appended to every rank{R}-{pid} trace in a folder since the
+    previous poll(); `more` says a per-poll cap left data for the next one."""
+
+    def __init__(self, path: str, strict: bool = False):
         self.path = path
-        self.offsets: dict[str, int] = {}
-        self.partial: dict[str, bytes] = {}
+        self.strict = strict
         self.ranks: dict[int, RankTrace] = {}   # newest process per rank
         self.groups: dict[str, list[int]] = {}
         self.world_size: int | None = None
-        self._by_file: dict[str, RankTrace] = {}
+        self.more = False
+        self._files: dict[str, _File] = {}
 
-    def poll(self) -> list[dict]:
-        new: list[dict] = []
-        try:
-            names = sorted(os.listdir(self.path))
-        except FileNotFoundError:
-            return new
+    def poll(self) -> list[Event]:
+        new: list[Event] = []
+        self.more = False
+        names = trace_files(self.path)
         for name in names:
-            m = _TRACE_NAME.match(name)
+            m = TRACE_NAME.match(os.path.basename(name))
             if not m or m.group(1) == "X":
                 continue
-            full = os.path.join(self.path, name)
-            with open(full, "rb") as f:
-                f.seek(self.offsets.get(name, 0))
-                data = f.read()
-            if not data:
-                continue
-            self.offsets[name] = self.offsets.get(name, 0) + len(data)
-            data = self.partial.pop(name, b"") + data
-            lines = data.split(b"\n")
-            if lines[-1]:
-                self.partial[name] = lines[-1]  # a line still being written
-            rt = self._by_file.get(name)
-            if rt is None:
-                rt = self._by_file[name] = RankTrace(int(m.group(1)), int(m.group(2)))
-                self.ranks[rt.rank] = rt
-            for line in lines[:-1]:
-                if line:
-                    try:
-                        self._fold(rt, json.loads(line), new)
-                    except (ValueError, TypeError, KeyError, IndexError):
-                        continue  # a torn or foreign line must not stop the analysis
+            f = self._files.get(name)
+            if f is None:
+                rank = int(m.group(1))
+                if self.strict and rank >= MAX_WORLD:
+                    raise TraceError(f"{name}: rank {rank} is beyond any world size hctool reads ({MAX_WORLD})")
+                f = self._files[name] = _File(name, RankTrace(rank, int(m.group(2))))
+                self.ranks[rank] = f.rt
+            try:
+                self._poll_file(f, new)
+            except TraceError:
+                if self.strict:
+                    raise
+            except OSError as exc:
+                if self.strict:
+                    raise TraceError(f"{name}: {exc}") from None
         return new
 
-    def _fold(self, rt: RankTrace, rec: dict, new: list[dict]) -> None:
-        if "c" in rec or "x" in rec:
-            for ev in rt.open_events.pop(rec.get("c", rec.get("x")), ()):
+    def _poll_file(self, f: _File, new: list) -> None:
+        base = os.path.join(self.path, f.name[:-len(".jsonl")])
+        records = self._read_ring(f, base + ".ring")  # first: every id it uses is in the side table by now
+        self._read_side(f, base + ".jsonl", new)
+        for rec in records:
+            try:
+                new.extend(self._ring_event(f, rec))
+            except (KeyError, TypeError, ValueError):
+                if self.strict:
+                    raise TraceError(f"{f.name[:-6]}.ring: record {rec.slot} refers to names its side table lacks") from None
+        if f.open:
+            self._recheck_open(f, base + ".ring")
+
+    # ------------------------------------------------------------ ring
+
+    def _read_ring(self, f: _File, path: str) -> list[CallRecord]:
+        if not os.path.lexists(path):
+            return []
+        fd = open_regular(path, MAX_RING_BYTES if self.strict else None)
+        try:
+            data = os.pread(fd, RING_CHUNK * RECORD_SIZE, f.next_slot * RECORD_SIZE)
+        finally:
+            os.close(fd)
+        out = []
+        usable = len(data) - len(data) % RECORD_SIZE
+        for raw in CALL.iter_unpack(data[:usable]):
+            kind = raw[0]
+            if kind == KIND_EMPTY:
+                return out  # not written yet (or still being written)
+            slot = f.next_slot
+            f.next_slot += 1
+            if kind == KIND_CALL:
+                out.append(CallRecord.unpack(slot, raw))
+            elif kind != KIND_VOID and self.strict:
+                raise TraceError(f"{os.path.basename(path)}: record {slot} has unknown kind {kind}")
+        self.more = self.more or usable == RING_CHUNK * RECORD_SIZE
+        return out
+
+    def _ring_event(self, f: _File, c: CallRecord) -> list[Event]:
+        op_name = f.tables["op"][c.op]
+        s = f.tables["site"][c.site] if c.site else _NO_SITE
+        d = f.tables["desc"][c.desc]
+        rec = {"g": f.groups[c.group], "op": op_name, "sh": d.get("sh", []), "dt": d.get("dt", []),
+               "ro": f.tables["ro"][c.reduce_op] if c.reduce_op else None, "site": s.site, "fn": s.fn,
+               "stack": list(s.stack), "th": f.tables["th"].get(c.thread), "t": c.t, "w": c.t + f.wall_offset,
+               "async": bool(c.flags & FLAG_ASYNC)}
+        root = c.root
+        if "p2p" in d:
+            rec["p2p"] = d["p2p"]
+        if op_name in P2P_DIR:
+            rec["dir"], rec["peer"] = P2P_DIR[op_name], None if root == NO_ROOT else root
+        elif root != NO_ROOT:
+            rec["root"] = root
+        evs = split_event(f.rt.rank, rec)
+        self._set_state(f, c.slot, evs, c.state, c.t_done)
+        if c.state == STATE_ENTERED:
+            f.open[c.slot] = evs
+        if evs:
+            f.rt.last_event = evs[0]
+        return evs
+
+    def _set_state(self, f: _File, slot: int, evs: list, state: int, t_done: float) -> None:
+        for ev in evs:
+            ev["state"] = _STATE.get(state, "blocked")
+            if state != STATE_ENTERED:
+                ev["t_done"] = t_done
+            if state == STATE_FAILED:
+                ev["err"] = f.errors.get(slot + 1, "failed")
+
+    def _recheck_open(self, f: _File, path: str) -> None:
+        """Completion rewrites a record's state byte in place: re-read the open ones."""
+        fd = open_regular(path, MAX_RING_BYTES if self.strict else None)
+        try:
+            for slot in list(f.open):
+                data = os.pread(fd, RECORD_SIZE, slot * RECORD_SIZE)
+                if len(data) == RECORD_SIZE and data[1] != STATE_ENTERED:
+                    t_done = CALL.unpack(data)[12]
+                    self._set_state(f, slot, f.open.pop(slot), data[1], t_done)
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------ side table
+
+    def _read_side(self, f: _File, path: str, new: list) -> None:
+        fd = open_regular(path, MAX_SIDE_BYTES if self.strict else None)
+        try:
+            data = os.pread(fd, SIDE_CHUNK, f.side_off)
+        finally:
+            os.close(fd)
+        if not data:
+            return
+        f.side_off += len(data)
+        self.more = self.more or len(data) == SIDE_CHUNK
+        lines = (f.partial + data).split(b"\n")
+        f.partial = lines.pop()  # a line still being written
+        if len(f.partial) > MAX_LINE and self.strict:
+            raise TraceError(f"{f.name}:{f.line_no + 1}: line longer than {MAX_LINE >> 20} MiB")
+        for line in lines:
+            f.line_no += 1
+            if not line.strip():
+                continue
+            try:
+                _check(len(line) <= MAX_LINE, "line too long")
+                rec = json.loads(line)
+                _check(isinstance(rec, dict), "not a JSON object")
+                self._fold(f, rec, new)
+            except (ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
+                if self.strict:
+                    why = "nested too deeply" if isinstance(exc, RecursionError) else exc
+                    raise TraceError(f"{f.name}:{f.line_no}: not an hctool trace record ({why})") from None
+
+    def _fold(self, f: _File, rec: dict, new: list) -> None:
+        if "i" in rec:
+            kind, ident, v = rec["i"], rec["id"], rec["v"]
+            _check(kind in f.tables and _is_int(ident, 1), "bad interned id")
+            _check(len(f.tables[kind]) < MAX_INTERNED, f"more than {MAX_INTERNED} interned {kind} values")
+            if kind == "site":
+                _check(isinstance(v.get("site"), str) and isinstance(v.get("fn"), str) and _strs(v.get("stack")),
+                       "bad site")
+                v = Site(v["site"], v["fn"], tuple(v["stack"]))
+            elif kind == "desc":
+                _check(isinstance(v, dict) and all(isinstance(v.get(k, []), list) for k in ("sh", "dt", "p2p")),
+                       "bad shapes")
+                _check(all(isinstance(p, list) and len(p) == 4 and p[0] in ("send", "recv")
+                           and (p[1] is None or _is_int(p[1], 0, MAX_WORLD)) for p in v.get("p2p", [])), "bad p2p")
+            else:
+                _check(isinstance(v, str), f"bad {kind}")
+            f.tables[kind][ident] = v
+        elif "xr" in rec:
+            _check(_is_int(rec["xr"], 1), "bad token")
+            f.errors[rec["xr"]] = str(rec.get("err"))[:300]
+        elif "e" in rec:  # a labelled event (or a call of a version-1 trace)
+            _check(isinstance(rec["g"], str) and isinstance(rec["op"], str) and _strs(rec.get("stack", []))
+                   and isinstance(rec.get("sh", []), list) and isinstance(rec.get("dt", []), list)
+                   and all(isinstance(rec.get(k, 0.0), (int, float)) for k in ("t", "w"))
+                   and all(isinstance(rec.get(k), (str, type(None))) for k in ("label", "digest", "site", "fn")),
+                   "bad event")
+            evs = split_event(f.rt.rank, rec)
+            if rec.get("st") != "c":
+                f.open[("j", rec["e"])] = evs
+            f.rt.last_event = evs[0] if evs else f.rt.last_event
+            new.extend(evs)
+        elif "c" in rec or "x" in rec:  # version-1 completion lines
+            for ev in f.open.pop(("j", rec.get("c", rec.get("x"))), ()):
                 ev["state"] = "completed" if "c" in rec else "failed"
                 ev["t_done"] = rec.get("t")
-                if "err" in rec:
-                    ev["err"] = rec["err"]
-        elif "e" in rec:
-            evs = split_event(rt.rank, rec)
-            if rec.get("st") != "c":
-                rt.open_events[rec["e"]] = evs
-            rt.last_event = evs[0] if evs else rt.last_event
-            new.extend(evs)
         elif "grp" in rec:
-            self.groups[rec["grp"]] = rec["ranks"]
+            ranks = rec["ranks"]
+            _check(isinstance(rec["grp"], str) and isinstance(ranks, list) and len(ranks) <= MAX_WORLD
+                   and all(_is_int(r, 0, MAX_WORLD) for r in ranks), "bad group")
+            _check(rec["grp"] in self.groups or len(self.groups) < MAX_WORLD, "too many groups")
+            self.groups[rec["grp"]] = ranks
+            if "id" in rec:
+                f.groups[rec["id"]] = rec["grp"]
         elif "hdr" in rec:
-            rt.header = rec
-            if rec.get("world_size"):
-                self.world_size = max(self.world_size or 0, rec["world_size"])
+            ws, rank = rec.get("world_size"), rec.get("rank")
+            _check(ws is None or _is_int(ws, 1, MAX_WORLD + 1), f"world_size {ws!r} is not 1..{MAX_WORLD}")
+            _check(rank is None or rank == f.rt.rank, f"header rank {rank!r} differs from the file name's")
+            f.rt.header = rec
+            f.wall_offset = float(rec.get("start", 0.0)) - float(rec.get("mono", 0.0))
+            if ws:
+                self.world_size = max(self.world_size or 0, ws)
         elif "end" in rec:
-            rt.ended = "crashed" if rec.get("error") else "clean"
-            rt.end_error = rec.get("error")
+            _check(isinstance(rec.get("error"), (str, type(None))), "bad end record")
+            f.rt.ended = "crashed" if rec.get("error") else "clean"
+            f.rt.end_error = rec.get("error")
+        else:
+            raise ValueError("unknown record")
 
 
-def split_event(rank: int, rec: dict) -> list[dict]:
+def split_event(rank: int, rec: dict) -> list[Event]:
     """One recorded call -> the events the aligner compares; a batch_isend_irecv
     becomes one p2p event per peer operation, all sharing the call's state."""
     state = "completed" if rec.get("st") == "c" else "blocked"
@@ -103,69 +329,8 @@ def split_event(rank: int, rec: dict) -> list[dict]:
             "value": rec.get("value"), "site": rec.get("site"), "fn": rec.get("fn"), "stack": rec.get("stack", []),
             "th": rec.get("th"), "t": rec.get("t"), "w": rec.get("w"), "state": state, "async": rec.get("async", False)}
     if "p2p" in rec:
-        out = []
-        for direction, peer, sh, dt in rec["p2p"]:
-            out.append(dict(base, dir=direction, peer=peer, sh=sh, dt=dt,
-                            op="isend" if direction == "send" else "irecv"))
-        return out
+        return [dict(base, dir=d, peer=peer, sh=sh, dt=dt, op="isend" if d == "send" else "irecv")
+                for d, peer, sh, dt in rec["p2p"]]
     if "dir" in rec:
         base.update(dir=rec["dir"], peer=rec.get("peer"))
     return [base]
-
-
-# ---------------------------------------------------------------- Flight Recorder
-
-def is_flight_recorder_dir(path: str) -> bool:
-    return any(_load_fr(os.path.join(path, n)) is not None for n in sorted(os.listdir(path))[:50]
-               if os.path.isfile(os.path.join(path, n)) and not n.endswith((".jsonl", ".stack", ".log")))
-
-
-def _load_fr(path: str):
-    try:
-        with open(path, "rb") as f:
-            head = f.read(2)
-            if head[:1] != b"\x80":  # pickle protocol 2+ marker
-                return None
-            f.seek(0)
-            data = pickle.load(f)  # noqa: S301 - the user's own dump files
-    except Exception:
-        return None
-    return data if isinstance(data, dict) and "entries" in data else None
-
-
-def read_flight_recorder(path: str) -> tuple[dict[int, list[dict]], dict[str, list[int]]]:
-    """Flight Recorder pickles -> (events per rank, group ranks). gloo's dumps
-    have an empty pg_config in torch 2.13, so a group's members are the ranks
-    whose dumps mention it."""
-    per_rank: dict[int, list[dict]] = {}
-    members: dict[str, set[int]] = {}
-    for name in sorted(os.listdir(path)):
-        data = _load_fr(os.path.join(path, name))
-        if data is None:
-            continue
-        m = re.search(r"(\d+)$", name)
-        rank = data.get("rank", int(m.group(1)) if m else len(per_rank))
-        events = []
-        for e in sorted(data["entries"], key=lambda e: e.get("record_id", 0)):
-            pg = e.get("process_group") or ("", "")
-            gkey = f"fr{e.get('pg_id', pg[0] if pg else '?')}"
-            prof = e.get("profiling_name", "")
-            op = prof.split(":", 1)[-1].replace("allreduce", "all_reduce").replace("nccl:", "")
-            frames = e.get("frames") or []
-            user = [f for f in frames if "/torch/" not in f.get("filename", "") and "/hctool/" not in f.get("filename", "")]
-            top = user[0] if user else (frames[0] if frames else {})
-            ev = {"rank": rank, "g": gkey, "op": op, "sh": e.get("input_sizes", []),
-                  "dt": [str(d).replace("torch.", "") for d in e.get("input_dtypes", [])],
-                  "ro": None, "root": None, "label": None, "digest": None,
-                  "site": f"{os.path.basename(top.get('filename', '?'))}:{top.get('line', 0)}" if top else None,
-                  "fn": top.get("name"), "stack": [f"{f.get('filename')}:{f.get('line')} {f.get('name')}" for f in user[:8]],
-                  "th": e.get("thread_name"), "t": (e.get("time_created_ns") or 0) / 1e9,
-                  "w": (e.get("time_created_ns") or 0) / 1e9,
-                  # gloo entries stay 'scheduled' in 2.13: the state is unknown, call it completed
-                  "state": "completed" if e.get("state") in ("completed", "scheduled", "started") else "blocked"}
-            if e.get("is_p2p"):
-                continue  # FR p2p entries carry no peer; only collectives are compared
-            events.append(ev)
-            members.setdefault(gkey, set()).add(rank)
-        per_rank[rank] = events
-    return per_rank, {k: sorted(v) for k, v in members.items()}

@@ -1,6 +1,7 @@
 """Code that runs inside rank processes.
 
-This folder is put first on PYTHONPATH by hctool.procs.inject_env, so its
-sitecustomize.py loads in every Python process of a job. Keep it free of other
-top-level module names: anything here is importable as a top-level module.
+site/ is put first on PYTHONPATH by hctool.procs.inject_env, so its
+sitecustomize.py loads in every Python process of a job. It holds nothing
+else: anything there would shadow a top-level module of the user's program.
+Faults stay here, importable as hctool.inject.faults.
 """

@@ -9,6 +9,7 @@ left out on purpose: `if rank == 0: send() else: recv()` is correct SPMD code.
 from __future__ import annotations
 
 import ast
+import re
 
 # Names that mean a collective whatever the receiver (dist.*, a ProcessGroup, a wrapper).
 COLLECTIVE_NAMES = frozenset({
@@ -25,13 +26,14 @@ AMBIGUOUS_COLLECTIVES = frozenset({"broadcast", "reduce", "gather", "scatter"})
 
 RANK_CALLS = frozenset({
     "get_rank", "get_local_rank", "get_node_local_rank", "get_global_rank", "get_group_rank",
-    "get_tensor_model_parallel_rank", "get_pipeline_model_parallel_rank", "get_data_parallel_rank",
-    "get_attention_tp_rank",
+    "get_tensor_model_parallel_rank", "get_attention_tp_rank",
 })
 # Method names whose result is a rank-local observation (pool free counts, event polls, thread queues).
 RANK_LOCAL_METHODS = frozenset({"available_size", "query", "is_completed", "qsize"})
 RANK_ENV_VARS = frozenset({"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK"})
-RANK_VARIABLES = frozenset({"rank", "local_rank", "global_rank", "tp_rank", "dp_rank", "pp_rank"})
+# Rank ids within the groups collectives usually run on (tensor parallel). Pipeline and data-parallel
+# coordinates (pp_rank, dp_rank) are constant inside a TP/CP group, so they are not listed.
+RANK_VARIABLES = frozenset({"rank", "local_rank", "global_rank", "tp_rank", "attn_tp_rank", "tp_local_rank"})
 CLOCK_CALLS = frozenset({
     "time.time", "time.monotonic", "time.perf_counter", "time.time_ns", "time.monotonic_ns",
     "time.perf_counter_ns", "time.process_time", "datetime.datetime.now", "datetime.datetime.utcnow",
@@ -41,6 +43,10 @@ CLOCK_CALLS = frozenset({
 VALUE_BUILTINS = frozenset({"int", "float", "str", "bool", "len", "range", "min", "max", "abs", "divmod", "sum",
                             "sorted", "list", "tuple", "set", "dict", "enumerate", "zip", "reversed", "round",
                             "any", "all", "format", "repr", "hash"})
+# Replicated by construction in SGLang-shaped schedulers: request slots are taken and returned at
+# the same points of the replicated schedule on every rank (unlike KV pages, whose free count
+# moves with per-rank load-back and write-back). A `rank-local` config entry overrides this.
+DEFAULT_UNIFORM = frozenset({"req_to_token_pool.available_size"})
 UNIFORM_CALLS = frozenset({"get_world_size", "is_initialized", "is_available", "get_backend", "broadcast_pyobj"})
 
 # Method names too generic to resolve by name alone on an unknown receiver
@@ -54,7 +60,11 @@ GENERIC_METHODS = frozenset({
     "__init__", "__call__", "forward", "apply", "step", "reset", "init", "setup", "info", "debug",
     "warning", "error", "exception", "log", "sleep", "free", "alloc", "release", "acquire", "lock",
 })
-MAX_BY_NAME_CANDIDATES = 6  # more definitions than this: the name is too common to resolve
+# How far rank-local state travels between functions: through fields freely (a budget stored in
+# PrefillAdder.rem_total_tokens) but out of one function result at most (add_one_req()'s verdict).
+# Further on it has become scheduling decisions (batches, queues) that are replicated in the group.
+MAX_HOPS = 1
+MAX_BY_NAME_CANDIDATES = 6  # base classes named without a module: more same-named classes, no guess
 
 ORDERING_CALLS = frozenset({"sorted", "min", "max", "sort", "nsmallest", "nlargest"})
 HEAP_PUSH = frozenset({"heappush", "heappushpop", "heapreplace"})
@@ -123,3 +133,23 @@ def looks_like_group(receiver: str | None) -> bool:
         return False
     last = receiver.rsplit(".", 1)[-1].lower()
     return "group" in last or last in ("pg", "_pg", "default_pg", "dist", "c10d")
+
+
+_OP_FAMILIES = (("all_reduce", "all_reduce"), ("allreduce", "all_reduce"), ("all_gather", "all_gather"),
+                ("allgather", "all_gather"), ("reduce_scatter", "reduce_scatter"), ("all_to_all", "all_to_all"),
+                ("alltoall", "all_to_all"), ("broadcast", "broadcast"), ("barrier", "barrier"),
+                ("gather", "gather"), ("scatter", "scatter"), ("reduce", "reduce"))
+
+
+def op_family(name: str) -> str:
+    """`tensor_model_parallel_all_reduce`, `_all_reduce`, `dist.all_reduce` -> "all_reduce"."""
+    last = name.rsplit(".", 1)[-1].lower()
+    return next((fam for key, fam in _OP_FAMILIES if key in last), last)
+
+
+_SIZE_RE = re.compile(r"(^|_)(world|tp|pp|dp|cp|ep|group|attn_tp|attn_dp|attn_cp|moe_tp|moe_ep)_size$|^world_size$")
+
+
+def is_group_size(name: str) -> bool:
+    """Group and parallel sizes are the same on every rank of a group (set by the launcher)."""
+    return bool(_SIZE_RE.search(name))

@@ -26,7 +26,7 @@ def _rel(path: str, report: Report) -> str:
 def to_json(report: Report) -> list[dict]:
     return [
         {"rule": f.rule, "name": RULES[f.rule].name, "path": f.path, "line": f.line, "col": f.col,
-         "message": f.message, "related": [{"path": p, "line": ln, "message": m} for p, ln, m in f.related]}
+         "severity": f.severity, "message": f.message, "related": [{"path": p, "line": ln, "message": m} for p, ln, m in f.related]}
         for f in report.findings
     ]
 
@@ -54,7 +54,7 @@ def to_sarif(report: Report) -> dict:
         return loc
 
     results = [
-        {"ruleId": f.rule, "ruleIndex": index[f.rule], "level": rules[index[f.rule]]["defaultConfiguration"]["level"],
+        {"ruleId": f.rule, "ruleIndex": index[f.rule], "level": "error" if f.severity == "high" else "note",
          "message": {"text": f.message}, "locations": [location(f.path, f.line, f.col)],
          "relatedLocations": [location(p, ln, None, m, i) for i, (p, ln, m) in enumerate(f.related)],
          "partialFingerprints": {"hctool/v1": f"{f.rule}:{_rel(f.path, report)}:{f.line}:{f.col}"}}
@@ -87,7 +87,8 @@ def to_github(report: Report) -> str:
     lines = []
     for f in report.findings:
         title = _gh_escape(f"{f.rule} {RULES[f.rule].name}", prop=True)
-        lines.append(f"::warning file={_gh_escape(f.path, True)},line={f.line},col={f.col},title={title}::"
+        kind = "error" if f.severity == "high" else "warning"
+        lines.append(f"::{kind} file={_gh_escape(f.path, True)},line={f.line},col={f.col},title={title}::"
                      f"{_gh_escape(f.message)}")
     for e in report.errors:
         lines.append(f"::error file={_gh_escape(e.path, True)},line={e.line},title=hctool lint::{_gh_escape(e.message)}")
@@ -99,8 +100,9 @@ def print_text(report: Report, console, statistics: bool) -> None:
     from rich.markup import escape
 
     for f in report.findings:
-        console.print(f"[bold]{escape(f.path)}:{f.line}:{f.col}[/bold] [yellow]{f.rule}[/yellow] "
-                      f"[dim]{RULES[f.rule].name}[/dim]", highlight=False)
+        color = "red" if f.severity == "high" else "yellow"
+        console.print(f"[bold]{escape(f.path)}:{f.line}:{f.col}[/bold] [{color}]{f.rule}[/{color}] "
+                      f"[dim]{RULES[f.rule].name} ({f.severity})[/dim]", highlight=False)
         console.print(f"  {escape(f.message)}", highlight=False, soft_wrap=True)
         for p, ln, m in f.related:
             console.print(f"    [cyan]{escape(p)}:{ln}[/cyan] {escape(m)}", highlight=False, soft_wrap=True)

@@ -1,19 +1,20 @@
 """The whole analyzed tree: symbol tables, call resolution and the two fixpoints.
 
-Resolution is by name, best effort: `self.m()` walks the class hierarchy (and
-overrides in subclasses, since `self` may be one), `x.m()` on an unknown
-receiver means any class that defines `m` unless the name is generic or too
-common. A function that transitively issues a collective is a collective site;
-a function whose return value depends on rank-local state taints its callers.
+Resolution follows types, never a method name alone: `self.m()` walks the class
+hierarchy (and overrides in subclasses, since `self` may be one); `x.m()` resolves
+only when x's class is known (annotation, constructor, a field's declared type),
+to that class's method and its subclasses' overrides. A function that
+transitively issues a collective is a collective site; a function whose return
+value depends on rank-local state taints its callers. Fields are keyed by class.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hctool.lint import names as N
-from hctool.lint.walker import EMPTY, AttrAtom, CallAtom, FnAtom, Src
+from hctool.lint.walker import EMPTY, AttrAtom, CallAtom, FnAtom, ParamAtom, Src
 
 
 @dataclass
@@ -23,8 +24,9 @@ class FuncSummary:
     path: str
     line: int
     direct: tuple | None  # (line, name) of its first direct collective
-    calls: list  # (ref, line, display)
+    calls: list  # (ref, line, display, truthy constant args, col, argument taint)
     ret: frozenset
+    mode_exit: tuple | None = None  # (param, position) whose truthy value returns before any collective
 
 
 @dataclass
@@ -35,7 +37,9 @@ class ModuleSummary:
     funcs: list = field(default_factory=list)
     classes: dict = field(default_factory=dict)  # name -> (bases as qualified names, {method: key})
     module_funcs: dict = field(default_factory=dict)  # name -> key
-    attr_assigns: dict = field(default_factory=dict)  # attribute name -> atoms
+    attr_assigns: dict = field(default_factory=dict)  # (class, field) -> atoms
+    field_types: dict = field(default_factory=dict)  # (class, field) -> receiver specs
+    init_params: dict = field(default_factory=dict)  # constructor key -> positional parameter names
     wants_check: bool = False  # suppressions or HC104 candidates: check even without collectives
     error: tuple | None = None  # (line, message) when the file could not be analyzed
 
@@ -46,17 +50,23 @@ class Project:
         self.mod_funcs: dict[str, dict] = {}
         self.classes: dict[tuple, tuple] = {}
         self.class_by_name = defaultdict(list)
-        self.methods_by_name = defaultdict(list)
         self.mods_by_tail = defaultdict(list)
         self._memo: dict = {}
+        self._cls_memo: dict = {}
+        self.field_types: dict[tuple, frozenset] = {}  # (module, class, field) -> specs
+        self.class_path: dict[tuple, str] = {}  # classes with generated constructors -> path
+        self.global_field = defaultdict(set)  # field -> class specs declared for it anywhere
         for m in modules:
+            for (cname, fname), specs in m.field_types.items():
+                self.field_types[(m.modname, cname, fname)] = specs
+                self.global_field[fname] |= {sp for sp in specs if sp[0] == "q"}
             self.mods_by_tail[m.modname.rsplit(".", 1)[-1]].append(m.modname)
             self.mod_funcs[m.modname] = m.module_funcs
             for cname, (bases, methods) in m.classes.items():
                 self.classes[(m.modname, cname)] = (bases, methods)
+                if "__init__" not in methods:
+                    self.class_path[(m.modname, cname)] = m.path
                 self.class_by_name[cname].append((m.modname, cname))
-                for mname, key in methods.items():
-                    self.methods_by_name[mname].append(key)
             for f in m.funcs:
                 self.funcs[f.key] = f
         self.children = defaultdict(list)
@@ -64,6 +74,8 @@ class Project:
             for b in bases:
                 for parent in self._find_class(b, cid[0]):
                     self.children[parent].append(cid)
+        self._family: dict = {}
+        self._clock_fields: dict | None = None
         self.coll: dict[str, tuple] = {}  # key -> (line, display, next key or None)
         self.ret_src: dict[str, Src] = {}
         self.attr_src: dict[str, Src] = {}
@@ -86,6 +98,63 @@ class Project:
         mod, _, name = qual.rpartition(".")
         found = [(m, name) for m in self._find_modules(mod) if (m, name) in self.classes]
         return found or self._find_class(name, from_mod)
+
+    def _exact_class(self, qual: str, from_mod: str) -> list[tuple]:
+        """The class a qualified name denotes, no guessing by bare name (torch.Tensor is not ours)."""
+        if "." not in qual:
+            return [(from_mod, qual)] if (from_mod, qual) in self.classes else []
+        mod, _, name = qual.rpartition(".")
+        return [(m, name) for m in self._find_modules(mod) if (m, name) in self.classes]
+
+    def family(self, cid: tuple) -> tuple:
+        """CID, its bases and its subclasses: where a field of a CID object can be assigned."""
+        hit = self._family.get(cid)
+        if hit is None:
+            out, stack = {cid}, [cid]
+            while stack:  # ancestors
+                bases = self.classes.get(stack.pop(), ((), {}))[0]
+                for b in bases:
+                    for parent in self._find_class(b, cid[0]):
+                        if parent not in out:
+                            out.add(parent)
+                            stack.append(parent)
+            stack = [cid]
+            while stack:  # descendants
+                for child in self.children.get(stack.pop(), ()):
+                    if child not in out:
+                        out.add(child)
+                        stack.append(child)
+            hit = self._family[cid] = tuple(sorted(out))
+        return hit
+
+    def classes_of(self, specs: frozenset, depth: int = 0) -> list[tuple]:
+        """The project classes an object of receiver type SPECS can be an instance of."""
+        key = (specs, depth)
+        hit = self._cls_memo.get(key)
+        if hit is not None:
+            return hit
+        self._cls_memo[key] = []  # cycle guard
+        out: set = set()
+        for sp in specs:
+            if sp[0] == "q":
+                out.update(self._exact_class(sp[2], sp[1]))
+            elif sp[0] == "self":
+                if (sp[1], sp[2]) in self.classes:
+                    out.add((sp[1], sp[2]))
+            elif sp[0] == "attr" and depth < 4:
+                declared: set = set()
+                for cid in self.classes_of(sp[1], depth + 1):
+                    for c in self.family(cid):
+                        declared |= self.field_types.get((*c, sp[2]), EMPTY)
+                found = self.classes_of(frozenset(declared), depth + 1) if declared else []
+                if not found:  # the class never says: the types declared for this field elsewhere
+                    found = self.classes_of(frozenset(self.global_field.get(sp[2], ())), depth + 1)
+                out.update(found)
+        hit = self._cls_memo[key] = sorted(out)
+        return hit
+
+    def attr_keys(self, specs: frozenset, name: str) -> list[tuple]:
+        return [(*c, name) for cid in self.classes_of(specs) for c in self.family(cid) if (*c, name) in self._attr_nodes]
 
     def _mro(self, cid: tuple, name: str, seen: set) -> list[str]:
         if cid in seen or cid not in self.classes:
@@ -122,6 +191,23 @@ class Project:
             return self._mro((mod, name), "__init__", set())
         return []
 
+    def class_ids(self, ref: tuple) -> list:
+        """The project classes REF names (calling one builds an object)."""
+        hit = self._memo.get(("class?", ref))
+        if hit is None:
+            kind, name = ref[0], ref[1]
+            hit = []
+            if kind == "local" and (ref[2], name) in self.classes:
+                hit = [(ref[2], name)]
+            elif kind in ("imported", "modfunc"):
+                mod, real = (ref[2].rpartition(".")[0], ref[2].rpartition(".")[2]) if kind == "imported" else (ref[2], name)
+                hit = [(m, real) for m in self._find_modules(mod) if (m, real) in self.classes] if mod else []
+            self._memo[("class?", ref)] = hit
+        return hit
+
+    def is_class(self, ref: tuple) -> bool:
+        return bool(self.class_ids(ref))
+
     def resolve(self, ref: tuple) -> list[str]:
         hit = self._memo.get(ref)
         if hit is not None:
@@ -149,9 +235,9 @@ class Project:
                     out += self._mro(parent, name, set())
                 if out:
                     break
-        elif kind == "method":
-            found = self.methods_by_name.get(name, [])
-            out = list(found) if len(found) <= N.MAX_BY_NAME_CANDIDATES else []
+        elif kind == "typed":  # x.m() with x of a known class: its method and reachable overrides
+            for cid in self.classes_of(ref[2]):
+                out += self._mro(cid, name, set()) + self._overrides(cid, name)
         out = sorted(set(out))
         self._memo[ref] = out
         return out
@@ -165,9 +251,10 @@ class Project:
             if f.direct:
                 self.coll[key] = (f.direct[0], f.direct[1], None)
                 queue.append(key)
-            for ref, line, display in f.calls:
+            for ref, line, display, consts, _, _ in f.calls:
                 for target in self.resolve(ref):
-                    callers[target].append((key, line, display))
+                    if not self._mode_skips(target, consts):
+                        callers[target].append((key, line, display))
         while queue:  # breadth first: each site keeps its shortest chain
             target = queue.popleft()
             for caller, line, display in callers.get(target, ()):
@@ -180,39 +267,77 @@ class Project:
             if isinstance(a, Src):
                 srcs.append(a)
             elif isinstance(a, AttrAtom):
-                deps.append(("attr", a.name))
+                deps.extend(("attr", k) for k in self.attr_keys(a.specs, a.name))
             elif isinstance(a, FnAtom):
                 deps.append(("fn", a.key))
+            elif isinstance(a, ParamAtom):
+                deps.append(("init", a.key, a.name))
             elif isinstance(a, CallAtom):
                 targets = self.resolve(a.ref)
-                deps.extend(("fn", t) for t in targets)
-                if not any(t in self.coll for t in targets):  # collective results are replicated
+                deps.extend(("fn", t) for t in targets if not t.endswith(".__init__"))
+                # Collective results are replicated; a constructed object is not the values it was
+                # built from (its fields carry their own taint, keyed by its class).
+                if not any(t in self.coll for t in targets) and not self.is_class(a.ref):
                     self._flatten(a.args, srcs, deps)
 
     def _solve_taint(self, modules: list[ModuleSummary]) -> None:
         nodes: dict[tuple, frozenset] = {("fn", k): f.ret for k, f in self.funcs.items() if f.ret}
         for m in modules:
-            for name, atoms in m.attr_assigns.items():
-                nodes[("attr", name)] = nodes.get(("attr", name), EMPTY) | atoms
-        rep: dict[tuple, Src] = {}
+            for (cname, fname), atoms in m.attr_assigns.items():
+                k = ("attr", (m.modname, cname, fname))
+                nodes[k] = nodes.get(k, EMPTY) | atoms
+        self._attr_nodes = {k[1] for k in nodes if k[0] == "attr"}
+        params = {k: v for m in modules for k, v in m.init_params.items()}
+        for f in self.funcs.values():  # what each constructor parameter is passed, over all call sites
+            for ref, _, _, _, _, per_arg in f.calls:
+                if not per_arg:
+                    continue
+                inits = [t for t in self.resolve(ref) if t.endswith(".__init__")]
+                # A dataclass or NamedTuple has no __init__ of its own: its fields take the arguments.
+                inits += [f"{self.class_path[c]}:{c[1]}.__init__" for c in self.class_ids(ref) if c in self.class_path]
+                positional, keywords = per_arg
+                for t in inits:
+                    names = params.get(t, [])
+                    for name, taint in [*zip(names, positional), *keywords]:
+                        if taint:
+                            k = ("init", t, name)
+                            nodes[k] = nodes.get(k, EMPTY) | taint
         dependents = defaultdict(list)
-        queue = deque()
+        direct: dict[tuple, list] = {}
         for node in sorted(nodes, key=repr):
             srcs, deps = [], []
             self._flatten(nodes[node], srcs, deps)
             for d in deps:
                 dependents[d].append(node)
-            if srcs:
+            direct[node] = srcs
+        # Rank ids never flow out of a function result (see Walker.s_return); rank-local
+        # state does. Solve the two separately; a node keeps its most severe source.
+        local = self._spread(direct, dependents, lambda s: not s.kind.startswith("id"), lambda n: True)
+        ids = self._spread(direct, dependents, lambda s: s.kind.startswith("id"), lambda n: n[0] == "attr")
+        for node in set(local) | set(ids):
+            if node[0] == "init":
+                continue
+            kind, name = node
+            src = local.get(node) or ids.get(node)
+            (self.ret_src if kind == "fn" else self.attr_src)[name] = src
+
+    @staticmethod
+    def _spread(direct: dict, dependents: dict, keep, accepts) -> dict:
+        rep, queue = {}, deque()
+        for node in sorted(direct, key=repr):
+            srcs = [x for x in direct[node] if keep(x)]
+            if srcs and accepts(node):
                 rep[node] = min(srcs)
                 queue.append(node)
         while queue:
             node = queue.popleft()
+            src = rep[node]
             for dep in dependents.get(node, ()):
-                if dep not in rep:
-                    rep[dep] = rep[node]
+                hops = src.hops + (dep[0] == "fn")  # function results count; fields do not
+                if dep not in rep and accepts(dep) and hops <= N.MAX_HOPS:
+                    rep[dep] = replace(src, hops=hops)
                     queue.append(dep)
-        for (kind, name), src in rep.items():
-            (self.ret_src if kind == "fn" else self.attr_src)[name] = src
+        return rep
 
     # ---- facts for pass 2 -------------------------------------------------
     def chain(self, key: str) -> tuple:
@@ -227,16 +352,32 @@ class Project:
             key = nxt
         return tuple(hops)
 
-    def call(self, ref: tuple, args: frozenset) -> tuple[tuple, frozenset]:
+    def _mode_skips(self, target: str, consts: frozenset) -> bool:
+        """A call such as writing_check(write_back=True) selects a mode that returns first."""
+        mode = self.funcs[target].mode_exit if target in self.funcs else None
+        return bool(mode) and (("kw", mode[0]) in consts or ("pos", mode[1]) in consts)
+
+    def call(self, ref: tuple, args: frozenset, consts: frozenset = frozenset()) -> tuple[tuple, frozenset]:
         targets = self.resolve(ref)
-        sites = [t for t in targets if t in self.coll]
-        t = frozenset(self.ret_src[k] for k in targets if k in self.ret_src)
-        if not sites:
+        sites = [t for t in targets if t in self.coll and not self._mode_skips(t, consts)]
+        # A constructor returns the object, whatever its __init__ returns early on.
+        t = frozenset(self.ret_src[k] for k in targets if k in self.ret_src and not k.endswith(".__init__"))
+        if not sites and not self.is_class(ref):
             t = t | args
         return (self.chain(sites[0]) if sites else ()), t
 
-    def attr(self, name: str) -> frozenset:
-        src = self.attr_src.get(name)
+    def attr(self, specs: frozenset, name: str) -> frozenset:
+        srcs = {self.attr_src[k] for k in self.attr_keys(specs, name) if k in self.attr_src}
+        return frozenset((min(srcs),)) if srcs else EMPTY
+
+    def clock_field(self, name: str) -> frozenset:
+        """Any class's field NAME holding a wall-clock value (sort keys rarely name their type)."""
+        if self._clock_fields is None:
+            self._clock_fields = {}
+            for k, src in sorted(self.attr_src.items()):
+                if src.kind == "clock":
+                    self._clock_fields.setdefault(k[2], src)
+        src = self._clock_fields.get(name)
         return frozenset((src,)) if src else EMPTY
 
     def module_has_collectives(self, m: ModuleSummary) -> bool:

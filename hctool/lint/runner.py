@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hctool.errors import UsageError
-from hctool.lint.analysis import check_file, summarize_file
+from hctool.lint.analysis import check_file, summarize_file, suppressions
+from hctool.lint.checks import gated_callers
 from hctool.lint.config import LintConfig
 from hctool.lint.project import Project
 
@@ -148,11 +149,34 @@ def lint(paths: list[Path], cfg: LintConfig, jobs: int | None = None, cwd: Path 
         report.findings += result.findings
         if result.error:
             report.errors.append(FileError(path, *result.error))
+    _add_gated_callers(report, project, summaries, job_list, cfg)
     report.findings.sort()
     report.errors.sort(key=lambda e: (e.path, e.line))
     report.seconds = time.perf_counter() - started
     _STATE.clear()
     return report
+
+
+def _add_gated_callers(report: Report, project: Project, summaries: list, job_list: list, cfg: LintConfig) -> None:
+    """Pass 3: call sites of rank-local polls that hide a collective, with their suppressions."""
+    if "HC102" not in cfg.select:
+        return
+    files = {path: file for file, path, _ in job_list}
+    seen = {(f.path, f.line, f.rule) for f in report.findings}
+    for f in gated_callers(report.findings, project, summaries):
+        if (f.path, f.line, f.rule) in seen:
+            continue
+        seen.add((f.path, f.line, f.rule))
+        try:
+            table = suppressions(Path(files[f.path]).read_text(errors="replace"))
+        except OSError:
+            table = {}
+        hit = next((ln for ln in range(f.line, f.end_line + 1) if ln in table and f.rule in table[ln][1]), None)
+        if hit is None:
+            report.findings.append(f)
+        else:  # the comment is used after all
+            report.findings = [x for x in report.findings
+                               if not (x.rule == "HC100" and x.path == f.path and x.line == hit and f.rule in x.message)]
 
 
 def stderr_progress(message: str) -> None:

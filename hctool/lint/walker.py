@@ -13,78 +13,11 @@ import ast
 from dataclasses import dataclass, field
 
 from hctool.lint import names as N
-
-EMPTY: frozenset = frozenset()
-
-
-@dataclass(frozen=True, order=True)
-class Src:
-    """Where a rank-local value comes from; kind: "clock" (wall clock), "id" (rank id), "rank" (local state)."""
-
-    kind: str
-    what: str
-    path: str
-    line: int
-
-
-@dataclass(frozen=True)
-class CallAtom:  # pass 1: "the result of this call", solved in project.py
-    ref: tuple
-    args: frozenset
-
-
-@dataclass(frozen=True)
-class AttrAtom:  # pass 1: "attribute NAME", tainted if any class assigns it a rank-local value
-    name: str
-
-
-@dataclass(frozen=True)
-class FnAtom:  # pass 1: "the return value of function KEY" (properties)
-    key: str
-
-
-@dataclass(eq=False)
-class Frame:
-    kind: str  # "if" (also match/ifexp/assert), "short" (and/or), "except", "loop"
-    line: int
-    taint: frozenset
-    balanced: bool = False  # every arm issues the same collective sequence
-
-
-@dataclass
-class Collective:
-    pos: int
-    line: int
-    end_line: int
-    col: int
-    name: str
-    chain: tuple  # hops (path, line, message) from this call down to the real collective
-    stack: tuple
-
-
-@dataclass
-class Exit:
-    pos: int
-    kind: str  # break, continue, return, raise
-    line: int
-    stack: tuple
-
-
-@dataclass
-class ModuleInfo:
-    path: str
-    modname: str
-    imports: dict
-    local_defs: frozenset
-    collectives: frozenset = frozenset()
-    rank_local: frozenset = frozenset()
-    uniform: frozenset = frozenset()
-
-
-def _matches(entries: frozenset, last: str, qual: str | None) -> bool:
-    if last in entries:
-        return True
-    return qual is not None and any(qual == e or qual.endswith("." + e) for e in entries if "." in e)
+from hctool.lint import receivers as R
+from hctool.lint.shapes import (  # noqa: F401  (re-exported for project.py, checks.py, analysis.py)
+    EMPTY, Src, CallAtom, AttrAtom, ParamAtom, FnAtom, Frame, Collective, Exit, ModuleInfo,
+    _matches, _implicit, _truthy_args, _mode_exit, _size_guard, _role_branch, _same_ops,
+)
 
 
 @dataclass
@@ -104,12 +37,58 @@ class Walker:
     ret: frozenset = EMPTY
     attr_assigns: dict = field(default_factory=dict)
     orderings: list = field(default_factory=list)  # pass 2: (line, col, what, Src) for HC104
+    types: dict = field(default_factory=dict)  # local name -> receiver specs (receivers.py)
+    field_types: dict = field(default_factory=dict)  # pass 1: self.NAME -> specs assigned to it
+    mode_exit: tuple | None = None  # (param, position): see _mode_exit
+    key: str = ""  # pass 1: this function's project key (constructor parameters become ParamAtoms)
     saw_ordering: bool = False  # pass 1: a sort/heap call that pass 2 must look at
 
     # ---- statements -------------------------------------------------------
     def run(self, fn: ast.AST) -> Walker:
+        a = fn.args
+        self.mode_exit = _mode_exit(fn)
+        if self.facts is None and fn.name == "__init__" and self.key:
+            # Fields a constructor stores take the taint of what its callers pass (PrefillAdder(budget)).
+            for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs)[1:]:
+                self.env[arg.arg] = frozenset((ParamAtom(self.key, arg.arg),))
+        for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+            if arg.annotation is not None:
+                specs = self._annotation(arg.annotation)
+                if specs:
+                    self.types[arg.arg] = specs
         self.stmts(fn.body)
         return self
+
+    def _annotation(self, node) -> frozenset:
+        m = self.mod
+        return R.annotation(node, m.imports, m.modname, m.local_defs)
+
+    def type_of(self, node) -> frozenset:
+        """Receiver specs of an expression: a typed local, `self`, a field, or a constructor call."""
+        if isinstance(node, ast.Name):
+            if node.id in ("self", "cls") and self.cls:
+                return frozenset((("self", self.mod.modname, self.cls),))
+            return self.types.get(node.id, EMPTY)
+        if isinstance(node, ast.Attribute):
+            base = self.type_of(node.value)
+            return frozenset((("attr", base, node.attr),)) if base else EMPTY
+        if isinstance(node, ast.Call):
+            m = self.mod
+            spec = R.class_spec(N.dotted(node.func), m.imports, m.modname, m.local_defs)
+            return frozenset((spec,)) if spec else EMPTY
+        if isinstance(node, ast.Subscript):  # xs[i] with xs: List[Cls]
+            return self.type_of(node.value)
+        return EMPTY
+
+    def _bind_type(self, target, specs: frozenset) -> None:
+        if isinstance(target, ast.Name):
+            if specs:
+                self.types[target.id] = specs
+            else:
+                self.types.pop(target.id, None)
+        elif isinstance(target, ast.Attribute) and specs and isinstance(target.value, ast.Name) \
+                and target.value.id == "self" and self.facts is None:
+            self.field_types[target.attr] = self.field_types.get(target.attr, EMPTY) | specs
 
     def stmts(self, body: list) -> None:
         for s in body:
@@ -125,7 +104,7 @@ class Walker:
         self.stack.append(frame)
         saved = self.ctl
         if frame.taint:
-            self.ctl = self.ctl | frame.taint
+            self.ctl = self.ctl | _implicit(frame.taint)
         return saved
 
     def _pop(self, saved: frozenset) -> None:
@@ -144,14 +123,18 @@ class Walker:
             if len(pairs) == len(s.targets):  # a, b = x, y: element-wise, not all-to-all
                 parts = [self.expr(e) | self.ctl for e in value.elts]
                 for target in pairs:
-                    for elt, t in zip(target.elts, parts):
+                    for elt, t, v in zip(target.elts, parts, value.elts):
                         self.bind(elt, t)
+                        self._bind_type(elt, self.type_of(v))
                 return
         t = self.expr(value) | self.ctl
+        specs = self.type_of(value)
         for target in s.targets:
             self.bind(target, t)
+            self._bind_type(target, specs)
 
     def s_annassign(self, s) -> None:
+        self._bind_type(s.target, self._annotation(s.annotation) | (self.type_of(s.value) if s.value else EMPTY))
         if s.value is not None:
             self.bind(s.target, self.expr(s.value) | self.ctl)
 
@@ -163,20 +146,19 @@ class Walker:
 
     def s_return(self, s) -> None:
         t = self.expr(s.value) if s.value is not None else EMPTY
-        self.ret = self.ret | t | self.ctl
+        # Rank ids do not leave a function through its result: helpers such as
+        # compute_dp_attention_world_info(tp_rank, tp_size) return sizes and coordinates
+        # of other groups along with them. Only the rank calls themselves are rank ids.
+        self.ret = self.ret | _implicit(t) | self.ctl
         self._exit("return", s.lineno)
 
     def s_raise(self, s) -> None:
+        # A raise is fatal for the rank (the job dies, it does not hang): not an exit that skips a collective.
         if s.exc is not None:
             self.expr(s.exc)
-        self._exit("raise", s.lineno)
 
     def s_assert(self, s) -> None:
-        t = self.expr(s.test)
-        if t:
-            saved = self._push(Frame("if", s.lineno, t))
-            self._exit("raise", s.lineno)
-            self._pop(saved)
+        self.expr(s.test)
 
     def s_break(self, s) -> None:
         self._exit("break", s.lineno)
@@ -184,7 +166,7 @@ class Walker:
     def s_continue(self, s) -> None:
         self._exit("continue", s.lineno)
 
-    def _arms(self, frame: Frame, arms: list) -> None:
+    def _arms(self, frame: Frame, arms: list, test=None) -> None:
         """Walk alternative arms from the same entry state, then merge their states."""
         saved_ctl = self._push(frame)
         entry, envs, seqs = self.env, [], []
@@ -193,9 +175,13 @@ class Walker:
             start = len(self.collectives)
             self.stmts(arm)
             envs.append(self.env)
-            seqs.append([c.name for c in self.collectives[start:]])
+            seqs.append(self.collectives[start:])
         self._pop(saved_ctl)
-        frame.balanced = all(seq == seqs[0] for seq in seqs)
+        frame.balanced = all(_same_ops(seq, seqs[0]) for seq in seqs) or _role_branch(frame, seqs)
+        if test is not None and sum(1 for seq in seqs if seq) == 1 and _size_guard(test):
+            # `if tp_size > 1: broadcast(x)`: the arm without the collective runs only when the group
+            # has one rank, where every value is trivially uniform; keep the other arm's state.
+            envs = [e for e, seq in zip(envs, seqs) if seq]
         merged = envs[0]
         for other in envs[1:]:
             for k, v in other.items():
@@ -204,7 +190,7 @@ class Walker:
         self.env = merged
 
     def s_if(self, s) -> None:
-        self._arms(Frame("if", s.lineno, self.expr(s.test)), [s.body, s.orelse])
+        self._arms(Frame("if", s.lineno, self.expr(s.test)), [s.body, s.orelse], s.test)
 
     def s_match(self, s) -> None:
         arms = [c.body for c in s.cases]
@@ -225,7 +211,7 @@ class Walker:
             self.quiet = False
             if isinstance(s, ast.While):
                 frame.taint = frame.taint | self.expr(s.test)
-                self.ctl = saved | frame.taint
+                self.ctl = saved | _implicit(frame.taint)
         self.stmts(s.body)
         self._pop(saved)
         for k, v in before.items():  # zero iterations is possible: keep the entry state too
@@ -234,22 +220,22 @@ class Walker:
         self.stmts(s.orelse)
 
     def s_for(self, s) -> None:
+        self._bind_type(s.target, self.type_of(s.iter))
         self._loop(s, self.expr(s.iter), s.target)
 
     def s_while(self, s) -> None:
         self._loop(s, self.expr(s.test), None)
 
     def s_try(self, s) -> None:
+        # Exceptions are not rank-local sources: `except ImportError` and friends are the same on
+        # every rank, and a rank that fails for real dies rather than hanging its peers.
         self.stmts(s.body)
         for h in s.handlers:
             if h.type is not None:
                 self.expr(h.type)
-            caught = frozenset((Src("rank", "a caught exception", self.mod.path, h.lineno),))
-            saved = self._push(Frame("except", h.lineno, caught))
             if h.name:
-                self.env[h.name] = caught
+                self.env[h.name] = EMPTY
             self.stmts(h.body)
-            self._pop(saved)
         self.stmts(s.orelse)
         self.stmts(s.finalbody)
 
@@ -267,6 +253,7 @@ class Walker:
             d = N.dotted(target)
             if d is not None:
                 self.env[d] = t
+            t = frozenset(a for a in t if not (isinstance(a, Src) and a.kind == "id-local"))
             if t and isinstance(target.value, ast.Name) and target.value.id in ("self", "cls"):
                 self.attr_assigns[target.attr] = self.attr_assigns.get(target.attr, EMPTY) | t
         elif isinstance(target, (ast.Tuple, ast.List)):
@@ -327,8 +314,13 @@ class Walker:
         t = self.env.get(node.id)
         if t is not None:
             return t
-        if node.id in N.RANK_VARIABLES or node.id in self.mod.rank_local:
-            return self._src("id", f"`{node.id}`", node.lineno)
+        if N.is_group_size(node.id):
+            return EMPTY
+        if node.id in N.RANK_VARIABLES:
+            # A bare `rank` is ambiguous (a LoRA or matrix rank): a rank id here, never stored in a field.
+            return self._src("id-local" if node.id == "rank" else "id", f"`{node.id}`", node.lineno)
+        if node.id in self.mod.rank_local:
+            return self._src("rank", f"`{node.id}`", node.lineno)
         return EMPTY
 
     def e_attribute(self, node) -> frozenset:
@@ -340,14 +332,22 @@ class Walker:
             if d.split(".", 1)[0] in self.mod.imports:
                 return EMPTY  # a module attribute such as dist.ReduceOp.MAX
         attr = node.attr
-        if attr in self.mod.uniform:
+        if attr in self.mod.uniform or _matches(self.mod.uniform, attr, d) or N.is_group_size(attr):
             return EMPTY
-        t = self.expr(node.value)
-        if attr in N.RANK_VARIABLES or attr in self.mod.rank_local:
-            t = t | self._src("id" if attr in N.RANK_VARIABLES else "rank", f"`{d or attr}`", node.lineno)
+        base = node.value
+        # A field is rank-local because of what its own class stores in it, not because of the
+        # object it hangs off; a tainted local object (a per-rank result) taints its fields.
+        t = EMPTY if isinstance(base, ast.Name) and base.id in ("self", "cls") else self.expr(base)
+        # A field is a rank id when its class stores one in it (`self.tp_rank = tp_rank`), not because
+        # of its name (`lora.rank` is a matrix rank); configured rank-local names still count.
+        if attr in self.mod.rank_local:
+            t = t | self._src("rank", f"`{d or attr}`", node.lineno)
+        specs = self.type_of(base)
+        if not specs:
+            return t
         if self.facts is None:
-            return t | frozenset((AttrAtom(attr),))
-        a = self.facts.attr(attr)
+            return t | frozenset((AttrAtom(specs, attr),))
+        a = self.facts.attr(specs, attr)
         return t | a if a else t
 
     def e_subscript(self, node) -> frozenset:
@@ -377,7 +377,7 @@ class Walker:
         mid = len(self.collectives)
         orelse = self.expr(node.orelse)
         self._pop(saved)
-        frame.balanced = [c.name for c in self.collectives[start:mid]] == [c.name for c in self.collectives[mid:]]
+        frame.balanced = _same_ops(self.collectives[start:mid], self.collectives[mid:])
         return test | body | orelse
 
     def e_namedexpr(self, node) -> frozenset:
@@ -428,10 +428,7 @@ class Walker:
             return EMPTY
         if self._is_collective(func, last, qual):
             self._collective(node, display, ())
-            for a in (*node.args, *(k.value for k in node.keywords)):
-                d = N.dotted(a.value if isinstance(a, ast.Starred) else a)
-                if d is not None:  # in-place results (all_reduce(t)) are replicated afterwards
-                    self.env[d] = EMPTY
+            self._agreed(node)
             if self.facts is None and self.direct is None:
                 self.direct = (node.lineno, display)
             return EMPTY
@@ -445,24 +442,40 @@ class Walker:
         if args and not (isinstance(func, ast.Name) and last in N.VALUE_BUILTINS):
             # Objects built from a rank id (a per-rank file, a model shard) are not rank-local
             # state: only plain value conversions carry a rank id on.
-            args = frozenset(a for a in args if not (isinstance(a, Src) and a.kind == "id"))
+            args = frozenset(a for a in args if not (isinstance(a, Src) and a.kind.startswith("id")))
         ref = self._ref(func, last)
+        if N.op_family(last) != last.lower():  # `self._all_reduce(t, MIN)`: a wrapper's in-place result
+            self._agreed(node)
         if ref is None:
             return args
         if self.facts is None:
-            self.calls.append((ref, node.lineno, display))
+            per_arg = None
+            if any(arg_taints) or any(kw_taints):  # by position and keyword, for constructors' fields
+                per_arg = (tuple(arg_taints), tuple((k.arg, t) for k, t in zip(node.keywords, kw_taints) if k.arg))
+            self.calls.append((ref, node.lineno, display, _truthy_args(node), node.col_offset + 1, per_arg))
             return frozenset((CallAtom(ref, args),))
-        chain, t = self.facts.call(ref, args)
+        chain, t = self.facts.call(ref, args, _truthy_args(node))
         if chain:
             self._collective(node, display, chain)
+            self._agreed(node)
         return t
 
+    def _agreed(self, node) -> None:
+        """In-place collective arguments (all_reduce(t)) hold the replicated result afterwards."""
+        for a in (*node.args, *(k.value for k in node.keywords)):
+            d = N.dotted(a.value if isinstance(a, ast.Starred) else a)
+            if d is not None:
+                self.env[d] = EMPTY
+
     def _collective(self, node, display: str, chain: tuple) -> None:
-        if self.quiet or self.facts is None:
+        if self.quiet:  # pass 1 records direct collectives too: _arms() compares arms with them
             return
         self.pos += 1
+        real = chain[-1][2].rsplit("`", 2)[-2].rstrip("()") if chain else display
+        group = next((ast.unparse(k.value) for k in node.keywords if k.arg in ("group", "process_group")), "")
         self.collectives.append(Collective(self.pos, node.lineno, getattr(node, "end_lineno", None) or node.lineno,
-                                           node.col_offset + 1, display, chain, tuple(self.stack)))
+                                           node.col_offset + 1, display, chain, tuple(self.stack),
+                                           N.op_family(real), group))
 
     def _is_collective(self, func, last: str, qual: str | None) -> bool:
         if last in N.COLLECTIVE_NAMES or _matches(self.mod.collectives, last, qual):
@@ -508,7 +521,8 @@ class Walker:
             return ("super", last, mod.modname, self.cls)
         if last in N.GENERIC_METHODS or last.startswith("__"):
             return None
-        return ("method", last)
+        specs = self.type_of(value)  # never by method name alone: only on a receiver of known type
+        return ("typed", last, specs) if specs else None
 
     def _ordering(self, node, last: str, arg_taints: list) -> None:
         """HC104 candidates: sort/min/max keys and heap items carrying a wall-clock value."""
@@ -525,19 +539,21 @@ class Walker:
             break
 
     def _key_taint(self, key) -> frozenset:
+        t = EMPTY
         if isinstance(key, ast.Lambda):
             saved, self.env = self.env, {}
             try:
-                return self.expr(key.body)
+                t = self.expr(key.body)
             finally:
                 self.env = saved
+            for n in ast.walk(key.body):
+                if isinstance(n, ast.Attribute):
+                    t = t | self.facts.clock_field(n.attr)
         if isinstance(key, ast.Call) and N.dotted(key.func) in ("attrgetter", "operator.attrgetter"):
-            t = EMPTY
             for a in key.args:
                 if isinstance(a, ast.Constant) and isinstance(a.value, str):
-                    t = t | self.facts.attr(a.value.rsplit(".", 1)[-1])
-            return t
-        return EMPTY
+                    t = t | self.facts.clock_field(a.value.rsplit(".", 1)[-1])
+        return t
 
 
 _STMT = {

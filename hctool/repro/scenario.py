@@ -4,6 +4,7 @@ Loading validates everything and names the file and field of every mistake."""
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +75,27 @@ class Scenario:
         return ServerArgs.from_cli([*self.engine_flags, *variant.flags, *extra], tp_size=tp or self.tp)
 
 
+# Inclusive bounds of every number a scenario may set: a typo must not grow a
+# run to gigabytes (the prompts are built up front) or make it never end.
+WORKLOAD_LIMITS = {
+    "seed": (0, 2**63 - 1), "hot_prefixes": (0, 10_000), "cold_prefixes": (0, 10_000),
+    "prefix_tokens": (1, 1_000_000), "suffix_tokens": (1, 1_000_000), "requests_per_round": (1, 10_000),
+    "rounds": (1, 10_000), "max_new_tokens": (1, 1_000_000), "cold_every": (0, 10_000),
+}
+RUN_LIMITS = {"stall_timeout": 20.0, "deadline": 120.0, "hang_after": 3.0}  # defaults; each in (0, DAY_S]
+DAY_S = 86_400.0
+MAX_TP = 64
+MAX_WORKLOAD_TOKENS = 10_000_000
+MAX_FILE_BYTES = 1 << 20
+TOP_LEVEL = {"id", "title", "summary", "upstream", "topology", "engine", "setup", "workload", "run",
+             "faults", "probes", "variants"}
+NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def _kind_name(kind) -> str:
+    return kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+
+
 def _get(table: dict, key: str, kind, where: str, default=...):
     if key not in table:
         if default is ...:
@@ -84,8 +106,14 @@ def _get(table: dict, key: str, kind, where: str, default=...):
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value, ok = float(value), True
     if not ok:
-        name = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise ScenarioError(f"{where}: field {key!r} must be a {name}, got {value!r}")
+        raise ScenarioError(f"{where}: field {key!r} must be a {_kind_name(kind)}, got {value!r}")
+    return value
+
+
+def _number(table: dict, key: str, kind, low, high, where: str, default=...):
+    value = _get(table, key, kind, where, default)
+    if not (math.isfinite(value) and low <= value <= high):  # NaN fails every comparison
+        raise ScenarioError(f"{where}: field {key!r} must be between {low:g} and {high:g}, got {value!r}")
     return value
 
 
@@ -117,58 +145,128 @@ def _measured(v: dict, where: str) -> dict | None:
             "note": _get(m, "note", str, f"{where} measured", "")}
 
 
+def _known(table: dict, allowed, where: str) -> None:
+    unknown = set(table) - set(allowed)
+    if unknown:
+        raise ScenarioError(f"{where}: unknown fields {sorted(unknown)}; known: {sorted(allowed)}")
+
+
+def _name(value: str, key: str, where: str) -> str:
+    # ids and variant names become folder names under the artifacts directory
+    if not value or len(value) > 64 or value.startswith(".") or not set(value) <= NAME_CHARS:
+        raise ScenarioError(f"{where}: field {key!r} must be 1-64 letters, digits, '.', '_' or '-' "
+                            f"(not starting with '.'), got {value!r}")
+    return value
+
+
+def _plain(value, where: str) -> None:
+    """[upstream] is shown as JSON: only strings, numbers, booleans, lists and tables."""
+    if isinstance(value, dict):
+        for v in value.values():
+            _plain(v, where)
+    elif isinstance(value, list):
+        for v in value:
+            _plain(v, where)
+    elif not isinstance(value, (str, int, float, bool)) or (isinstance(value, float) and not math.isfinite(value)):
+        raise ScenarioError(f"{where}: [upstream] may hold strings, numbers and lists, got {value!r}")
+
+
+def _read(path: Path) -> dict:
+    where = str(path)
+    try:
+        if not path.is_file():  # a FIFO or a device would block or never end
+            raise ScenarioError(f"{where}: not a regular file")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ScenarioError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ScenarioError(f"{where}: larger than {MAX_FILE_BYTES // 1024} KiB")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
+    except RecursionError:
+        raise ScenarioError(f"{where}: nested too deeply") from None
+
+
+def _workload(wl: dict, where: str) -> Workload:
+    _known(wl, WORKLOAD_LIMITS, where)
+    w = Workload(**{k: _number(wl, k, int, *WORKLOAD_LIMITS[k], where) for k in wl})
+    total = w.rounds * w.requests_per_round * (w.prefix_tokens + w.suffix_tokens) \
+        + (w.hot_prefixes + w.cold_prefixes) * w.prefix_tokens
+    if total > MAX_WORKLOAD_TOKENS:
+        raise ScenarioError(f"{where}: the workload would build {total:,} prompt tokens; "
+                            f"at most {MAX_WORKLOAD_TOKENS:,}")
+    return w
+
+
+def _variant(v, i: int, where: str) -> Variant:
+    vw = f"{where} variants[{i}]"
+    if not isinstance(v, dict):
+        raise ScenarioError(f"{vw}: must be a [[variants]] table, got {v!r}")
+    _known(v, ("name", "flags", "expected", "description", "mechanism", "measured"), vw)
+    expected = _strings(v, "expected", vw)
+    bad = [e for e in expected if e not in VERDICTS]
+    if not expected or bad:
+        raise ScenarioError(f"{vw}: expected must list verdicts among {', '.join(VERDICTS)}; got {list(expected)}")
+    return Variant(_name(_get(v, "name", str, vw), "name", vw), _strings(v, "flags", vw), expected,
+                   _get(v, "description", str, vw, ""), _mechanism(v, expected, vw), _measured(v, vw))
+
+
 def load_scenario(path: Path) -> Scenario:
     path = Path(path)
     where = str(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ScenarioError(f"{where}: {exc}") from None
-    sid = str(_get(data, "id", (str, int), where))
-    topo = _get(data, "topology", dict, where, {})
-    eng = _get(data, "engine", dict, where, {})
-    setup = _get(data, "setup", dict, where, {})
-    wl = _get(data, "workload", dict, where, {})
-    run = _get(data, "run", dict, where, {})
-    known = {f for f in Workload.__dataclass_fields__}
-    unknown = set(wl) - known
-    if unknown:
-        raise ScenarioError(f"{where}: [workload] has unknown fields {sorted(unknown)}; known: {sorted(known)}")
-    workload = Workload(**{k: _get(wl, k, int, f"{where} [workload]") for k in wl})
-    if min(workload.prefix_tokens, workload.requests_per_round, workload.rounds) < 1 or workload.suffix_tokens < 1:
-        raise ScenarioError(f"{where}: [workload] sizes and counts must be positive")
-    variants = []
-    for i, v in enumerate(_get(data, "variants", list, where)):
-        vw = f"{where} variants[{i}]"
-        expected = _strings(v, "expected", vw)
-        bad = [e for e in expected if e not in VERDICTS]
-        if not expected or bad:
-            raise ScenarioError(f"{vw}: expected must list verdicts among {', '.join(VERDICTS)}; got {list(expected)}")
-        variants.append(Variant(_get(v, "name", str, vw), _strings(v, "flags", vw), expected,
-                                _get(v, "description", str, vw, ""), _mechanism(v, expected, vw),
-                                _measured(v, vw)))
+    data = _read(path)
+    _known(data, TOP_LEVEL, where)
+    sid = _name(str(_get(data, "id", (str, int), where)), "id", where)
+    tables = {key: _get(data, key, dict, where, {}) for key in ("upstream", "topology", "engine", "setup", "workload", "run")}
+    # prefill_tp, decode_tp and require_load_back belong to PD scenarios (issue #13)
+    for key, allowed in (("topology", ("tp", "prefill_tp", "decode_tp")), ("engine", ("flags",)), ("setup", ("flags",)),
+                         ("run", (*RUN_LIMITS, "require_load_back"))):
+        _known(tables[key], allowed, f"{where} [{key}]")
+    _plain(tables["upstream"], where)
+    for key in ("issues", "prs"):
+        refs = tables["upstream"].get(key, [])
+        if not isinstance(refs, list) or not all(isinstance(r, int) and not isinstance(r, bool) for r in refs):
+            raise ScenarioError(f"{where} [upstream]: field {key!r} must be a list of integers, got {refs!r}")
+    workload = _workload(tables["workload"], f"{where} [workload]")
+    variants = [_variant(v, i, where) for i, v in enumerate(_get(data, "variants", list, where))]
     if not variants:
         raise ScenarioError(f"{where}: needs at least one [[variants]] entry")
     if len({v.name for v in variants}) != len(variants):
         raise ScenarioError(f"{where}: variant names must be unique")
     faults = _strings(data, "faults", where)
+    tp = _number(tables["topology"], "tp", int, 1, MAX_TP, f"{where} [topology]", 2)
     for spec in faults:
         try:
-            parse_fault(spec)
+            fault = parse_fault(spec)
         except ValueError as exc:
             raise ScenarioError(f"{where}: {exc}") from None
+        if not math.isfinite(fault.ms) or fault.ms > DAY_S * 1000:
+            raise ScenarioError(f"{where}: fault {spec!r}: ms must be a finite number up to {DAY_S * 1000:g}")
+    run = tables["run"]
     scenario = Scenario(
         id=sid, title=_get(data, "title", str, where), summary=_get(data, "summary", str, where, ""),
-        upstream=_get(data, "upstream", dict, where, {}), tp=_get(topo, "tp", int, f"{where} [topology]", 2),
-        engine_flags=_strings(eng, "flags", f"{where} [engine]"),
-        setup_flags=_strings(setup, "flags", f"{where} [setup]"), workload=workload,
+        upstream=tables["upstream"], tp=tp,
+        engine_flags=_strings(tables["engine"], "flags", f"{where} [engine]"),
+        setup_flags=_strings(tables["setup"], "flags", f"{where} [setup]"), workload=workload,
         faults=faults, probes=_strings(data, "probes", where), variants=tuple(variants),
-        stall_timeout=_get(run, "stall_timeout", float, f"{where} [run]", 20.0),
-        deadline=_get(run, "deadline", float, f"{where} [run]", 120.0),
-        hang_after=_get(run, "hang_after", float, f"{where} [run]", 3.0), path=path)
+        **{k: _number(run, k, float, 0.0, DAY_S, f"{where} [run]", d) for k, d in RUN_LIMITS.items()}, path=path)
+    for k in RUN_LIMITS:
+        if getattr(scenario, k) <= 0:
+            raise ScenarioError(f"{where} [run]: field {k!r} must be above 0, got {getattr(scenario, k)!r}")
+    longest = workload.prefix_tokens + workload.suffix_tokens + workload.max_new_tokens
     for v in scenario.variants:  # every variant must form a valid engine configuration
         try:
-            scenario.server_args(v)
+            args = scenario.server_args(v)
         except ValueError as exc:
             raise ScenarioError(f"{where}: variant {v.name!r}: engine flags: {exc}") from None
+        if longest > args.max_context_len:
+            raise ScenarioError(f"{where}: variant {v.name!r}: a request of {longest} tokens (prefix + suffix + "
+                                f"max_new_tokens) does not fit its pool ({args.max_context_len} tokens)")
     return scenario

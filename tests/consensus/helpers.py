@@ -20,13 +20,13 @@ def site(program: str, marker: str) -> str:
 
 
 def run_check(program: str, tmp_path: Path, *, nproc: int = 2, fix: bool = False, extra: list[str] | None = None,
-              wrapper: list[str] | None = None, timeout: float = 90) -> tuple[int, dict, str]:
+              wrapper: list[str] | None = None, timeout: float = 90, args: list[str] | None = None) -> tuple[int, dict, str]:
     """`hctool check-consensus run --json` in a real subprocess: (exit code, report, stderr)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("HCTOOL_DEBUG", None)
     if fix:
         env["PROG_FIX"] = "1"
-    target = [str(PROGRAMS / program)]
+    target = [str(PROGRAMS / program), *(args or [])]
     if wrapper is not None:
         target = wrapper + target
     cmd = [sys.executable, "-m", "hctool", "check-consensus", "run", "--nproc", str(nproc), "--hang-after", "1.5",

@@ -67,5 +67,10 @@ def test_buggy_program_is_named(program, tmp_path, no_leftover_processes):
 def test_clean_twin_is_consistent(program, tmp_path, no_leftover_processes):
     nproc = CASES[program][0]
     code, report, stderr = run_check(program, tmp_path, nproc=nproc, fix=True)
-    assert report == {"verdict": "consistent", "world_size": nproc, "first_divergence": None, "stacks": {}}, stderr[-3000:]
+    counts = report.pop("counts")
+    assert report == {"verdict": "consistent", "world_size": nproc, "first_divergence": None, "stacks": {},
+                      "exit_codes": {str(r): 0 for r in range(nproc)}}, stderr[-3000:]
     assert code == 0
+    # evidence of what was checked: every rank saw the same calls, and some
+    assert sorted(counts) == [str(r) for r in range(nproc)] and counts["0"], counts
+    assert len({sum(c.values()) for c in counts.values()}) == 1, counts

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from engine import page_transfer
-from engine.cache_controller import HiCacheController
-from engine.memory_pool import KVPool
+from engine.managers.cache_controller import HiCacheController
+from engine.mem_cache.memory_pool import KVPool
 
 pytestmark = pytest.mark.timeout(300)
 CUDA = torch.device("cuda:0")

@@ -48,7 +48,8 @@ def test_json_contract_on_the_30760_fixture(cli, tmp_path):
     res = cli(tmp_path, "sglang30760", "--format", "json")
     assert res.exit_code == 1
     (f,) = json.loads(res.stdout)
-    assert set(f) == {"rule", "name", "path", "line", "col", "message", "related"}
+    assert set(f) == {"rule", "name", "path", "line", "col", "severity", "message", "related"}
+    assert f["severity"] == "high"  # a pool free count, not a rank id
     assert (f["rule"], f["name"], f["path"], f["line"], f["col"]) == (
         "HC101", "collective-in-rank-local-loop", "sglang30760/scheduler.py", 20, 20)
     related = [(r["path"], r["line"]) for r in f["related"]]
@@ -70,6 +71,7 @@ def test_sarif_is_structurally_valid_with_relative_uris(cli, tmp_path):
     assert all(r["name"] and r["shortDescription"]["text"] and r["help"]["text"] for r in driver["rules"])
     (result,) = doc["runs"][0]["results"]
     assert result["ruleId"] == "HC102" and ids[result["ruleIndex"]] == "HC102"
+    assert result["level"] == "error"  # high severity: a pool free count
     loc = result["locations"][0]["physicalLocation"]
     assert loc["artifactLocation"]["uri"] == "pkg/bad.py"  # relative to the git root, not cwd
     assert loc["region"]["startLine"] == 6
@@ -81,7 +83,7 @@ def test_github_annotations(cli, tmp_path):
     res = cli(tmp_path, "bad.py", "--format", "github")
     assert res.exit_code == 1
     line = res.stdout.strip()
-    assert line.startswith("::warning file=bad.py,line=6,col=9,title=HC102 collective-under-rank-local-branch::")
+    assert line.startswith("::error file=bad.py,line=6,col=9,title=HC102 collective-under-rank-local-branch::")
 
 
 def test_clean_tree_exits_0_and_text_output(cli, tmp_path):
@@ -116,6 +118,14 @@ def test_suppression_and_unused_suppression(cli, tmp_path):
     assert res.exit_code == 1
     assert [(f["rule"], f["line"]) for f in json.loads(res.stdout)] == [("HC100", 10)]
     res = cli(tmp_path, ".", "--format", "json", "--ignore", "HC100")
+    assert res.exit_code == 0 and json.loads(res.stdout) == []
+
+
+def test_suppression_words_in_strings_are_not_comments(cli, tmp_path):
+    # docs that show the syntax (a docstring, a help string) suppress nothing and are not stale
+    write(tmp_path, "d.py", 'def f():\n    """Silence one line with `# hctool: ignore[HC101]`."""\n'
+          '    return "# hctool: ignore[HC102]"\n')
+    res = cli(tmp_path, ".", "--format", "json")
     assert res.exit_code == 0 and json.loads(res.stdout) == []
 
 

@@ -1,9 +1,14 @@
 """hctool's injection point, loaded by every Python process started with
-hctool/inject first on PYTHONPATH (see hctool.procs.inject_env).
+hctool/inject/site first on PYTHONPATH (see hctool.procs.inject_env). Nothing
+else lives in this folder: every file here shadows a top-level module of the
+user's program (`import faults` must find theirs, not ours).
 
 Reads HCTOOL_TRACE_DIR (collective recorder), HCTOOL_FAULTS (fault injection)
 and HCTOOL_PROBES (modules or .py files to import). It must never break the
-program: every failure prints one line to stderr and the program goes on.
+program: a failure prints one line to stderr and the program goes on, except
+for faults: a scenario run without its faults would give a verdict about
+something else, so a process whose faults cannot be installed exits (code 2)
+after saying why.
 torch is not imported here; the recorder hooks the first import of
 torch.distributed instead (importing torch costs ~1-3 s per process).
 """
@@ -24,8 +29,8 @@ def _here():
 
 
 def _ensure_hctool_importable():
-    # hctool/inject/ -> the folder holding the hctool package.
-    root = os.path.dirname(os.path.dirname(_here()))
+    # hctool/inject/site/ -> the folder holding the hctool package.
+    root = os.path.dirname(os.path.dirname(os.path.dirname(_here())))
     try:
         import hctool  # noqa: F401
     except ImportError:
@@ -66,6 +71,14 @@ def _main():
     except Exception as exc:
         _warn("chaining to the shadowed sitecustomize", exc)
     env = os.environ
+    if env.get("HCTOOL_SUPERVISOR_PID"):  # exit with the hctool that started us (lifeline.py)
+        try:
+            _ensure_hctool_importable()
+            from hctool.inject import lifeline
+
+            lifeline.install_from_env(env)
+        except Exception as exc:
+            _warn("watching the supervising hctool", exc)
     if not (env.get("HCTOOL_TRACE_DIR") or env.get("HCTOOL_FAULTS") or env.get("HCTOOL_PROBES")):
         return
     try:
@@ -85,10 +98,10 @@ def _main():
             from hctool.inject import faults
 
             faults.install_from_env()
-        except ImportError:
-            pass  # faults module not present in this build
         except Exception as exc:
-            _warn("installing faults", exc)
+            _warn(f"installing faults {env['HCTOOL_FAULTS']!r} (the process exits rather than run without them)", exc)
+            sys.stderr.flush()
+            os._exit(2)
     for name in filter(None, (p.strip() for p in env.get("HCTOOL_PROBES", "").split(","))):
         try:
             _import_probe(name)

@@ -1,0 +1,1 @@
+"""SGLang: srt/distributed/."""

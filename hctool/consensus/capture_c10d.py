@@ -1,0 +1,227 @@
+"""Seeing the collectives torch issues without the Python API (docs/consensus.md, "Coverage").
+
+Two pass-through layers, both recording through recorder.record_collective only
+when the call is not already inside a recorded torch.distributed call (so a
+collective is recorded once, by the outermost layer that sees it):
+
+1. c10d dispatcher ops. Every ProcessGroup method (`pg.allreduce(...)`), from
+   Python or from C++ (DDP's reducer and its start-up broadcast, parameter
+   verification), calls a `c10d::*` op through the dispatcher. Those ops only
+   have backend kernels (CPU, CUDA); a Python kernel registered at the Autograd
+   key runs first, records, and redispatches below autograd to torch's own
+   kernel. Calls made while autograd keys are excluded (inside another op's
+   kernel, e.g. a functional collective) skip it, hence layer 2.
+2. Functional collectives (`torch.distributed._functional_collectives`): DTensor
+   redistribution (clip_grad_norm_ on FSDP2's sharded grads, tensor parallel)
+   calls them from inside __torch_dispatch__, where layer 1 is bypassed. Their
+   module functions are wrapped; while torch.compile traces they pass through.
+
+Completion: a c10d op's Work future completes the record (gloo: when the
+collective finished; NCCL: when enqueued). Functional collectives complete at
+return (they are waited on later, through wait_tensor).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+import threading
+
+from hctool.consensus import recorder, wrappers
+
+# dispatcher op -> (recorded op, contributed-tensors arg, group arg, reduce-op arg, root arg, peer?)
+# The recorded name and described argument match what the Python wrapper records for the
+# same call made through torch.distributed, so the two layers agree across ranks.
+C10D_OPS = {
+    "allreduce_": ("all_reduce", 0, 1, 2, None, False),
+    "allreduce_coalesced_": ("all_reduce_coalesced", 0, 1, 2, None, False),
+    "broadcast_": ("broadcast", 0, 1, None, 2, False),
+    "reduce_": ("reduce", 0, 1, 2, 3, False),
+    "allgather_": ("all_gather", 1, 2, None, None, False),
+    "_allgather_base_": ("all_gather_into_tensor", 1, 2, None, None, False),
+    "allgather_coalesced_": ("all_gather_coalesced", 1, 2, None, None, False),
+    "allgather_into_tensor_coalesced_": ("all_gather_into_tensor_coalesced", 1, 2, None, None, False),
+    "reduce_scatter_": ("reduce_scatter", 0, 2, 3, None, False),
+    "_reduce_scatter_base_": ("reduce_scatter_tensor", 1, 2, 3, None, False),
+    "reduce_scatter_tensor_coalesced_": ("reduce_scatter_tensor_coalesced", 1, 2, 3, None, False),
+    "gather_": ("gather", 1, 2, None, 3, False),
+    "scatter_": ("scatter", 0, 2, None, 3, False),
+    "alltoall_": ("all_to_all", 1, 2, None, None, False),
+    "alltoall_base_": ("all_to_all_single", 1, 2, None, None, False),
+    "barrier": ("barrier", None, 1, None, None, False),
+    "send": ("send", 0, 1, None, 2, True),
+    "recv_": ("recv", 0, 1, None, 2, True),
+}
+# functional collective -> recorded op (named like the torch.distributed call it mirrors)
+FUNCOL_OPS = {
+    "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce_coalesced",
+    "broadcast": "broadcast", "all_gather_tensor": "all_gather_into_tensor",
+    "all_gather_single": "all_gather_into_tensor", "all_gather_tensor_autograd": "all_gather_into_tensor",
+    "all_gather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
+    "reduce_scatter_tensor": "reduce_scatter_tensor", "reduce_scatter_single": "reduce_scatter_tensor",
+    "reduce_scatter_tensor_autograd": "reduce_scatter_tensor",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
+    "all_to_all_single": "all_to_all_single", "all_to_all_single_autograd": "all_to_all_single",
+    "permute_tensor": "permute_tensor",
+}
+
+_libs: list = []  # torch.library registrations live as long as these objects
+_installed = False
+
+
+def _nested() -> bool:
+    return threading.get_ident() in wrappers._inside
+
+
+def _work_of(result):
+    """The Work a c10d op returned (alone or as the last item of a tuple), or None."""
+    import torch.distributed as dist
+
+    obj = result[-1] if isinstance(result, tuple) else result
+    try:
+        return dist.distributed_c10d.Work.unbox(obj)
+    except Exception:
+        return None
+
+
+def _complete_on(work, token: int) -> None:
+    try:
+        fut = work.get_future()
+    except Exception:  # backends without futures: count the call done when it returns
+        recorder.record_complete(token)
+        return
+
+    def done(f):
+        try:
+            f.value()
+        except Exception as exc:
+            recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
+            return
+        recorder.record_complete(token)
+
+    fut.add_done_callback(done)
+
+
+def _c10d_kernel(op_name: str, packet):
+    import torch
+    import torch.distributed as dist
+
+    recorded, t_arg, g_arg, ro_arg, root_arg, p2p = C10D_OPS[op_name]
+    below_autograd = torch._C._AutoDispatchBelowAutograd
+    red_names = {int(v): k for k, v in dist.ReduceOp.RedOpType.__members__.items()}
+
+    def kernel(*args, **kwargs):
+        if _nested() or not recorder.enabled():
+            with below_autograd():
+                return packet(*args, **kwargs)
+        token = 0
+        try:
+            group = dist.ProcessGroup.unbox(args[g_arg])
+            ro = red_names.get(args[ro_arg].op()) if ro_arg is not None else None
+            root = args[root_arg] if root_arg is not None else None
+            if root is not None and root >= 0 and group is not dist.GroupMember.WORLD:
+                root = dist.get_global_rank(group, root)  # the ops take group ranks; records hold global ones
+            tensors = args[t_arg] if t_arg is not None else None
+            # This frame, not its caller: on autograd's device threads (DDP's reducer on
+            # CUDA) the kernel is the thread's only Python frame. The recorder skips
+            # hctool's frames and falls back to the main thread's line.
+            token = recorder.record_collective(recorded, group, tensors, reduce_op=ro, root=root,
+                                               async_op=True, frame=sys._getframe())
+        except Exception as exc:
+            recorder.note_failure(exc)
+        try:
+            with below_autograd():
+                result = packet(*args, **kwargs)
+        except BaseException as exc:
+            recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
+            raise
+        if token:
+            work = _work_of(result)
+            if work is None:
+                recorder.record_complete(token)
+            else:
+                _complete_on(work, token)
+        return result
+
+    return kernel
+
+
+def _install_c10d() -> None:
+    import torch
+
+    lib = torch.library.Library("c10d", "IMPL")
+    for name in C10D_OPS:
+        packet = getattr(torch.ops.c10d, name, None)
+        if packet is None or "default" not in packet.overloads():
+            continue  # an op this torch version does not have
+        lib.impl(name, _c10d_kernel(name, packet.default), "Autograd")
+    _libs.append(lib)
+
+
+def _funcol_wrapper(recorded: str, fn):
+    import torch
+    import torch.distributed as dist
+
+    sig = inspect.signature(fn)
+    names = list(sig.parameters)
+    t_name = names[0]
+    ro_name = "reduceOp" if "reduceOp" in names else None
+    root_name = "src" if "src" in names else None
+    from torch.distributed import _functional_collectives as funcol
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        if _nested() or not recorder.enabled() or torch.compiler.is_compiling():
+            return fn(*args, **kwargs)
+        token = 0
+        try:
+            bound = dict(zip(names, args), **kwargs)
+            group = bound.get("group")
+            name = funcol._resolve_group_name(group, bound.get("tag", ""))
+            pg = dist.distributed_c10d._resolve_process_group(name)
+            ro = bound.get(ro_name) if ro_name else None
+            token = recorder.record_collective(recorded, pg, bound.get(t_name),
+                                               reduce_op=str(ro).upper() if ro else None,
+                                               root=bound.get(root_name) if root_name else None,
+                                               async_op=True, frame=sys._getframe())
+        except Exception as exc:
+            recorder.note_failure(exc)
+        ident = threading.get_ident()
+        wrappers._inside.add(ident)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            wrappers._inside.discard(ident)
+        recorder.record_complete(token)
+        return result
+
+    wrapped.__hctool_original__ = fn
+    return wrapped
+
+
+def _install_funcol() -> None:
+    from torch.distributed import _functional_collectives as funcol
+
+    for name, recorded in FUNCOL_OPS.items():
+        fn = getattr(funcol, name, None)
+        if fn is not None and not hasattr(fn, "__hctool_original__"):
+            setattr(funcol, name, _funcol_wrapper(recorded, fn))
+
+
+def install() -> None:
+    """Called once by recorder.patch_torch_distributed; each layer that fails to
+    install says so on stderr and the rest goes on."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    for layer in (_install_c10d, _install_funcol):
+        try:
+            layer()
+        except Exception as exc:
+            sys.stderr.write(f"hctool: capturing C++-issued collectives ({layer.__name__}) failed: "
+                             f"{type(exc).__name__}: {exc}\n")

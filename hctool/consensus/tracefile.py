@@ -1,0 +1,301 @@
+"""The recorder's files and interned names: the per-process state, the side
+table (JSON lines, os.write), the mmap'd ring segments, interning of ops, call
+sites, shapes, reduce ops and threads, and process groups. recorder.py holds
+the hot path that uses them; records.py the format.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import json
+import mmap
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import weakref
+
+from hctool.consensus.records import FORMAT_VERSION, RECORD_SIZE, SEGMENT
+
+STACK_DEPTH = 8
+_HCTOOL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_get_ident = threading.get_ident
+
+
+class _Group:
+    __slots__ = ("id", "key", "ranks", "member", "seq", "pg")
+
+    def __init__(self, gid: int, key: str, ranks: list[int], member: bool, pg) -> None:
+        self.id, self.key, self.ranks, self.member = gid, key, ranks, member
+        self.seq = itertools.count()  # next() is atomic under the GIL
+        # A weak reference: keeping a destroyed group alive until interpreter exit
+        # makes gloo's threads die in the wrong order (std::terminate). When it
+        # goes, its id may be reused: forget the mapping.
+        self.pg = None if pg is None else weakref.ref(pg, lambda _, k=id(pg): _S.groups.pop(k, None))
+
+
+class _State:
+    def __init__(self) -> None:
+        self.trace_dir: str | None = None
+        self.internal: tuple[str, ...] = (_HCTOOL_DIR,)   # torch's folder is added when it is patched
+        self.lock = threading.RLock()
+        self.reset()
+
+    def reset(self) -> None:
+        self.fd: int | None = None      # side table
+        self.ring_fd: int | None = None
+        self.segs: list[mmap.mmap] = []
+        self.slots = itertools.count()
+        self.label_ids = itertools.count(1)
+        self.label_seq = itertools.count()
+        self.rank: int | None = None
+        self.world: _Group | None = None  # the default group
+        self.groups: dict[int, _Group] = {}  # id(pg) -> group
+        self.group_ids = itertools.count(1)   # creation index of new_group (0: the default group)
+        self.group_uids = itertools.count(1)  # the id ring records carry
+        self.interned: dict[str, dict] = {k: {} for k in ("op", "site", "desc", "th", "ro")}
+        self.code_internal: dict = {}
+        self.ro_by_id: dict[int, int] = {}
+        self.keep: list = []  # objects whose id() is part of a key
+        self.error: str | None = None
+        self.dist = None                  # torch.distributed, once imported
+
+
+_S = _State()
+
+
+def enabled() -> bool:
+    return _S.trace_dir is not None
+
+
+# ---------------------------------------------------------------- files
+
+def _open() -> int:
+    with _S.lock:
+        if _S.fd is not None:
+            return _S.fd
+        dist = _S.dist
+        live = dist is not None and dist.is_initialized()
+        rank = str(dist.get_rank()) if live else os.environ.get("RANK")
+        world = str(dist.get_world_size()) if live else os.environ.get("WORLD_SIZE")
+        _S.rank = int(rank) if rank is not None else None
+        os.makedirs(_S.trace_dir, exist_ok=True)
+        base = os.path.join(_S.trace_dir, f"rank{rank if rank is not None else 'X'}-{os.getpid()}")
+        fd = os.open(base + ".jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        header = {"hdr": FORMAT_VERSION, "rank": _S.rank, "world_size": int(world) if world else None,
+                  "pid": os.getpid(), "host": socket.gethostname(), "argv": sys.argv[:20],
+                  "start": time.time(), "mono": time.monotonic(), "record_size": RECORD_SIZE}
+        os.write(fd, (json.dumps(header) + "\n").encode())
+        _S.ring_fd = os.open(base + ".ring", os.O_RDWR | os.O_CREAT, 0o644)
+        _S.fd = fd
+        _register_faulthandler(base + ".stack")
+        atexit.register(_write_end)
+        return fd
+
+
+def _side(record: dict) -> None:
+    """One side-table line; os.write on O_APPEND keeps lines whole."""
+    fd = _S.fd if _S.fd is not None else _open()
+    os.write(fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+
+
+def _grow(index: int) -> mmap.mmap:
+    with _S.lock:
+        while len(_S.segs) <= index:
+            n = len(_S.segs)
+            os.ftruncate(_S.ring_fd, (n + 1) * SEGMENT)
+            _S.segs.append(mmap.mmap(_S.ring_fd, SEGMENT, mmap.MAP_SHARED, offset=n * SEGMENT))
+        return _S.segs[index]
+
+
+def _intern(kind: str, key, make) -> int:
+    """The id of `key` in the side table, writing its value (make()) the first time."""
+    table = _S.interned[kind]
+    with _S.lock:
+        ident = table.get(key)
+        if ident is None:
+            ident = len(table) + 1
+            _side({"i": kind, "id": ident, "v": make()})  # written before any record uses the id
+            table[key] = ident
+        return ident
+
+
+def _after_fork_in_child() -> None:
+    # A forked child (a DataLoader worker) must not write into its parent's ring slots.
+    trace_dir, internal = _S.trace_dir, _S.internal
+    dist = _S.dist
+    _S.lock = threading.RLock()
+    _S.reset()
+    _S.trace_dir, _S.internal, _S.dist = trace_dir, internal, dist
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _register_faulthandler(path: str) -> None:
+    # Fallback for hctool.stacks when ptrace is denied: SIGUSR1 dumps all threads.
+    import faulthandler
+    try:
+        if signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
+            faulthandler.register(signal.SIGUSR1, file=open(path, "w"), all_threads=True)  # noqa: SIM115
+    except (ValueError, OSError, RuntimeError):
+        pass  # not in a state where a handler can be registered; py-spy remains
+
+
+def _write_end() -> None:
+    rec = {"end": 1, "t": time.monotonic()}
+    if _S.error:
+        rec["error"] = _S.error
+    try:
+        _side(rec)
+    except OSError:
+        pass
+
+
+def excepthook(orig):
+    def hook(exc_type, exc, tb):
+        _S.error = f"{exc_type.__name__}: {exc}"[:300]
+        return orig(exc_type, exc, tb)
+    return hook
+
+
+_failed_once = False
+
+
+def note_failure(exc: Exception) -> None:
+    global _failed_once
+    if not _failed_once:
+        _failed_once = True
+        sys.stderr.write(f"hctool: recorder error (recording continues where possible): {type(exc).__name__}: {exc}\n")
+
+
+# ---------------------------------------------------------------- interning what a call is
+
+def _user_frame(frame):
+    """The first frame outside torch and hctool (None if there is none)."""
+    cache = _S.code_internal  # keyed by id(code): hashing a code object hashes its contents (slow)
+    while frame is not None:
+        code = frame.f_code
+        internal = cache.get(id(code))
+        if internal is None:
+            path = code.co_filename
+            internal = path.startswith(_S.internal) or path.startswith("<frozen")
+            cache[id(code)] = internal
+            _S.keep.append(code)  # alive, so its id is never reused
+        if not internal:
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _new_site(frame) -> dict:
+    _S.keep.extend((frame.f_code, frame.f_back and frame.f_back.f_code))  # ids in site keys stay unique
+    return _site_value(frame)
+
+
+def _site_value(frame) -> dict:
+    stack = []
+    f = frame
+    while f is not None and len(stack) < STACK_DEPTH:
+        stack.append(f"{f.f_code.co_filename}:{f.f_lineno} {f.f_code.co_name}")
+        f = f.f_back
+    return {"site": f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}", "fn": frame.f_code.co_name,
+            "stack": stack}
+
+
+def describe(x) -> dict:
+    """{"sh": shapes, "dt": dtypes} of what a rank contributes."""
+    shape = getattr(x, "shape", None)
+    if shape is not None:
+        return {"sh": [list(shape)], "dt": [str(x.dtype).replace("torch.", "")]}
+    if isinstance(x, (list, tuple)):
+        if x and all(hasattr(t, "shape") for t in x):
+            return {"sh": [list(t.shape) for t in x], "dt": [str(t.dtype).replace("torch.", "") for t in x]}
+        return {"sh": [[len(x)]], "dt": ["object"]}
+    return {"sh": [], "dt": []} if x is None else {"sh": [[1]], "dt": ["object"]}
+
+
+def _describe_p2p(ops) -> dict:
+    out = []
+    for p in ops or ():
+        d = describe(p.tensor)
+        out.append(["send" if getattr(p.op, "__name__", "").endswith("send") else "recv", p.peer, d["sh"], d["dt"]])
+    return {"p2p": out}
+
+
+def _desc_id(op: str, x) -> int:
+    shape = getattr(x, "shape", None)
+    if shape is not None:
+        key = (shape, x.dtype)
+    elif op == "batch_isend_irecv":
+        value = _describe_p2p(x)
+        return _intern("desc", json.dumps(value), lambda: value)
+    elif isinstance(x, (list, tuple)):
+        key = tuple((getattr(t, "shape", None), getattr(t, "dtype", None)) for t in x)
+        if any(s is None for s, _ in key):
+            key = ("objects", len(x))
+    else:
+        key = ("none",) if x is None else ("object",)
+    ident = _S.interned["desc"].get(key)
+    return ident if ident is not None else _intern("desc", key, lambda: describe(x))
+
+
+def _reduce_id(ro) -> int:
+    obj = ro
+    try:
+        ident = _S.interned["ro"].get(ro)
+    except TypeError:  # an unhashable ReduceOp (PREMUL_SUM with a factor)
+        ro = str(ro)
+        ident = _S.interned["ro"].get(ro)
+    if ident is None:
+        ident = _intern("ro", ro, lambda: getattr(ro, "name", None) or str(ro).rsplit(".", 1)[-1])
+    if len(_S.ro_by_id) < 64:  # keeps obj alive, so its id is never reused
+        _S.ro_by_id[id(obj)] = ident
+        _S.keep.append(obj)
+    return ident
+
+
+def _thread_id() -> int:
+    ident = _S.interned["th"].get(_get_ident())
+    return ident if ident is not None else _intern("th", _get_ident(), lambda: threading.current_thread().name)
+
+
+# ---------------------------------------------------------------- groups
+
+def register_group(pg, ranks: list[int], default: bool = False) -> _Group:
+    """A group gets an id and a key "<creation index>:[ranks]" (index 0: the default group)."""
+    ranks = sorted(ranks)
+    if _S.fd is None:
+        _open()
+    idx = 0 if default else next(_S.group_ids)
+    key = f"{idx}:" + json.dumps(ranks, separators=(",", ":"))
+    g = _Group(next(_S.group_uids), key, ranks, _S.rank is None or _S.rank in ranks, pg)
+    _side({"grp": key, "idx": idx, "ranks": ranks, "id": g.id})
+    if default:
+        _S.world = g
+        _S.group_ids = itertools.count(1)
+    if pg is not None:
+        _S.groups[id(pg)] = g
+    return g
+
+
+def _group(group) -> _Group | None:
+    dist = _S.dist
+    if dist is None or not dist.is_initialized():
+        return None
+    if _S.world is None:
+        register_group(dist.distributed_c10d._get_default_group(), list(range(dist.get_world_size())), default=True)
+    if group is None:
+        return _S.world
+    g = _S.groups.get(id(group))
+    if g is None:  # created before the recorder was installed, or by a private API
+        ranks = sorted(dist.get_process_group_ranks(group))
+        idx = f"?{getattr(group, 'group_name', id(group))}"
+        key = f"{idx}:" + json.dumps(ranks, separators=(",", ":"))
+        g = _Group(next(_S.group_uids), key, ranks, _S.rank in ranks, group)
+        _side({"grp": g.key, "idx": idx, "ranks": ranks, "id": g.id})
+        _S.groups[id(group)] = g
+    return g

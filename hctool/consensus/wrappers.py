@@ -1,0 +1,219 @@
+"""The Python capture route: wraps the public collectives, p2p calls,
+batch_isend_irecv and object collectives of torch.distributed (and
+distributed_c10d), and the group constructors. Each wrapper calls
+recorder.record_collective / record_complete; calls torch makes inside a
+recorded call (the broadcasts of broadcast_object_list) are not recorded again.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.machinery
+import inspect
+import os
+import sys
+import threading
+import time
+
+from hctool.consensus import recorder
+from hctool.consensus.records import DONE, PER_SEGMENT, RECORD_SIZE, STATE_COMPLETED, T_DONE_OFFSET
+
+COLLECTIVES = (
+    "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
+    "broadcast", "reduce", "gather", "scatter", "all_to_all", "all_to_all_single", "barrier",
+    "monitored_barrier", "broadcast_object_list", "all_gather_object", "gather_object",
+    "scatter_object_list",
+)
+P2P = recorder.P2P
+# The argument that describes what a rank contributes (default: the first parameter).
+_DESCRIBED_ARG = {"all_gather": "tensor", "all_gather_into_tensor": "input_tensor",
+                  "reduce_scatter_tensor": "input", "all_to_all_single": "input",
+                  "all_to_all": "input_tensor_list", "all_gather_object": "object_list",
+                  "gather_object": "obj", "scatter_object_list": "scatter_object_output_list",
+                  "batch_isend_irecv": "p2p_op_list", "barrier": None, "monitored_barrier": None}
+_ROOT_ARGS = ("src", "dst", "group_src", "group_dst")
+_P2P_PEER_ARGS = ("dst", "src", "group_dst", "group_src")
+_inside: set[int] = set()  # threads inside a recorded call (cheaper than a threading.local)
+
+
+def _extractor(op: str, fn):
+    """A function with fn's own signature returning (group, tensors, reduce_op,
+    root, async_op): Python binds the arguments at C speed, defaults included."""
+    params = list(inspect.signature(fn).parameters.values())
+    names = {p.name for p in params}
+    ns: dict = {}
+    text, star = [], False
+    for i, p in enumerate(params):
+        if p.kind is p.VAR_POSITIONAL:
+            text.append("*" + p.name)
+            star = True
+            continue
+        if p.kind is p.VAR_KEYWORD:
+            text.append("**" + p.name)
+            continue
+        if p.kind is p.KEYWORD_ONLY and not star:
+            text.append("*")
+            star = True
+        if p.default is not p.empty:
+            ns[f"_d{i}"] = p.default
+            text.append(f"{p.name}=_d{i}")
+        else:
+            text.append(p.name)
+    described = _DESCRIBED_ARG.get(op, params[0].name if params else None)
+    roots = [n for n in (_P2P_PEER_ARGS if op in P2P else _ROOT_ARGS) if n in names]
+    root = "None"
+    for n in reversed(roots):
+        root = f"({n} if {n} is not None else {root})"
+    group = "group" if "group" in names else "None"
+    if op == "batch_isend_irecv":
+        group = "(p2p_op_list[0].group if p2p_op_list else None)"
+    ro = "op" if "op" in names and op != "batch_isend_irecv" else "None"
+    is_async = "True" if op in ("isend", "irecv") else ("async_op" if "async_op" in names else "False")
+    src = (f"def extract({', '.join(text)}):\n"
+           f"    return {group}, {described if described in names else 'None'}, {ro}, {root}, {is_async}\n")
+    exec(src, ns)  # noqa: S102 - source built from torch's own signature
+    return ns["extract"]
+
+
+def _wrap(op: str, fn):
+    extract = _extractor(op, fn)
+    record, complete = recorder.record_collective, recorder.record_complete
+    state = recorder._S
+    monotonic, get_ident = time.monotonic, threading.get_ident
+
+    @functools.wraps(fn)
+    def recorded(*args, **kwargs):
+        ident = get_ident()
+        if state.trace_dir is None or ident in _inside:
+            return fn(*args, **kwargs)  # nested inside a recorded call: one event per user call
+        try:
+            group, tensors, ro, root, async_op = extract(*args, **kwargs)
+        except TypeError:
+            return fn(*args, **kwargs)  # the call itself is wrong: torch says how
+        token = record(op, group, tensors, reduce_op=ro, root=root, async_op=async_op, frame=sys._getframe(1))
+        _inside.add(ident)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            _inside.discard(ident)
+        if token:  # record_complete, inline: this is the hot path
+            slot = token - 1
+            off = (slot % PER_SEGMENT) * RECORD_SIZE
+            mm = state.segs[slot // PER_SEGMENT]
+            DONE.pack_into(mm, off + T_DONE_OFFSET, monotonic())
+            mm[off + 1] = STATE_COMPLETED
+        return result
+
+    recorded.__hctool_original__ = fn
+    return recorded
+
+
+def _wrap_group_creation(name: str, fn):
+    @functools.wraps(fn)
+    def created(*args, **kwargs):
+        ident = threading.get_ident()
+        nested = ident in _inside
+        _inside.add(ident)  # collectives torch issues while creating a group are not user calls
+        try:
+            result = fn(*args, **kwargs)
+        finally:
+            if not nested:
+                _inside.discard(ident)
+        if recorder._S.trace_dir is None:
+            return result
+        try:
+            dist = recorder._S.dist
+            if name == "init_process_group":
+                pg = dist.distributed_c10d._get_default_group()
+                recorder.register_group(pg, list(range(dist.get_world_size())), default=True)
+                from hctool.consensus import capture_c10d  # C++-issued and functional collectives
+
+                capture_c10d.install()  # here, not at import: torch is fully imported by now
+            else:
+                ranks = kwargs.get("ranks", args[0] if args else None)
+                ranks = list(ranks) if ranks is not None else list(range(dist.get_world_size()))
+                member = result is not None and result is not dist.GroupMember.NON_GROUP_MEMBER
+                recorder.register_group(result if member else None, ranks)
+        except Exception as exc:
+            recorder.note_failure(exc)
+        return result
+
+    created.__hctool_original__ = fn
+    return created
+
+
+def patch_torch_distributed() -> None:
+    import torch.distributed as dist
+
+    if not dist.is_available() or getattr(dist, "__hctool_patched__", False):
+        return
+    recorder._S.dist = dist
+    torch_dir = os.path.dirname(os.path.dirname(os.path.abspath(dist.__file__))) + os.sep
+    recorder._S.internal = (recorder._HCTOOL_DIR, torch_dir)
+    c10d = dist.distributed_c10d
+    for op in COLLECTIVES + tuple(P2P) + ("batch_isend_irecv",):
+        fn = getattr(c10d, op, None)
+        if fn is not None:
+            _install(dist, c10d, op, fn, _wrap(op, fn))
+    for name in ("init_process_group", "new_group"):
+        fn = getattr(c10d, name)
+        _install(dist, c10d, name, fn, _wrap_group_creation(name, fn))
+    _install(dist, c10d, "destroy_process_group", c10d.destroy_process_group, _wrap_destroy(c10d.destroy_process_group))
+    dist.__hctool_patched__ = True
+
+
+def _wrap_destroy(fn):
+    """destroy_process_group() of the default group: this rank issues no more
+    collectives, so it counts as ended clean even if it then hangs in the
+    teardown (NCCL) or exits late (the analyzer reads the `end` record)."""
+    @functools.wraps(fn)
+    def destroy(group=None, *args, **kwargs):
+        if group is None and recorder._S.fd is not None:
+            try:
+                recorder._side({"end": 1, "t": time.monotonic(), "destroy": 1})
+            except Exception as exc:
+                recorder.note_failure(exc)
+        return fn(group, *args, **kwargs)
+
+    destroy.__hctool_original__ = fn
+    return destroy
+
+
+def _install(dist, c10d, name: str, fn, wrapped) -> None:
+    setattr(c10d, name, wrapped)
+    if getattr(dist, name, None) is fn:
+        setattr(dist, name, wrapped)
+
+
+class _PatchOnImport:
+    """Meta-path finder: lets torch.distributed load normally, then patches it."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "torch.distributed":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        real_exec = loader.exec_module
+
+        def exec_module(module):
+            real_exec(module)
+            try:
+                patch_torch_distributed()
+            except Exception as exc:
+                sys.stderr.write(f"hctool: installing the collective recorder failed: {type(exc).__name__}: {exc}\n")
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def install_on_import() -> None:
+    if "torch.distributed" in sys.modules:
+        patch_torch_distributed()
+    else:
+        sys.meta_path.insert(0, _PatchOnImport())

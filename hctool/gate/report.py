@@ -1,0 +1,117 @@
+"""What the gate writes: JUnit XML (the common Ant/Jenkins schema that GitHub's
+and GitLab's test views read), SARIF 2.1.0 (lint's own), GitHub workflow
+annotations and step summary, and a rich table for a terminal."""
+
+from __future__ import annotations
+
+import json
+import socket
+import xml.etree.ElementTree as ET
+from datetime import datetime, timezone
+from pathlib import Path
+
+from hctool import __version__
+from hctool.gate.steps import ERROR, FAILED, PASSED, SKIPPED, StepResult
+
+# XML 1.0 forbids most control characters; a rank's log can hold any byte.
+_XML_BAD = {c: None for c in range(32) if c not in (9, 10, 13)}
+
+
+def _clean(text: str) -> str:
+    return text.translate(_XML_BAD)
+
+
+def write_junit(steps: list[StepResult], path: Path) -> None:
+    stamp = datetime.now(timezone.utc).replace(tzinfo=None, microsecond=0).isoformat()
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    root = ET.Element("testsuites", name="hctool gate")
+    for i, step in enumerate(steps):
+        counts = {"tests": len(step.cases), "failures": sum(c.status == FAILED for c in step.cases),
+                  "errors": sum(c.status == ERROR for c in step.cases),
+                  "skipped": sum(c.status == SKIPPED for c in step.cases)}
+        suite = ET.SubElement(root, "testsuite", name=step.name, id=str(i), package="hctool.gate",
+                              timestamp=stamp, hostname=socket.gethostname(), time=f"{step.seconds:.3f}",
+                              **{k: str(v) for k, v in counts.items()})
+        ET.SubElement(ET.SubElement(suite, "properties"), "property", name="summary", value=_clean(step.summary))
+        for case in step.cases:
+            attrs = {"name": _clean(case.name), "classname": _clean(case.classname), "time": f"{case.seconds:.3f}"}
+            if case.file:
+                attrs["file"] = case.file
+            if case.line:
+                attrs["line"] = str(case.line)
+            tc = ET.SubElement(suite, "testcase", attrs)
+            tag = {FAILED: "failure", ERROR: "error", SKIPPED: "skipped"}.get(case.status)
+            if tag:
+                el = ET.SubElement(tc, tag, message=_clean(case.message[:1000]))
+                if tag != "skipped":
+                    el.set("type", f"hctool.{step.name}")
+                    el.text = _clean(case.text or case.message)
+            elif case.text:
+                ET.SubElement(tc, "system-out").text = _clean(case.text)
+        ET.SubElement(suite, "system-out")
+        ET.SubElement(suite, "system-err")
+        for k in totals:
+            totals[k] += counts[k]
+    root.set("time", f"{sum(s.seconds for s in steps):.3f}")
+    for k, v in totals.items():
+        root.set(k, str(v))
+    ET.indent(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(root).write(path, encoding="UTF-8", xml_declaration=True)
+
+
+def write_sarif(steps: list[StepResult], path: Path) -> None:
+    """Lint's SARIF as it came; without a lint step, a valid empty run (code scanning
+    uploads can then run unconditionally and clear earlier alerts)."""
+    sarif = next((s.sarif for s in steps if s.sarif is not None), None)
+    if sarif is None:
+        sarif = {"version": "2.1.0", "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+                 "runs": [{"tool": {"driver": {"name": "hctool", "version": __version__}}, "results": []}]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(sarif, indent=2) + "\n")
+
+
+def _esc(text: str, prop: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+
+
+def github_annotations(steps: list[StepResult]) -> list[str]:
+    """Workflow commands: one ::error per failed or broken case, at its file and line if known."""
+    lines = []
+    for step in steps:
+        for c in step.cases:
+            if c.status not in (FAILED, ERROR):
+                continue
+            props = [f"title={_esc(f'hctool gate {step.name}: {c.name}', True)}"]
+            if c.file:
+                props.insert(0, f"file={_esc(c.file, True)}")
+                if c.line:
+                    props.insert(1, f"line={c.line}")
+            body = c.message if step.name == "lint" else (c.message + "\n" + c.text).strip()
+            lines.append(f"::error {','.join(props)}::{_esc(body[:4000])}")
+    return lines
+
+
+def markdown_summary(steps: list[StepResult], code: int) -> str:
+    icon = {PASSED: "✅", FAILED: "❌", ERROR: "⚠️", SKIPPED: "➖"}
+    rows = "\n".join(f"| {s.name} | {icon[s.status]} {s.status} | {s.summary} | {s.seconds:.1f} s |" for s in steps)
+    return f"### hctool gate: exit {code}\n\n| step | result | summary | time |\n|---|---|---|---|\n{rows}\n"
+
+
+def print_table(steps: list[StepResult], code: int, console) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    style = {PASSED: "green", FAILED: "red", ERROR: "yellow", SKIPPED: "dim"}
+    table = Table(title=f"hctool gate: exit {code}")
+    for col in ("step", "result", "summary", "time"):
+        table.add_column(col, overflow="fold")
+    for s in steps:
+        table.add_row(s.name, Text(s.status, style[s.status]), Text(s.summary), f"{s.seconds:.1f} s")
+    console.print(table)
+    for s in steps:  # names hold brackets (test ids), so Text, never markup
+        for c in s.cases:
+            if c.status in (FAILED, ERROR):
+                msg = "\n".join(c.message.splitlines()[:4])  # the head names the call sites; the rest is in JUnit
+                console.print(Text.assemble((f"{s.name}: {c.name}", style[c.status]), f"  {msg}"))

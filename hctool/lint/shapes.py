@@ -1,0 +1,148 @@
+"""Values the walker records (sources, symbolic atoms, frames, events) and the small shape tests
+it applies to branches and calls: role branches, group-size guards, mode-selecting arguments."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from hctool.lint import names as N
+
+EMPTY: frozenset = frozenset()
+
+
+@dataclass(frozen=True, order=True)
+class Src:
+    """Where a rank-local value comes from; kind: "clock" (wall clock), "id" (rank id; "id-local": a bare
+    `rank`, which is not stored into fields), "rank" (local state: event polls, free counts, IO)."""
+
+    kind: str
+    what: str
+    path: str
+    line: int
+    hops: int = field(default=0, compare=False)  # function results / fields it crossed (project.py)
+
+
+@dataclass(frozen=True)
+class CallAtom:  # pass 1: "the result of this call", solved in project.py
+    ref: tuple
+    args: frozenset
+
+
+@dataclass(frozen=True)
+class AttrAtom:  # pass 1: "field NAME of an object of type SPECS", tainted if that class family assigns it one
+    specs: frozenset
+    name: str
+
+
+@dataclass(frozen=True)
+class ParamAtom:  # pass 1: "parameter NAME of constructor KEY": whatever its callers pass for it
+    key: str
+    name: str
+
+
+@dataclass(frozen=True)
+class FnAtom:  # pass 1: "the return value of function KEY" (properties)
+    key: str
+
+
+@dataclass(eq=False)
+class Frame:
+    kind: str  # "if" (also match/ifexp/assert), "short" (and/or), "except", "loop"
+    line: int
+    taint: frozenset
+    balanced: bool = False  # every arm issues the same collective sequence
+
+
+@dataclass
+class Collective:
+    pos: int
+    line: int
+    end_line: int
+    col: int
+    name: str
+    chain: tuple  # hops (path, line, message) from this call down to the real collective
+    stack: tuple
+    op: str = ""  # the real collective's family (all_reduce, broadcast, ...): arms are compared by it
+    group: str = ""  # the `group=` argument's text when visible here
+
+
+@dataclass
+class Exit:
+    pos: int
+    kind: str  # break, continue, return, raise
+    line: int
+    stack: tuple
+
+
+@dataclass
+class ModuleInfo:
+    path: str
+    modname: str
+    imports: dict
+    local_defs: frozenset
+    collectives: frozenset = frozenset()
+    rank_local: frozenset = frozenset()
+    uniform: frozenset = frozenset()
+
+
+def _matches(entries: frozenset, last: str, qual: str | None) -> bool:
+    if last in entries:
+        return True
+    return qual is not None and any(qual == e or qual.endswith("." + e) for e in entries if "." in e)
+
+
+def _implicit(taint: frozenset) -> frozenset:
+    """What a condition passes on to values assigned under it. Not rank ids: `if self.rank in
+    ranks: self.world_size = len(ranks)` builds group state that is uniform within the group."""
+    return frozenset(a for a in taint if not (isinstance(a, Src) and a.kind.startswith("id")))
+
+
+def _truthy_args(call: ast.Call) -> frozenset:
+    """Arguments passed as truthy constants (`write_back=True`): they can select a mode."""
+    out = {("pos", i) for i, a in enumerate(call.args) if isinstance(a, ast.Constant) and a.value}
+    out |= {("kw", k.arg) for k in call.keywords if k.arg and isinstance(k.value, ast.Constant) and k.value.value}
+    return frozenset(out)
+
+
+def _mode_exit(fn) -> tuple | None:
+    """`if write_back: ...; return` at the top of a function, with no collective in that arm:
+    a call passing write_back=True never reaches the function's collectives. (param, position)."""
+    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    offset = 1 if params and params[0] in ("self", "cls") else 0
+    for s in fn.body:
+        if isinstance(s, ast.If) and isinstance(s.test, ast.Name) and s.body and isinstance(s.body[-1], ast.Return):
+            name = s.test.id
+            if any(isinstance(n, ast.Call) and (N.dotted(n.func) or "").rsplit(".", 1)[-1] in N.COLLECTIVE_NAMES
+                   for n in ast.walk(s)):
+                return None
+            if name in params:
+                return (name, params.index(name) - offset)
+            if name in [a.arg for a in fn.args.kwonlyargs]:
+                return (name, -1)
+    return None
+
+
+def _size_guard(test) -> bool:
+    """A condition on a group size or on torch.distributed being set up."""
+    for n in ast.walk(test):
+        name = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else None
+        if name and (N.is_group_size(name) or name in ("is_initialized", "get_world_size")):
+            return True
+    return False
+
+
+def _role_branch(frame: Frame, seqs: list) -> bool:
+    """`if rank == src: <send side> else: <receive side>`: arms on a rank id that issue the same
+    kinds of collectives are the two roles of one collective, however each arm is nested."""
+    if not frame.taint or any(not (isinstance(a, Src) and a.kind.startswith("id")) for a in frame.taint):
+        return False
+    kinds = [{c.op for c in seq} for seq in seqs]
+    return bool(kinds[0]) and all(k == kinds[0] for k in kinds)
+
+
+def _same_ops(a: list, b: list) -> bool:
+    """Arms are equivalent when they issue the same collectives (by op family, and by group
+    where both name one): fused vs plain all-reduce, or root vs non-root of one broadcast."""
+    return len(a) == len(b) and all(x.op == y.op and (not x.group or not y.group or x.group == y.group)
+                                    for x, y in zip(a, b))

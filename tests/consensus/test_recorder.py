@@ -1,0 +1,43 @@
+"""The recorder for real: a rank process writes its binary trace through the
+injected sitecustomize, is SIGKILLed, and the trace still holds every call."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from hctool.consensus import analyze_dir
+from hctool.consensus.trace import TraceDirReader
+from hctool.procs import inject_env, torchrun_env
+from tests.consensus.helpers import PROGRAMS, site
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_trace_survives_sigkill_with_every_field(tmp_path, no_leftover_processes):
+    trace = tmp_path / "trace"
+    env = inject_env(dict(os.environ, **torchrun_env(0, 1, "127.0.0.1", 0)), TRACE_DIR=str(trace))
+    proc = subprocess.run([sys.executable, str(PROGRAMS / "killed_world1.py")], env=env, capture_output=True,
+                          text=True, timeout=90)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    events = TraceDirReader(str(trace), strict=True).poll()
+    got = [(e["op"], e["g"], e["sh"], e["dt"], e["ro"], e["root"], e["site"], e["state"], e["async"], e["th"])
+           for e in events]
+    prog = "killed_world1.py"
+    loop = ("all_reduce", "0:[0]", [[3]], ["float32"], "MAX", None, site(prog, "loop"), "completed", False,
+            "MainThread")
+    assert got == [loop, loop, loop,
+                   ("broadcast", "0:[0]", [[3]], ["float32"], None, 0, site(prog, "bcast"), "completed", False,
+                    "MainThread"),
+                   ("all_reduce", "1:[0]", [[3]], ["float32"], "SUM", None, site(prog, "async"), "completed", True,
+                    "MainThread"),
+                   ("reduce_scatter_tensor", "0:[0]", [[2]], ["int64"], None, None, site(prog, "frame"),
+                    "completed", False, "helper")]
+    assert all(e["t"] <= e["t_done"] for e in events)
+    report = analyze_dir(trace)
+    assert report["verdict"] == "crashed"  # no end record, no exit code: it was killed
+    assert report["counts"] == {"0": {"all_reduce": 4, "broadcast": 1, "reduce_scatter_tensor": 1}}

@@ -1,0 +1,43 @@
+"""This repository's own multi-rank tests, on real ranks through the pytest plugin
+(@pytest.mark.world_size). `.ci/run` runs them in `hctool gate`; `pytest -m slow`
+runs them too."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.world_size(2)
+def test_engine_tp2_logits_equal_tp1(rank, world_size, group):
+    from tests.engine_tp_worker import ModelConfig, TinyTransformer, compute_cases
+
+    torch.set_num_threads(1)
+    cpu = torch.device("cpu")
+    tp2 = compute_cases(TinyTransformer(ModelConfig(), rank, world_size, cpu, group=group), cpu)
+    tp1 = compute_cases(TinyTransformer(ModelConfig(), 0, 1, cpu), cpu)
+    for name, want in tp1.items():
+        torch.testing.assert_close(tp2[name], want, rtol=1e-4, atol=1e-4, msg=lambda m: f"case {name}: {m}")
+
+
+@pytest.mark.world_size(2)
+def test_recorder_is_on_and_labels_agree(rank, group):
+    import torch.distributed as dist
+
+    from hctool.consensus import assert_same, rank_consensus, recorder
+
+    assert recorder.enabled()  # the plugin injected it: every collective here is checked across ranks
+
+    @rank_consensus(same_params=True, same_results=True)
+    def plan(batch: list[int]) -> int:
+        return sum(batch)
+
+    objs = [{"batch": [1, 2, 3]} if rank == 0 else None]
+    dist.broadcast_object_list(objs, src=0, group=group)
+    assert plan(objs[0]["batch"]) == 6
+    assert_same("plan", objs[0])
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    assert t.item() == 2.0
