@@ -22,6 +22,14 @@ STORAGE_BACKENDS = ("file",)
 DISAGG_MODES = ("null", "prefill", "decode")
 RESTORE_GATES = ("event", "slot")
 DECODE_POLLS = ("queue", "fixed")
+# Incident behaviours (docs/repros.md): the fixed behaviour first, it is the default.
+PREFETCH_REAPS = ("agreed", "local")
+UNTRACKED_POLLS = ("join", "skip")
+ACK_CHECKS = ("packed", "per-queue", "skip-empty")
+LRU_CLOCKS = ("logical", "wall")
+LOAD_BACK_CAPACITIES = ("logical", "local")
+TIMEOUT_DECISIONS = ("rank0", "local")
+HIT_SYNCS = ("count", "mask")
 
 
 def _opt(default, help: str, choices=None):
@@ -78,6 +86,15 @@ class ServerArgs:
     prefetch_timeout_max: float = _opt(10.0, "timeout policy: upper bound in seconds")
     prefetch_threshold: int = _opt(64, "least number of storage tokens worth a prefetch")
     prefetch_vote: str = _opt("per-tick", "how ranks agree a prefetch may end: per-poll (SGLang #30760), bulk (#33029), per-tick", PREFETCH_VOTES)
+    prefetch_reap: str = _opt("agreed", "when a prefetch whose pages all arrived ends: at an agreed vote, or on the spot on this rank (local: the SGLang #38268 family)", PREFETCH_REAPS)
+    prefetch_untracked_poll: str = _opt("join", "per-poll/bulk poll of a rid without a live prefetch here: join the vote with a neutral contribution, or return early (skip: SGLang #38268)", UNTRACKED_POLLS)
+    hicache_ack_check: str = _opt("packed", "agreeing on finished copies: one packed MIN per tick, a MIN per queue (per-queue: SGLang #26923), or per queue and skipped when the local queue is empty (skip-empty: #26921)", ACK_CHECKS)
+    lru_clock: str = _opt("logical", "eviction order: a replicated logical clock, or each rank's wall clock (wall: the CP shared-KV fork)", LRU_CLOCKS)
+    load_back_capacity: str = _opt("logical", "whether a host hit is loaded back: decided on the logical free count every rank shares, or on this rank's free-now count (local: SGLang #33442)", LOAD_BACK_CAPACITIES)
+    req_waiting_timeout: float = _opt(0.0, "abort a request that waited longer than this many seconds (0: never; SGLANG_REQ_WAITING_TIMEOUT)")
+    waiting_timeout_decision: str = _opt("rank0", "who decides a waiting timeout: rank 0, sent to every rank with the next tick's requests, or each rank by its own clock (local: SGLang #27221)", TIMEOUT_DECISIONS)
+    storage_hit_sync: str = _opt("count", "how the prefetch thread agrees on a storage hit: MIN of the count, or MIN of a per-page mask sized by this rank's own hit (mask: SGLang #39267)", HIT_SYNCS)
+    state_digest: bool = _opt(False, "fold a digest of the replicated state into the per-tick MIN sync: every rank stops at the first tick it differs")
     dist_timeout: float = _opt(600.0, "torch.distributed group timeout in seconds")
     run_dir: str = _opt("", "directory for logs, traces and default storage")
     disaggregation_mode: str = _opt("null", "PD role of this server: null (plain TP), prefill or decode", DISAGG_MODES)
@@ -117,7 +134,11 @@ class ServerArgs:
                               ("hicache_storage_prefetch_policy", PREFETCH_POLICIES),
                               ("prefetch_vote", PREFETCH_VOTES), ("device", ("cpu", "cuda")),
                               ("disaggregation_mode", DISAGG_MODES), ("decode_restore_gate", RESTORE_GATES),
-                              ("decode_poll", DECODE_POLLS), ("debug_break", DEBUG_BREAKS)):
+                              ("decode_poll", DECODE_POLLS), ("debug_break", DEBUG_BREAKS),
+                              ("prefetch_reap", PREFETCH_REAPS), ("prefetch_untracked_poll", UNTRACKED_POLLS),
+                              ("hicache_ack_check", ACK_CHECKS), ("lru_clock", LRU_CLOCKS),
+                              ("load_back_capacity", LOAD_BACK_CAPACITIES),
+                              ("waiting_timeout_decision", TIMEOUT_DECISIONS), ("storage_hit_sync", HIT_SYNCS)):
             if getattr(self, name) not in allowed:
                 problems.append(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}")
         if self.hicache_storage_backend not in (None, *STORAGE_BACKENDS):
@@ -130,6 +151,10 @@ class ServerArgs:
             problems.append("--disaggregation-transfer-timeout must be positive")
         if not 0 <= self.disaggregation_bootstrap_port < 65536:
             problems.append("--disaggregation-bootstrap-port must be a port number")
+        if not self.req_waiting_timeout >= 0:
+            problems.append("--req-waiting-timeout must be a non-negative number of seconds")
+        if self.state_digest and not self.enable_hierarchical_cache:
+            problems.append("--state-digest needs --enable-hierarchical-cache (it rides HiCache's per-tick sync)")
         if problems:
             raise ValueError("; ".join(problems))
 

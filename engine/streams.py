@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import queue
+import random
 import threading
 import time
 from typing import Callable
@@ -151,8 +152,19 @@ class TimedEvent:
 
 
 # Stream delays and free delays set by fault injection (hctool/inject/faults.py)
-# before the engine builds its streams; keys: "h2d", "d2h", "free".
+# (hctool/inject/fault_hooks.py DELAY_KEYS names every key the engine reads).
 FAULT_DELAYS_MS: dict[str, float] = {}
+
+
+clock = time  # what wall_clock() reads; hctool's clock-skew/clock-jump faults swap in a skewed one
+
+
+def wall_clock() -> float:
+    """This rank's wall clock (time.time()), as read by wall-clock bookkeeping. Faults:
+    clock-jitter adds up to +-N ms of noise per reading; clock-skew and clock-jump
+    replace `clock` on the faulted rank (hctool/inject/fault_hooks.py)."""
+    jitter = FAULT_DELAYS_MS.get("clock_jitter", 0.0)
+    return clock.time() + (random.uniform(-jitter, jitter) / 1000.0 if jitter else 0.0)
 
 
 def make_stream(name: str, device: torch.device):

@@ -76,6 +76,13 @@ class FlushCacheReqInput:
 
 
 @dataclass
+class AbortReq:
+    """Rank 0's decision to drop a waiting request, sent to every rank with the requests."""
+    rid: str
+    message: str
+
+
+@dataclass
 class ShutdownReq:
     """The frontend is gone (rank 0's connection closed): every rank stops."""
 

@@ -29,6 +29,7 @@ class Req:
     generator: torch.Generator | None = None
     finished: bool = False
     bootstrap_room: int | None = None  # PD: where this request's KV travels
+    wait_start: float = 0.0         # this rank's wall clock when the request was queued
 
     @classmethod
     def from_input(cls, msg: TokenizedGenerateReqInput) -> Req:

@@ -18,14 +18,17 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from engine import streams
 from engine.managers.collectives import TickCollectives
-from engine.managers.io_struct import (FlushCacheReqInput, FlushCacheReqOutput, GenerateReqOutput, MetricsOutput,
-                                       ShutdownReq, TokenizedGenerateReqInput)
+from engine.managers.io_struct import (AbortReq, ErrorOutput, FlushCacheReqInput, FlushCacheReqOutput,
+                                       GenerateReqOutput, MetricsOutput, ShutdownReq, TokenizedGenerateReqInput)
 from engine.managers.schedule_batch import Req
 from engine.managers.scheduler_decode import DecodeManager
 from engine.managers.scheduler_io import SchedulerIO
 from engine.managers.scheduler_prefill import PrefillManager
 from engine.managers.scheduler_resources import ReqResources, TokenCounters
+from engine.managers.state_digest import StateDigest
+from engine.mem_cache.hiradix_cache import StateDiverged
 from engine.mem_cache.cache_factory import create_tree_cache
 from engine.model_executor.model_runner import ModelRunner
 from engine.server_args import ServerArgs
@@ -55,6 +58,8 @@ class Scheduler:
         elif args.disaggregation_mode == "decode":
             from engine.disaggregation.decode import DecodeQueues
             self.disagg_decode = DecodeQueues(self)
+        self.state_digest = StateDigest(args.run_dir, tp_rank) if args.state_digest else None
+        self.aborting: set[str] = set()  # rank 0: rids whose abort it has sent
         self.check_integrity_each_tick = os.environ.get("HCTOOL_CHECK_INTEGRITY") == "1"
         self.did_work = True
         self.ticks = 0
@@ -69,7 +74,8 @@ class Scheduler:
             if not self.process_input_requests(msgs):
                 return
             self.ticks += 1
-            self.tree_cache.check_hicache_events()                       # agree (cache events)
+            self.abort_on_waiting_timeout()
+            self.check_hicache_events()                                  # agree (cache events)
             if self.disagg_decode is not None:
                 self.disagg_decode.process_decode_queue()                # PD: prealloc, agreed poll
             batch = None if self._debug_stop_admitting() else self.prefill.get_new_batch_prefill(  # schedule
@@ -89,7 +95,9 @@ class Scheduler:
         for msg in msgs:
             if isinstance(msg, ShutdownReq):
                 return False
-            if isinstance(msg, FlushCacheReqInput):
+            if isinstance(msg, AbortReq):
+                self.abort_waiting(msg.rid, msg.message)
+            elif isinstance(msg, FlushCacheReqInput):
                 self.io.send(self.flush_cache(msg))
             elif isinstance(msg, TokenizedGenerateReqInput):
                 add = self.disagg_decode.add_request if self.disagg_decode is not None else self.prefill.add_request
@@ -97,6 +105,43 @@ class Scheduler:
                 if error is not None:
                     self.io.send(error)
         return True
+
+    def abort_on_waiting_timeout(self) -> None:
+        """SGLang's _abort_on_waiting_timeout (--req-waiting-timeout). local, SGLang
+        #27221: each rank reads its own clock and drops requests from its waiting queue
+        now; a request near the deadline is dropped on one rank a tick before another,
+        and the ranks admit different batches. rank0 (#27164): rank 0 decides and sends
+        the rids with the next tick's broadcast, so every rank drops them in one tick."""
+        limit, local = self.args.req_waiting_timeout, self.args.waiting_timeout_decision == "local"
+        if limit <= 0 or not (local or self.tp_rank == 0):
+            return
+        now = streams.wall_clock()
+        for req in [r for r in self.prefill.waiting_queue if now - r.wait_start > limit and r.rid not in self.aborting]:
+            message = f"waited longer than --req-waiting-timeout {limit:g} s"
+            if local:
+                self.abort_waiting(req.rid, message)
+            else:
+                self.aborting.add(req.rid)
+                self.io.decisions.append(AbortReq(req.rid, message))
+
+    def abort_waiting(self, rid: str, message: str) -> None:
+        """Mutates: drops a waiting request (it holds no pages) and answers 408."""
+        self.aborting.discard(rid)
+        kept = [r for r in self.prefill.waiting_queue if r.rid != rid]
+        if len(kept) < len(self.prefill.waiting_queue):
+            self.prefill.waiting_queue = kept
+            self.io.send(ErrorOutput(rid, 408, message))
+
+    def check_hicache_events(self) -> None:
+        if self.state_digest is None:
+            self.tree_cache.check_hicache_events()
+            return
+        d = self.state_digest.digest(self.prefill.waiting_queue, self.decode.running, self.tree_cache)
+        try:
+            self.tree_cache.check_hicache_events(d)
+        except StateDiverged as exc:  # every rank is here in the same tick
+            path = self.state_digest.dump(self.ticks)
+            raise StateDiverged(f"{exc} at tick {self.ticks}; this rank's state record: {path}") from None
 
     # -- run -----------------------------------------------------------------------------
     def run_prefill(self, batch: list[Req]) -> bool:

@@ -19,6 +19,7 @@ class SchedulerIO:
         self.recv_from_frontend, self.send_to_frontend = recv_from_frontend, send_to_frontend
         self.outputs: list = []
         self.last_metrics: dict | None = None
+        self.decisions: list = []  # rank 0's own messages for every rank (AbortReq)
 
     def recv_requests(self, idle: bool, did_work: bool) -> list:
         """Every rank, every tick: the frontend's messages in rank 0's order."""
@@ -26,6 +27,8 @@ class SchedulerIO:
         if self.tp_rank == 0 and self.recv_from_frontend is not None:
             # Block briefly when idle; spin when the last tick did work.
             msgs = self.recv_from_frontend(0.05 if idle else (0.0 if did_work else 0.005))
+        if self.tp_rank == 0 and self.decisions:
+            msgs, self.decisions = self.decisions + msgs, []
         return self.sync.broadcast_reqs(msgs)
 
     def send(self, out) -> None:

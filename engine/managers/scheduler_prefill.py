@@ -12,6 +12,7 @@ it, per-tick inside `check_hicache_events`.
 
 from __future__ import annotations
 
+from engine import streams
 from engine.managers.collectives import TickCollectives
 from engine.managers.io_struct import ErrorOutput, TokenizedGenerateReqInput
 from engine.managers.schedule_batch import Req
@@ -36,6 +37,7 @@ class PrefillManager:
         if error:
             return ErrorOutput(msg.rid, 400, error)
         req = Req.from_input(msg)
+        req.wait_start = streams.wall_clock()
         self.waiting_queue.append(req)
         self.tree_cache.prefetch_kvcache(req.rid, req.input_ids[:-1])
         return None

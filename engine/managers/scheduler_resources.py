@@ -39,7 +39,7 @@ class ReqResources:
         fill = req.fill_ids
         m = tree.match_prefix(fill[:-1])
         prefix_pages, last, host_tokens = list(m.device_pages), m.last_device_node, 0
-        if m.host_hit_length:
+        if m.host_hit_length and tree.should_load_back(last, ceil_pages(len(fill), p) - len(prefix_pages)):
             loaded = tree.init_load_back(m.last_host_node, ceil_pages(len(fill), p) - len(prefix_pages)
                                          - m.host_hit_length // p)
             if loaded is None:

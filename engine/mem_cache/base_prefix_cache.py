@@ -47,13 +47,18 @@ class BasePrefixCache(ABC):
         """Mutates: everything. Callers ensure no request is running or waiting."""
 
     # -- HiCache hooks (no-ops without the host tier) ----------------------------------
-    def check_hicache_events(self) -> None:
-        """Once per tick on every rank: apply the agreed copy / IO completions."""
+    def check_hicache_events(self, state_digest: int = 0) -> None:
+        """Once per tick on every rank: apply the agreed copy / IO completions (and
+        agree on the scheduler's state digest, --state-digest)."""
 
     def init_load_back(self, last_host_node, extra_pages: int = 0):
         """Load a host-only prefix back to L1; a cache without a host tier never
         reports a host hit, so this is never reached there."""
         raise NotImplementedError(f"{type(self).__name__} has no host tier")
+
+    def should_load_back(self, device_node, pages: int) -> bool:
+        """Whether a host hit of `pages` (plus the request's own) is loaded back."""
+        return True
 
     def ready_to_load_host_cache(self) -> Callable[[int], None] | None:
         """Start the queued load-backs; returns the forward's per-layer wait, if any."""

@@ -12,6 +12,7 @@ import os
 
 import torch
 
+from engine import streams
 from engine.mem_cache.base_prefix_cache import BasePrefixCache
 from engine.mem_cache.hicache_page import writer_identity
 from engine.mem_cache.hicache_storage import HiCacheFile, StorageIO
@@ -23,15 +24,19 @@ from engine.server_args import ServerArgs
 
 def host_pool_pages(args: ServerArgs, device_pool: KVPool) -> int:
     if args.hicache_size > 0:
-        return max(1, int(args.hicache_size * 1e9) // device_pool.page_bytes())
-    return int(args.max_total_tokens // args.page_size * args.hicache_ratio)
+        pages = max(1, int(args.hicache_size * 1e9) // device_pool.page_bytes())
+    else:
+        pages = int(args.max_total_tokens // args.page_size * args.hicache_ratio)
+    # Fault host-pool-shrink: this rank's pinned pool came out smaller (a rank-local resource).
+    return max(1, pages - int(streams.FAULT_DELAYS_MS.get("host_pool_shrink", 0)))
 
 
 def create_tree_cache(args: ServerArgs, allocator: PagedAllocator, device_pool: KVPool, tp_cpu_group,
                       io_group, tp_rank: int, tp_size: int, device: torch.device) -> BasePrefixCache:
     p, cfg = args.page_size, args.model
     if not args.enable_hierarchical_cache or args.decode_radix_disabled:
-        return RadixCache(p, allocator, disable=args.disable_radix_cache or args.decode_radix_disabled)
+        return RadixCache(p, allocator, disable=args.disable_radix_cache or args.decode_radix_disabled,
+                          lru_clock=args.lru_clock)
     host_pages = host_pool_pages(args, device_pool)
     host_pool = KVPool(host_pages, p, cfg.num_layers, cfg.num_heads // tp_size, cfg.head_dim, torch.device("cpu"),
                        pin_memory=device.type == "cuda")
@@ -40,6 +45,7 @@ def create_tree_cache(args: ServerArgs, allocator: PagedAllocator, device_pool: 
         directory = args.hicache_storage_dir or os.path.join(args.run_dir or ".", "storage")
         shape = (2, cfg.num_layers, p, cfg.num_heads // tp_size, cfg.head_dim)
         identity = writer_identity(dataclasses.asdict(cfg), "float32", p, tp_size, tp_rank, shape)
-        storage_io = StorageIO(HiCacheFile(directory, tp_rank, tp_size, identity), host_pool, io_group, p)
+        storage_io = StorageIO(HiCacheFile(directory, tp_rank, tp_size, identity), host_pool, io_group, p,
+                               args.storage_hit_sync)
     return HiRadixCache(args, allocator, device_pool, host_pool, PagedAllocator(host_pages, p, "host"), tp_cpu_group,
                         device, storage_io)

@@ -58,13 +58,17 @@ class HiCacheFile(HiCacheStorage):
         return self.dir / f"{key}{self.suffix}"
 
     def batch_exists(self, keys: list[str]) -> int:
+        n = len(keys)
         for i, key in enumerate(keys):
             try:
                 if not self._path(key).is_file():
-                    return i
+                    n = i
+                    break
             except OSError:
-                return i
-        return len(keys)
+                n = i
+                break
+        # Fault storage-miss: this rank's store lost its last N pages of every prefix.
+        return max(0, n - int(streams.FAULT_DELAYS_MS.get("storage_miss", 0)))
 
     def batch_get(self, keys: list[str], host_pool: KVPool, host_pages: list[int]) -> int:
         delay = streams.FAULT_DELAYS_MS.get("storage", 0.0)
@@ -160,8 +164,10 @@ class StorageIO:
     hit with a MIN all_reduce on its own gloo group, in queue order, so every rank
     fetches the same number of pages; how far it gets in time is rank-local."""
 
-    def __init__(self, backend: HiCacheStorage, host_pool: KVPool, io_group, page_size: int):
+    def __init__(self, backend: HiCacheStorage, host_pool: KVPool, io_group, page_size: int,
+                 hit_sync: str = "count"):
         self.backend, self.host_pool, self.io_group, self.page_size = backend, host_pool, io_group, page_size
+        self.hit_sync = hit_sync
         self.prefetch_queue: queue.Queue = queue.Queue()
         self.backup_queue: queue.Queue = queue.Queue()
         self.ack_backup_queue: deque[BackupOperation] = deque()
@@ -192,11 +198,7 @@ class StorageIO:
             op = self.prefetch_queue.get()
             if op is None:
                 return
-            hit = torch.tensor([self.backend.batch_exists(op.hashes)], dtype=torch.int64)
-            # Every operation gets this vote on every rank, terminated or not, so the
-            # IO group's sequence of collectives stays identical.
-            dist.all_reduce(hit, op=dist.ReduceOp.MIN, group=self.io_group)
-            pages = int(hit.item())
+            pages = self._sync_storage_hit_count(self.backend.batch_exists(op.hashes))
             for i in range(pages):
                 if op.terminate_flag.is_set():
                     break
@@ -204,6 +206,21 @@ class StorageIO:
                     break
                 op.completed_tokens += self.page_size
             op.done.set()
+
+    def _sync_storage_hit_count(self, local_hit: int) -> int:
+        """Pages every rank fetches: the MIN of each rank's storage hit. Every operation
+        gets this vote on every rank, terminated or not, so the IO group's sequence of
+        collectives stays identical. hit_sync count (the fix, SGLang #39267): one
+        fixed-size MIN of the count. mask (pre-fix): a per-page hit mask MIN-reduced,
+        sized by this rank's own hit count - a rank whose storage answers differently
+        sends a tensor of another size, and gloo aborts ("4368 vs 2832" upstream)."""
+        if self.hit_sync == "mask":
+            mask = torch.ones(local_hit, dtype=torch.int64)
+            dist.all_reduce(mask, op=dist.ReduceOp.MIN, group=self.io_group)
+            return int(mask.sum().item())
+        hit = torch.tensor([local_hit], dtype=torch.int64)
+        dist.all_reduce(hit, op=dist.ReduceOp.MIN, group=self.io_group)
+        return int(hit.item())
 
     def backup_thread_func(self) -> None:
         while True:

@@ -28,13 +28,19 @@ from engine.mem_cache.memory_pool import KVPool, PagedAllocator
 from engine.mem_cache.radix_cache import RadixCache, TreeNode, chain_hashes
 from engine.mem_cache.hicache_storage import BackupOperation, PrefetchOperation, StorageIO
 
+NO_BOUND = 2**62  # a neutral MIN contribution
+
+
+class StateDiverged(RuntimeError):
+    """--state-digest: the replicated state differs across ranks (raised on every rank)."""
+
 
 class HiRadixCache(RadixCache):
     def __init__(self, args: ServerArgs, allocator: PagedAllocator, device_pool: KVPool,
                  host_pool: KVPool, host_allocator: PagedAllocator, tp_cpu_group, device: torch.device,
                  storage_io: StorageIO | None = None):
         self.host_allocator = host_allocator
-        super().__init__(args.page_size, allocator)
+        super().__init__(args.page_size, allocator, lru_clock=args.lru_clock)
         self.args = args
         self.tp_cpu_group = tp_cpu_group
         self.cache_controller = HiCacheController(device_pool, host_pool, device)
@@ -43,6 +49,8 @@ class HiRadixCache(RadixCache):
         self.storage_io = storage_io
         self.storage_writes_enabled = storage_io is not None
         self.prefetched_tokens: dict[str, int] = {}  # rid -> tokens its prefetch inserted
+        self.ack_check = args.hicache_ack_check
+        self._bulk_ready: dict[str, bool] = {}  # bulk: this tick's agreed verdicts
 
     # -- host tier ------------------------------------------------------------------
     def inc_host_ref(self, node: TreeNode) -> None:
@@ -161,6 +169,23 @@ class HiRadixCache(RadixCache):
         self.cache_controller.load([p for n in chain for p in n.host_value], pages[:load_pages], last_host_node)
         return chain, pages[load_pages:]
 
+    def should_load_back(self, device_node: TreeNode, pages: int) -> bool:
+        """Load a host hit back, or compute it again? logical (the fix, SGLang #33442):
+        always try - init_load_back evicts and allocates on the logical free count,
+        which every rank shares. local (pre-fix): evict for room (on the logical
+        count, so every rank evicts the same nodes), then load back only if the pages
+        are free *now* on this rank. Frees behind a copy arrive per rank, so one rank
+        loads the prefix back and another computes it again: the forward's sizes differ."""
+        if self.args.load_back_capacity == "logical":
+            return True
+        need = pages * self.page_size
+        self.inc_lock_ref(device_node)  # the matched device prefix must survive the eviction
+        short = need - self.allocator.logical_available_size()
+        if short > 0:
+            self.evict(short)
+        self.dec_lock_ref(device_node)
+        return self.allocator.available_size() >= need
+
     def ready_to_load_host_cache(self) -> Callable[[int], None] | None:
         consumer = self.cache_controller.start_loading()
         if consumer < 0:
@@ -169,16 +194,6 @@ class HiRadixCache(RadixCache):
         return lambda layer: counter.wait_until(consumer, layer)
 
     # -- PD decode local restore (engine/disaggregation/decode_hicache_mixin.py) ------
-    def loading_check(self) -> None:
-        """SGLang's loading_check: a MIN all_reduce of the finished load-backs, then
-        every rank reaps that many acks. Only `--decode-restore-gate event` calls it."""
-        _, loads = self.cache_controller.ready_counts()
-        t = torch.tensor([loads], dtype=torch.int64)
-        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
-        for ack in self.cache_controller.pop_acks("load", int(t.item())):
-            for node in ack.nodes:
-                self.dec_host_ref(node)
-
     def is_load_back_event_done(self, consumer_index: int) -> bool:
         """Whether the load-back in `consumer_index`'s slot finished on this rank.
         event (pre-fix, SGLang #29483): when it did, enter loading_check() - a TP
@@ -203,24 +218,33 @@ class HiRadixCache(RadixCache):
         h = hashlib.blake2b("\0".join(self.ongoing_prefetch).encode(), digest_size=7)
         return int.from_bytes(h.digest(), "little")  # < 2**56, so -d fits int64
 
-    def check_hicache_events(self) -> None:
+    def check_hicache_events(self, state_digest: int = 0) -> None:
         """Once per tick on every rank: one packed MIN all_reduce of the ready counts
         (write acks, load acks, storage backups), of [d, -d] for a digest d of the
-        live prefetch set, of an IO-healthy flag, a storage-writes-ok flag and the
-        negated count of damaged L3 pages; then every rank pops the same number of
-        acks and turns L3 writes off in the same tick, or every rank raises."""
+        live prefetch set (per-tick vote) and for the scheduler's replicated-state
+        digest (--state-digest), of an IO-healthy flag, a storage-writes-ok flag and
+        the negated count of damaged L3 pages; then every rank pops the same number
+        of acks and turns L3 writes off in the same tick, or every rank raises."""
         c = self.cache_controller
-        d = self._prefetch_set_digest()
+        d = self._prefetch_set_digest() if self.prefetch_vote == "per-tick" else 0
+        sd = state_digest
         backups = self.storage_io.backup_ready_count() if self.storage_io else 0
         s = self.storage_io  # its flags and counts are rank-local: agreed below
         io_ok, writes_ok = int(s is None or s.error is None), int(s is None or s.write_error is None)
         corrupt = s.backend.corrupt_pages if s else 0
         writes, loads = c.ready_counts()
-        counts = torch.tensor([writes, loads, backups, d, -d, io_ok, writes_ok, -corrupt], dtype=torch.int64)
+        if self.ack_check != "packed":  # SGLang's shape: one MIN per queue, then the rest
+            writes, loads = self.writing_check(writes), self.loading_check(loads)
+        counts = torch.tensor(([writes, loads] if self.ack_check == "packed" else [])
+                              + [backups, d, -d, sd, -sd, io_ok, writes_ok, -corrupt], dtype=torch.int64)
         dist.all_reduce(counts, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
-        writes, loads, backups, dmin, neg_dmax, all_io_ok, all_writes_ok, neg_corrupt = map(int, counts.tolist())
+        *acks, backups, dmin, neg_dmax, sd_min, neg_sd_max, all_io_ok, all_writes_ok, neg_corrupt = map(
+            int, counts.tolist())
+        writes, loads = acks if acks else (writes, loads)
         if not all_io_ok:  # every rank raises in the same tick, none is left in a collective
             raise RuntimeError(f"HiCache storage IO thread failed on some rank (here: {self.storage_io.error!r})")
+        if sd_min != -neg_sd_max:
+            raise StateDiverged(f"replicated state differs across ranks (local digest {sd:x})")
         self.storage_corrupt_pages = -neg_corrupt
         if not all_writes_ok and self.storage_writes_enabled:  # the same tick on every rank
             self.storage_writes_enabled = False
@@ -239,8 +263,40 @@ class HiRadixCache(RadixCache):
         if self.storage_io is not None:
             for op in self.storage_io.pop_backups(backups):
                 self.dec_host_ref(op.node)
+        if self.args.prefetch_reap == "local":
+            self._reap_completed_prefetches()
         if self.prefetch_vote == "per-tick" and self.ongoing_prefetch:
             self._vote_all_prefetches()
+
+    def writing_check(self, ready: int) -> int:
+        """MIN of the ready write acks (hicache_ack_check per-queue / skip-empty).
+        skip-empty, SGLang before #26923/#27489: "all ranks have the same
+        ongoing_write_through, can skip sync if empty" - but a rank whose host
+        allocation failed has queued nothing, returns here, and its peers enter the
+        all_reduce alone."""
+        if self.ack_check == "skip-empty" and not self.cache_controller.ack_write_queue:
+            return 0
+        return self._min(ready)
+
+    def loading_check(self, ready: int | None = None) -> int:
+        """MIN of the ready load acks. From check_hicache_events (per-queue, skip-empty)
+        it returns the agreed count, which the caller pops; skip-empty returns early as
+        writing_check does. Called alone (SGLang's shape; only `--decode-restore-gate
+        event` does) it counts this rank's ready acks and reaps the agreed number."""
+        if ready is not None:
+            if self.ack_check == "skip-empty" and not self.cache_controller.ack_load_queue:
+                return 0
+            return self._min(ready)
+        loads = self._min(self.cache_controller.ready_counts()[1])
+        for ack in self.cache_controller.pop_acks("load", loads):
+            for node in ack.nodes:
+                self.dec_host_ref(node)
+        return loads
+
+    def _min(self, value: int) -> int:
+        t = torch.tensor([value], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
+        return int(t.item())
 
     def _finish_write(self, node: TreeNode, event) -> None:
         # A node split while its copy ran shares the event with its upper part.
@@ -298,34 +354,50 @@ class HiRadixCache(RadixCache):
     def check_prefetch_progress(self, rid: str) -> bool:
         """May request `rid` be admitted? per-poll: votes right here, once per call
         (the shape of SGLang #30760: called per waiting request inside the admission
-        loop, whose exit is rank-local). Other variants decided before the loop."""
+        loop, whose exit is rank-local). Other variants decided before the loop.
+        A rid this rank has no live prefetch for: prefetch_untracked_poll skip returns
+        early (SGLang #38268: peers that still track it vote alone); join votes with a
+        neutral contribution (nothing to wait for, no bound on the completed count)."""
         op = self.ongoing_prefetch.get(rid)
         if op is None:
-            return True
+            if self.args.prefetch_untracked_poll == "skip":
+                return True
+            return self._vote_prefetch(None)
         return self._vote_prefetch(op)
 
     def prefetch_ready(self, rid: str) -> bool:
-        """Read-only poll for the bulk and per-tick variants."""
+        """Read-only poll for the bulk and per-tick variants (bulk: this tick's verdict)."""
+        if rid in self._bulk_ready:
+            return self._bulk_ready[rid]
         return rid not in self.ongoing_prefetch
 
     def check_prefetch_progress_bulk(self, rids: list[str]) -> None:
-        """bulk (SGLang #33029): vote for every prefetching request of the broadcast
-        waiting queue, once per tick, before the admission loop."""
-        for rid in rids:
-            op = self.ongoing_prefetch.get(rid)
-            if op is not None:
-                self._vote_prefetch(op)
+        """bulk (SGLang #33029): poll every request of the broadcast waiting queue,
+        once per tick, before the admission loop; the loop reads the verdicts."""
+        self._bulk_ready = {rid: self.check_prefetch_progress(rid) for rid in rids}
 
-    def _vote_prefetch(self, op: PrefetchOperation) -> bool:
-        state = torch.tensor([int(not self.can_terminate_prefetch(op)), int(op.terminate_flag.is_set())],
-                             dtype=torch.int64)
+    def _reap_completed_prefetches(self) -> None:
+        """prefetch_reap=local (pre-fix): a prefetch whose IO thread has fetched every
+        page is finished at once, without a vote - nothing seems left to agree on. But
+        "at once" is this rank's IO timing, so for a while the rid is live on a slow
+        rank and gone on a fast one."""
+        for op in [op for op in self.ongoing_prefetch.values() if op.done.is_set()]:
+            self._finish_prefetch(op, op.completed_tokens)
+
+    def _vote_prefetch(self, op: PrefetchOperation | None) -> bool:
+        """MAX vote on [not terminable, terminated], then MIN of the completed tokens;
+        op None is the neutral contribution of a rank with no live prefetch."""
+        mine = [0, 0] if op is None else [int(not self.can_terminate_prefetch(op)), int(op.terminate_flag.is_set())]
+        state = torch.tensor(mine, dtype=torch.int64)
         dist.all_reduce(state, op=dist.ReduceOp.MAX, group=self.tp_cpu_group)
         if int(state[0]) > 0:
             return False
-        op.terminate()
-        completed = torch.tensor([op.completed_tokens], dtype=torch.int64)
+        if op is not None:
+            op.terminate()
+        completed = torch.tensor([NO_BOUND if op is None else op.completed_tokens], dtype=torch.int64)
         dist.all_reduce(completed, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
-        self._finish_prefetch(op, int(completed.item()))
+        if op is not None:
+            self._finish_prefetch(op, int(completed.item()))
         return True
 
     def _vote_all_prefetches(self) -> None:
@@ -364,7 +436,7 @@ class HiRadixCache(RadixCache):
             child = node.children.get(rest[:p])
             if child is None:
                 leaf = TreeNode(node, rest, None, hashes[done // p:])
-                leaf.host_value, leaf.backuped, leaf.last_access = host_pages[done // p:], True, self.clock
+                leaf.host_value, leaf.backuped, leaf.last_access = host_pages[done // p:], True, self._stamp()
                 node.children[rest[:p]] = leaf
                 return host_pages[: done // p]
             n = self._common_len(child.key, rest)

@@ -15,6 +15,7 @@ import heapq
 import itertools
 from typing import NamedTuple
 
+from engine import streams
 from engine.mem_cache.base_prefix_cache import BasePrefixCache
 
 _node_ids = itertools.count()
@@ -70,12 +71,13 @@ class InsertResult(NamedTuple):
 
 
 class RadixCache(BasePrefixCache):
-    def __init__(self, page_size: int, allocator, disable: bool = False):
+    def __init__(self, page_size: int, allocator, disable: bool = False, lru_clock: str = "logical"):
         super().__init__()
         self.page_size = page_size
         self.allocator = allocator
         self.disable = disable
         self.clock = 0
+        self.lru_clock = lru_clock
         self.reset()
 
     # -- reads ----------------------------------------------------------------------
@@ -139,7 +141,7 @@ class RadixCache(BasePrefixCache):
 
     def match_prefix(self, key) -> MatchResult:
         """Mutates: splits nodes at the match boundary, advances access times."""
-        self.clock += 1
+        now = self._advance_clock()
         key = self._aligned(key)
         node, pages, last_dev, last_host, host_len = self.root, [], self.root, self.root, 0
         if self.disable:
@@ -159,7 +161,7 @@ class RadixCache(BasePrefixCache):
                 last_host = child
             else:
                 break  # its host copy is still being written: not usable yet
-            child.last_access = self.clock
+            child.last_access = now
             node, key = child, key[n:]
         return MatchResult(pages, last_dev, last_host, host_len)
 
@@ -168,7 +170,7 @@ class RadixCache(BasePrefixCache):
         KV is not on the device yet, taking device pages from `pages`. Pages at
         positions the tree already holds on the device under other page numbers are
         returned as duplicates for the caller to free."""
-        self.clock += 1
+        now = self._advance_clock()
         key = self._aligned(key)
         pages = pages[: len(key) // self.page_size]
         if self.disable:
@@ -180,7 +182,7 @@ class RadixCache(BasePrefixCache):
             if child is None:
                 prev = node.hash_value[-1] if node.hash_value else ""
                 leaf = TreeNode(node, rest, pages[at:], chain_hashes(prev, rest, self.page_size))
-                leaf.last_access, leaf.hit_count = self.clock, 1
+                leaf.last_access, leaf.hit_count = now, 1
                 node.children[rest[: self.page_size]] = leaf
                 new_nodes.append(leaf)
                 break
@@ -193,10 +195,21 @@ class RadixCache(BasePrefixCache):
                 new_nodes.append(child)
             else:
                 dup.extend(p for p, q in zip(mine, child.value) if p != q)
-            child.last_access = self.clock
+            child.last_access = now
             child.hit_count += 1
             node, done = child, done + n
         return InsertResult(dup, new_nodes)
+
+    def _advance_clock(self) -> float:
+        """The access stamp of one match or insert: the logical clock, advanced by the
+        replicated schedule; or (lru_clock=wall, the pre-fix behaviour of a CP HiCache
+        fork) this rank's wall clock, whose readings order accesses differently on
+        ranks whose clocks are off."""
+        self.clock += 1
+        return self._stamp()
+
+    def _stamp(self) -> float:
+        return self.clock if self.lru_clock == "logical" else streams.wall_clock()
 
     def alloc_pages(self, num_pages: int) -> list[int] | None:
         """Mutates: the device allocator, and the tree when it must evict. Eviction is

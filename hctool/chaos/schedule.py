@@ -30,7 +30,8 @@ DEFAULT_KINDS = ("h2d-sleep", "d2h-sleep", "free-delay", "storage-latency", "sto
                  "storage-partial", "clock-skew", "clock-jump", "rank-pause", "request-burst", "request-cancel")
 MAGNITUDE = {"h2d-sleep": (5, 200), "d2h-sleep": (5, 200), "free-delay": (20, 600), "storage-latency": (5, 120),
              "storage-timeout": (50, 1500), "clock-skew": (50, 500), "clock-jump": (500, 8000),
-             "rank-pause": (100, 2000), "request-cancel": (50, 500)}
+             "rank-pause": (100, 2000), "request-cancel": (50, 500),
+             "clock-jitter": (5, 100), "host-pool-shrink": (1, 4), "storage-miss": (1, 4)}  # the last two: pages
 COUNTS = {"request-burst": (2, 12), "request-cancel": (1, 6)}
 # The bug class is decisions made from rank-local timing, so faults that make
 # one rank's copies, frees or storage slower than its peers' are drawn more often.

@@ -38,14 +38,22 @@ def _catalogue(dirs: list[Path]):
         raise UsageError(str(exc), "fix the scenario file, see docs/repros.md") from None
 
 
+def _rate(measured: dict | None) -> str:
+    if not measured:
+        return "-"
+    return f"{measured['as_expected']}/{measured['runs']}" + (f" ({measured['date']})" if measured["date"] else "")
+
+
 @app.command("list")
 def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON only."),
              catalogue: list[Path] = CatalogueOpt) -> None:
-    """List the incidents in the catalogue."""
-    entries = [{"id": s.id, "title": s.title, "upstream": s.upstream, "topology": {"prefill_tp": s.prefill_tp, "decode_tp": s.tp} if s.pd else {"tp": s.tp},
+    """List the incidents: id, title, upstream refs, topology, variants and the last measured rate of each."""
+    entries = [{"id": s.id, "title": s.title, "upstream": s.upstream,
+                "topology": {"prefill_tp": s.prefill_tp, "decode_tp": s.tp} if s.pd else {"tp": s.tp},
                 "faults": list(s.faults),
-                "variants": [{"name": v.name, "expected": list(v.expected), "description": v.description}
-                             for v in s.variants], "path": str(s.path)}
+                "variants": [{"name": v.name, "expected": list(v.expected), "description": v.description,
+                              "mechanism": v.mechanism.describe() if v.mechanism else None,
+                              "measured": v.measured} for v in s.variants], "path": str(s.path)}
                for s in _catalogue(catalogue).values()]
     if as_json:
         print(json.dumps(entries, indent=2))
@@ -53,14 +61,36 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON only
     from rich.console import Console
     from rich.table import Table
     table = Table()
-    for col in ("id", "title", "upstream", "TP", "variants (expected)"):
+    for col in ("id", "title", "upstream", "TP", "variants: expected [measured]"):
         table.add_column(col, overflow="fold")
     for e in entries:
         up = e["upstream"]
         refs = " ".join([f"#{i}" for i in up.get("issues", [])] + [f"PR #{p}" for p in up.get("prs", [])])
         table.add_row(e["id"], e["title"], f"{up.get('project', '')} {refs}".strip(), _topology_cell(e["topology"]),
-                      "\n".join(f"{v['name']}: {' | '.join(v['expected'])}" for v in e["variants"]))
+                      "\n".join(f"{v['name']}: {' | '.join(v['expected'])} [{_rate(v['measured'])}]"
+                                for v in e["variants"]))
     Console().print(table)
+
+
+def _parse_shard(text: str) -> tuple[int, int]:
+    i, _, n = text.partition("/")
+    try:
+        i, n = int(i), int(n)
+    except ValueError:
+        i = n = 0
+    if not 1 <= i <= n:
+        raise UsageError(f"--shard {text!r} must be i/N with 1 <= i <= N", "e.g. --shard 1/4")
+    return i, n
+
+
+def shard_ids(ids: list[str], shard: tuple[int, int]) -> list[str]:
+    """Deterministic split: the sorted ids, every N-th starting at i (no coordinator)."""
+    i, n = shard
+    return sorted(ids)[i - 1::n]
+
+
+RunsOpt = typer.Option(1, "--runs", min=1, help="Repeat every variant K times and count the reproductions.")
+TimeoutOpt = typer.Option(None, "--timeout", help="Seconds a variant's workload may take (default: the scenario's).")
 
 
 @app.command("run")
@@ -70,13 +100,12 @@ def run_cmd(
     tp: int = typer.Option(None, "--tp", help="Tensor-parallel ranks (default: the scenario's)."),
     as_json: bool = typer.Option(False, "--json", help="Print only the JSON report on stdout."),
     artifacts: Path = typer.Option(None, "--artifacts", help="Run directory (default ./hctool-runs/repro-ID-TIME)."),
-    timeout: float = typer.Option(None, "--timeout", help="Seconds a variant's workload may take (default: the scenario's)."),
-    runs: int = typer.Option(1, "--runs", min=1, help="Repeat every variant K times and count the reproductions."),
+    timeout: float = TimeoutOpt,
+    runs: int = RunsOpt,
     catalogue: list[Path] = CatalogueOpt,
 ) -> None:
     """Run every variant (or the chosen ones) of one incident; exit 0 iff each verdict is an expected one."""
     from hctool.procs import sigterm_as_interrupt
-    from hctool.repro.harness import HarnessOptions, ReproHarness
 
     scenarios = _catalogue(catalogue)
     if incident not in scenarios:
@@ -88,12 +117,10 @@ def run_cmd(
         raise UsageError(f"incident {incident} has no variant {unknown[0]!r}", f"variants: {', '.join(names)}")
     if tp is not None and (tp < 1 or scenario.server_args(scenario.variants[0]).model.num_heads % tp):
         raise UsageError(f"--tp {tp} must be a positive divisor of the model's heads", "try --tp 1, 2 or 4")
-    chosen = [scenario.variant(n) for n in (variant or names)]
     root = artifacts or Path("hctool-runs") / f"repro-{incident}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     print(f"repro {incident}: artifacts in {root}", file=sys.stderr)
-    harness = ReproHarness(scenario, HarnessOptions(artifacts=root, tp=tp, runs=runs, timeout=timeout))
     with sigterm_as_interrupt():
-        result = harness.run(chosen)
+        result = _run(scenario, [scenario.variant(n) for n in (variant or names)], root, tp, runs, timeout)
     if as_json:
         print(json.dumps(result, indent=2))
     else:
@@ -103,6 +130,70 @@ def run_cmd(
 
 def _topology_cell(t: dict) -> str:
     return f"PD: prefill TP{t['prefill_tp']} + decode TP{t['decode_tp']}" if "decode_tp" in t else str(t["tp"])
+
+
+@app.command("all")
+def all_cmd(
+    shard: str = typer.Option("1/1", "--shard", help="i/N: run this machine's share of the incidents."),
+    as_json: bool = typer.Option(False, "--json", help="Print only the JSON report on stdout."),
+    artifacts: Path = typer.Option(None, "--artifacts", help="Run directory (default ./hctool-runs/repro-all-TIME)."),
+    timeout: float = TimeoutOpt,
+    runs: int = RunsOpt,
+    catalogue: list[Path] = CatalogueOpt,
+) -> None:
+    """Run every incident of the catalogue (or one shard of it) and print one table; exit 0 iff all as expected."""
+    from hctool.procs import sigterm_as_interrupt
+
+    part = _parse_shard(shard)
+    scenarios = _catalogue(catalogue)
+    ids = shard_ids(list(scenarios), part)
+    root = artifacts or Path("hctool-runs") / f"repro-all-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    print(f"repro all (shard {part[0]}/{part[1]}: {', '.join(ids) or 'nothing'}): artifacts in {root}", file=sys.stderr)
+    results = []
+    with sigterm_as_interrupt():
+        for sid in ids:
+            s = scenarios[sid]
+            results.append(_run(s, list(s.variants), root / sid, None, runs, timeout))
+    ok = all(v["ok"] for r in results for v in r["variants"])
+    if as_json:
+        print(json.dumps({"shard": f"{part[0]}/{part[1]}", "ok": ok, "incidents": results}, indent=2))
+    else:
+        _render_all(results, root)
+    raise typer.Exit(0 if ok else 1)
+
+
+def _run(scenario, variants, root: Path, tp, runs: int, timeout) -> dict:
+    from hctool.repro.harness import HarnessOptions, ReproHarness
+    harness = ReproHarness(scenario, HarnessOptions(artifacts=root, tp=tp, runs=runs, timeout=timeout))
+    return harness.run(variants)
+
+
+def _verdict_cell(v: dict) -> str:
+    return v["verdict"] if "runs" not in v else f"{v['verdict']} ({v['ok_runs']}/{v['runs']} as expected)"
+
+
+def _mechanism_cell(v: dict) -> str:
+    m = v.get("mechanism")
+    if not m:
+        return "-"
+    return ("seen" if m["seen"] else "NOT seen") + "\n" + "\n".join(m["evidence"])
+
+
+def _render_all(results: list[dict], root: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    table = Table(title="hctool repro all")
+    for col in ("incident", "variant", "expected", "verdict", "ok", "mechanism", "requests", "seconds"):
+        table.add_column(col, overflow="fold")
+    for r in results:
+        for v in r["variants"]:
+            req = v["requests"]
+            table.add_row(r["id"], v["name"], " | ".join(v["expected"]), _verdict_cell(v), "yes" if v["ok"] else "NO",
+                          _mechanism_cell(v), f"{req['succeeded']}/{req['sent']}", f"{v['seconds']:.1f}",
+                          style=None if v["ok"] else "red")
+    console.print(table)
+    console.print(f"artifacts: {root}")
 
 
 def _site_cell(fd: dict | None) -> str:
@@ -123,16 +214,21 @@ def _render(result: dict) -> None:
     console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(Text(f"{result['id']}: {result['title']}", style="bold"))
     table = Table()
-    for col in ("variant", "expected", "verdict", "ok", "requests", "seconds", "first divergence"):
+    for col in ("variant", "expected", "verdict", "ok", "mechanism", "requests", "seconds", "first divergence"):
         table.add_column(col, overflow="fold")
     for v in result["variants"]:
-        verdict = v["verdict"] if "runs" not in v else f"{v['verdict']} ({v['ok_runs']}/{v['runs']} as expected)"
         req = v["requests"]
-        table.add_row(v["name"], " | ".join(v["expected"]), verdict, "yes" if v["ok"] else "NO",
-                      f"{req['succeeded']}/{req['sent']}", f"{v['seconds']:.1f}", _site_cell(v["first_divergence"]),
-                      style=None if v["ok"] else "red")
+        table.add_row(v["name"], " | ".join(v["expected"]), _verdict_cell(v), "yes" if v["ok"] else "NO",
+                      _mechanism_cell(v), f"{req['succeeded']}/{req['sent']}", f"{v['seconds']:.1f}",
+                      _site_cell(v["first_divergence"]), style=None if v["ok"] else "red")
     console.print(table)
     for v in result["variants"]:
+        sd = v.get("state_divergence")
+        if sd:
+            console.print(Text(f"\n{v['name']}: replicated state first differs in {sd['field']} at tick {sd['tick']}"
+                               f" (differing: {', '.join(sd['differing_fields'])})", style="bold"))
+            for rank, value in sd["ranks"].items():
+                console.print(f"  rank {rank}: {value}")
         if v["first_divergence"] or v["stacks"]:
             console.print(Text(f"\n{v['name']}: {v['verdict']}: {v.get('reason', '')}", style="bold"))
             report = {"verdict": v["verdict"], "world_size": len(v["first_divergence"]["ranks"]) if v["first_divergence"] else 0,

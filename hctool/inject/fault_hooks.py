@@ -19,11 +19,14 @@ import time
 from hctool.inject.faults import Fault, when_imported
 
 DELAY_KEYS = {"h2d-sleep": "h2d", "d2h-sleep": "d2h", "free-delay": "free", "storage-latency": "storage",
-              "kv-send-delay": "kv_send", "kv-drop": "kv_drop", "bootstrap-delay": "bootstrap"}
+              "kv-send-delay": "kv_send", "kv-drop": "kv_drop", "bootstrap-delay": "bootstrap",
+              "clock-jitter": "clock_jitter", "host-pool-shrink": "host_pool_shrink", "storage-miss": "storage_miss"}
 # Where the engine keeps each part.
 STREAMS = ("engine.streams",)
 STORAGE = ("engine.mem_cache.hicache_storage",)
-CLOCK_USERS = ("engine.mem_cache.hiradix_cache", "engine.mem_cache.hicache_storage")
+# Module -> the attribute through which it reads the clock (streams.wall_clock() reads `clock`).
+CLOCK_USERS = {"engine.mem_cache.hiradix_cache": "time", "engine.mem_cache.hicache_storage": "time",
+               "engine.streams": "clock"}
 
 
 class FaultClock:
@@ -76,8 +79,8 @@ class LiveDelays(dict):
 
 
 class SkewedTime:
-    """The `time` module as the engine's timeout checks see it: monotonic() gains
-    the active skew and jumps (never goes back)."""
+    """The `time` module as the engine's clock readers see it: monotonic() and time()
+    gain the active skew and jumps (never go back)."""
 
     def __init__(self, clock: FaultClock, faults: list[Fault]):
         self.clock, self.faults = clock, faults
@@ -95,6 +98,9 @@ class SkewedTime:
 
     def monotonic(self) -> float:
         return time.monotonic() + self.offset()
+
+    def time(self) -> float:
+        return time.time() + self.offset()
 
     def __getattr__(self, name):
         return getattr(time, name)
@@ -142,6 +148,6 @@ def install(faults: list[Fault], rank: int) -> None:
     skews = [f for f in faults if f.kind in ("clock-skew", "clock-jump")]
     if skews:
         shim = SkewedTime(clock, skews)
-        for name in CLOCK_USERS:
-            when_imported(name, lambda mod: setattr(mod, "time", shim) if hasattr(mod, "time") else None)
+        for name, attr in CLOCK_USERS.items():
+            when_imported(name, lambda mod, attr=attr: setattr(mod, attr, shim) if hasattr(mod, attr) else None)
     print(f"hctool: rank {rank}: faults {'; '.join(f.spec() for f in faults)}", file=sys.stderr, flush=True)

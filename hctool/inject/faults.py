@@ -11,7 +11,7 @@ Text form: `KIND:key=value,...`, e.g. `h2d-sleep:rank=1,ms=30` or
 `target=rank:K`), `target=all|one|rank:K` (default all), `ms` (magnitude),
 `p` (probability per operation, default 1), `start_s` and `duration_s` (the
 active window, seconds after the workload starts; no duration: until the
-heal), `n` (requests, for bursts and cancellations), `role=prefill|decode` (in a
+heal), `pages` (the magnitude of host-pool-shrink and storage-miss), `n` (requests, for bursts and cancellations), `role=prefill|decode` (in a
 PD topology, the side; each side numbers its ranks from 0, e.g.
 `h2d-sleep:role=decode,rank=1,ms=30`). In-rank kinds travel to
 the ranks as HCTOOL_FAULTS (';'-joined) and are applied by fault_hooks.py;
@@ -38,6 +38,9 @@ IN_RANK = {
     "storage-partial": "an L3 existence query reports only half of the pages",
     "clock-skew": "the rank's engine clock gains ms per second while active",
     "clock-jump": "the rank's engine clock jumps ms ahead when the fault starts",
+    "clock-jitter": "each wall-clock reading on the rank is off by up to +-ms",
+    "host-pool-shrink": "the rank's host (L2) pool comes out pages=N pages smaller",
+    "storage-miss": "the rank's L3 existence queries report pages=N fewer pages",
     "kv-send-delay": "PD prefill rank: each KV push starts ms later",
     "kv-drop": "PD prefill rank: its KV parts are never sent",
     "bootstrap-delay": "PD decode rank: each bootstrap registration is ms late",
@@ -50,7 +53,9 @@ CONTROLLER = {
 }
 FAULT_KINDS = {**IN_RANK, **CONTROLLER}
 NEEDS_MS = {"h2d-sleep", "d2h-sleep", "free-delay", "storage-latency", "storage-timeout", "clock-skew",
-            "clock-jump", "rank-pause", "request-cancel", "kv-send-delay", "bootstrap-delay"}
+            "clock-jump", "rank-pause", "request-cancel", "kv-send-delay", "bootstrap-delay", "clock-jitter",
+            "host-pool-shrink", "storage-miss"}
+BY_PAGES = {"host-pool-shrink", "storage-miss"}  # magnitude written pages=N; held in ms
 NEEDS_N = {"request-burst", "request-cancel"}
 PER_RANK = set(IN_RANK) | {"rank-pause", "rank-kill"}   # kinds a target applies to
 _KEYS = ("rank", "target", "ms", "p", "start_s", "duration_s", "n", "role")
@@ -92,7 +97,7 @@ class Fault:
         parts = [] if self.role is None else [f"role={self.role}"]
         parts += [] if self.target == "all" else [f"rank={self.rank}" if self.rank is not None else "target=one"]
         if self.ms or self.kind in NEEDS_MS:
-            parts.append(f"ms={self.ms:g}")
+            parts.append(f"{'pages' if self.kind in BY_PAGES else 'ms'}={self.ms:g}")
         for key, default in (("p", 1.0), ("start_s", 0.0), ("duration_s", None), ("n", 0)):
             value = getattr(self, key)
             if value != default:
@@ -109,7 +114,8 @@ class Fault:
         unknown = set(d) - set(_KEYS) - {"kind"}
         if unknown or "kind" not in d:
             raise ValueError(f"bad fault {d!r}: needs kind; known keys: {', '.join(_KEYS)}")
-        return parse_fault(f"{d['kind']}:" + ",".join(f"{k}={v}" for k, v in d.items()
+        unit = "pages" if d["kind"] in BY_PAGES else "ms"
+        return parse_fault(f"{d['kind']}:" + ",".join(f"{unit if k == 'ms' else k}={v}" for k, v in d.items()
                                                      if k != "kind" and v is not None))
 
     def applies_to(self, rank: int, role: str | None = None) -> bool:
@@ -124,6 +130,11 @@ class Fault:
 
     def active(self, t: float) -> bool:
         return self.start_s <= t and (self.duration_s is None or t < self.start_s + self.duration_s)
+
+
+def _keys(kind: str) -> tuple[str, ...]:
+    """The text form's keys; a page-count kind writes its magnitude pages=N (kept in .ms)."""
+    return tuple("pages" if k == "ms" and kind in BY_PAGES else k for k in _KEYS)
 
 
 def _int(text: str, what: str) -> int:
@@ -141,13 +152,13 @@ def parse_fault(spec: str) -> Fault:
     values: dict = {}
     for item in filter(None, params.split(",")):
         key, eq, value = item.partition("=")
-        if not eq or key not in _KEYS:
-            raise ValueError(f"bad parameter {item!r} in {spec!r}; keys: {', '.join(_KEYS)}")
-        values[key] = value.strip()
+        if not eq or key not in _keys(kind):
+            raise ValueError(f"bad parameter {item!r} in {spec!r}; keys: {', '.join(_keys(kind))}")
+        values["ms" if key == "pages" else key] = value.strip()
     if kind == "kv-drop":  # no magnitude: any positive value means "drop"
         values.setdefault("ms", "1")
     if kind in NEEDS_MS and "ms" not in values:
-        raise ValueError(f"fault {spec!r} needs ms=N")
+        raise ValueError(f"fault {spec!r} needs {'pages' if kind in BY_PAGES else 'ms'}=N")
     if kind in NEEDS_N and "n" not in values:
         raise ValueError(f"fault {spec!r} needs n=N")
     try:

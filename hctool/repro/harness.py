@@ -23,7 +23,9 @@ from engine.server_args import ServerArgs
 from hctool.consensus import analyze_dir
 from hctool.consensus.live import LiveWatcher
 from hctool.launch import PDTopology, Topology
+from hctool.repro.mechanism import check_mechanism
 from hctool.repro.scenario import Scenario, Variant
+from hctool.repro.state import find_state_divergence
 from hctool.repro.verdict import Observation, derive_verdict
 from hctool.repro.workload import WorkloadDriver, build_prompts, run_to_completion
 from hctool.stacks import dump_stacks
@@ -71,7 +73,8 @@ class ReproHarness:
                 requests.post(f"{url}/flush_cache", timeout=self.s.deadline).raise_for_status()  # waits for backups
                 topo.shutdown()
         ref_args = dataclasses.replace(first, enable_hierarchical_cache=False, hicache_storage_backend=None,
-                                       disable_radix_cache=True, run_dir="", debug_break="",
+                                       disable_radix_cache=True, run_dir="", debug_break="", state_digest=False,
+                                       req_waiting_timeout=0.0,
                                        max_total_tokens=max(first.max_total_tokens, 16384))
         log("reference: answering every prompt without any cache")
         with Topology(ref_args, self.root / "reference") as topo:
@@ -130,19 +133,33 @@ class ReproHarness:
                 driver.stop()
                 codes = topo.rank_exit_codes()
         final = analyze_dir(traces, exit_codes=codes, stacks=stacks)
-        obs = Observation(outcome, death, live, final, driver.sent, driver.succeeded, self._outputs_match(driver))
+        obs = Observation(outcome, death, live, final, driver.sent, driver.succeeded, self._outputs_match(driver),
+                          driver.aborted)
         verdict, reason = derive_verdict(obs)
         if hooks:
             hooks.finished(obs, driver, topo, codes)
         per_round = [b - a for a, b in zip([0, *load_back], load_back)]
-        ok = verdict in variant.expected
+        first = _first_divergence(outcome, live, final)
+        state = find_state_divergence(vdir / "state")  # written by ranks run with --state-digest
+        ok, mechanism = verdict in variant.expected, None
         if ok and verdict == "healthy" and self.s.require_load_back and not all(x > 0 for x in per_round[1:]):
             ok, reason = False, f"{reason}; but decode L2 load-backs per round were {per_round} (want > 0 after round 1)"
+        if variant.mechanism is not None:  # `ok` means THIS bug, not any failure
+            seen, evidence = check_mechanism(variant.mechanism, first, state, obs.outputs_match)
+            after = final.get("first_divergence")
+            if not seen and after and after != first:
+                # The live check reports the first mismatch it sees, which can be a consequence in
+                # another group; the post-run analysis of every trace is the other finding.
+                seen, more = check_mechanism(variant.mechanism, after, state, obs.outputs_match)
+                evidence += [f"post-run trace analysis: {e}" for e in more]
+            mechanism = {"declared": variant.mechanism.describe(), "seen": seen, "evidence": evidence}
+            if ok and not seen:
+                reason += "; but not by the declared mechanism"
+            ok = ok and seen
         report = {"name": variant.name, "expected": list(variant.expected), "verdict": verdict,
                   "ok": ok, "seconds": round(time.monotonic() - t0, 2), "load_back_tokens_by_round": per_round,
-                  "requests": driver.counts(), "reason": reason,
-                  "first_divergence": _first_divergence(outcome, live, final),
-                  "stacks": stacks or final.get("stacks") or {}, "artifacts": str(vdir)}
+                  "requests": driver.counts(), "reason": reason, "mechanism": mechanism, "state_divergence": state,
+                  "first_divergence": first, "stacks": stacks or final.get("stacks") or {}, "artifacts": str(vdir)}
         (vdir / "report.json").write_text(json.dumps(report, indent=2))
         if stacks:
             (vdir / "stacks.txt").write_text("".join(f"== rank {r} ==\n{t}\n" for r, t in sorted(stacks.items())))
@@ -194,6 +211,8 @@ def _summarize(runs: list[dict]) -> dict:
     last.update(verdict=max(set(verdicts), key=verdicts.count), runs=len(runs),
                 ok_runs=sum(r["ok"] for r in runs), verdicts=verdicts,
                 seconds=round(sum(r["seconds"] for r in runs), 2), ok=all(r["ok"] for r in runs))
+    if last.get("mechanism") is not None:
+        last["mechanism"] = dict(last["mechanism"], seen_runs=sum(bool((r["mechanism"] or {}).get("seen")) for r in runs))
     return last
 
 

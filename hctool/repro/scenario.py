@@ -11,6 +11,7 @@ from pathlib import Path
 
 from engine.server_args import ServerArgs
 from hctool.inject.faults import parse_fault
+from hctool.repro.mechanism import Mechanism, MechanismError, parse_mechanism
 
 VERDICTS = ("deadlocked", "crashed", "diverged", "healthy")
 
@@ -42,6 +43,8 @@ class Variant:
     flags: tuple[str, ...]
     expected: tuple[str, ...]
     description: str = ""
+    mechanism: Mechanism | None = None   # what a buggy variant must show (hctool/repro/mechanism.py)
+    measured: dict | None = None         # last measured rate: {runs, as_expected, date, note}
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,27 @@ def _strings(table: dict, key: str, where: str) -> tuple[str, ...]:
     return tuple(items)
 
 
+def _mechanism(v: dict, expected: tuple[str, ...], where: str) -> Mechanism | None:
+    try:
+        mech = parse_mechanism(v.get("mechanism"))
+    except MechanismError as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
+    if mech is not None and "healthy" in expected:
+        raise ScenarioError(f"{where}: a variant expected healthy shows no mechanism; drop [variants.mechanism]")
+    return mech
+
+
+def _measured(v: dict, where: str) -> dict | None:
+    m = _get(v, "measured", dict, where, None)
+    if m is None:
+        return None
+    runs, hits = _get(m, "runs", int, f"{where} measured"), _get(m, "as_expected", int, f"{where} measured")
+    if not 0 <= hits <= runs or runs < 1:
+        raise ScenarioError(f"{where} measured: needs 0 <= as_expected <= runs and runs >= 1")
+    return {"runs": runs, "as_expected": hits, "date": _get(m, "date", str, f"{where} measured", ""),
+            "note": _get(m, "note", str, f"{where} measured", "")}
+
+
 def _known(table: dict, allowed, where: str) -> None:
     unknown = set(table) - set(allowed)
     if unknown:
@@ -191,13 +215,13 @@ def _variant(v, i: int, where: str) -> Variant:
     vw = f"{where} variants[{i}]"
     if not isinstance(v, dict):
         raise ScenarioError(f"{vw}: must be a [[variants]] table, got {v!r}")
-    _known(v, ("name", "flags", "expected", "description"), vw)
+    _known(v, ("name", "flags", "expected", "description", "mechanism", "measured"), vw)
     expected = _strings(v, "expected", vw)
     bad = [e for e in expected if e not in VERDICTS]
     if not expected or bad:
         raise ScenarioError(f"{vw}: expected must list verdicts among {', '.join(VERDICTS)}; got {list(expected)}")
     return Variant(_name(_get(v, "name", str, vw), "name", vw), _strings(v, "flags", vw), expected,
-                   _get(v, "description", str, vw, ""))
+                   _get(v, "description", str, vw, ""), _mechanism(v, expected, vw), _measured(v, vw))
 
 
 def load_scenario(path: Path) -> Scenario:

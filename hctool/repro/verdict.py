@@ -16,6 +16,7 @@ class Observation:
     sent: int
     succeeded: int
     outputs_match: bool          # every answered request equals the no-cache reference
+    aborted: int = 0             # dropped by the server's own --req-waiting-timeout (HTTP 408)
 
 
 def _blocked(report: dict | None) -> bool:
@@ -30,7 +31,8 @@ def derive_verdict(obs: Observation) -> tuple[str, str]:
       caught ranks blocked in mismatched collectives.
     diverged: a divergence was found (live or in the traces) or outputs differ from
       the reference, while the job kept going or ended.
-    healthy: every request answered, outputs equal the reference, traces consistent."""
+    healthy: every request answered (or dropped by the server's waiting timeout),
+      answers equal the reference, traces consistent."""
     if obs.rank_died:
         return "crashed", obs.rank_died
     if obs.outcome in ("stalled", "deadline"):
@@ -40,8 +42,8 @@ def derive_verdict(obs: Observation) -> tuple[str, str]:
     final = (obs.final_report or {}).get("verdict")
     if obs.outcome == "watcher" or final in ("diverged", "hung"):
         return "diverged", "the consensus check found a divergence while the job kept going"
-    if obs.succeeded < obs.sent:
-        return "diverged", f"only {obs.succeeded}/{obs.sent} requests answered"
+    if obs.succeeded + obs.aborted < obs.sent:  # a timeout abort is an answer the server chose
+        return "diverged", f"only {obs.succeeded}/{obs.sent} requests answered ({obs.aborted} aborted by timeout)"
     if not obs.outputs_match:
         return "diverged", "outputs differ from the no-cache reference"
     if final not in (None, "consistent"):

@@ -47,6 +47,7 @@ class WorkloadDriver:
         self.on_round_end = on_round_end  # called with the round index once all its answers are in
         self.max_new_tokens, self.request_timeout = max_new_tokens, request_timeout
         self.sent = self.succeeded = self.failed = 0
+        self.aborted = 0  # of the failed: 408, dropped by the server's own waiting timeout
         self.outputs: dict[tuple[int, int], list[int]] = {}
         self.meta: dict[tuple[int, int], dict] = {}   # meta_info of each answer (cached tokens)
         self.errors: list[str] = []
@@ -68,9 +69,11 @@ class WorkloadDriver:
     def _one(self, key: tuple[int, int], prompt: list[int]) -> None:
         body = {"input_ids": prompt, "rid": f"r{key[0]}-{key[1]}-{time.monotonic_ns()}",
                 "sampling_params": {"max_new_tokens": self.max_new_tokens, "temperature": 0, "ignore_eos": True}}
+        status = None
         try:
             resp = requests.post(f"{self.base_url}/generate", json=body, timeout=self.request_timeout)
-            ok = resp.status_code == 200
+            status = resp.status_code
+            ok = status == 200
             detail = resp.json() if ok else resp.text[:200]
         except (requests.RequestException, ValueError) as exc:
             ok, detail = False, f"{type(exc).__name__}: {exc}"
@@ -82,6 +85,7 @@ class WorkloadDriver:
                 self.meta[key] = detail.get("meta_info") or {}
             else:
                 self.failed += 1
+                self.aborted += status == 408
                 self.errors.append(f"request {key}: {detail}")
 
     def _run(self) -> None:
@@ -99,7 +103,7 @@ class WorkloadDriver:
             self.done.set()
 
     def counts(self) -> dict:
-        return {"sent": self.sent, "succeeded": self.succeeded, "failed": self.failed}
+        return {"sent": self.sent, "succeeded": self.succeeded, "failed": self.failed, "aborted": self.aborted}
 
 
 def run_to_completion(base_url: str, rounds, max_new_tokens: int, timeout: float) -> dict[tuple[int, int], list[int]]:

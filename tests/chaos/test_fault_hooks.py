@@ -91,3 +91,21 @@ def test_skewed_clock_only_moves_forward(clock):
     assert shim.offset() == pytest.approx(5.0 + 0.4, abs=0.01)
     assert shim.monotonic() - time.monotonic() == pytest.approx(5.4, abs=0.05)
     assert shim.sleep is time.sleep  # everything else is the real module
+
+
+def test_wall_clock_and_page_faults_share_the_hooks(clock, monkeypatch):
+    """streams.wall_clock() (the repro catalogue's clock) reads the same skewed clock
+    as the cache's timeout checks; page-count kinds reach the keys the engine reads."""
+    from engine import streams
+    clock.write_text(repr(time.time() - 10.0))
+    c = fault_hooks.FaultClock([], 0)
+    monkeypatch.setattr(streams, "clock", fault_hooks.SkewedTime(c, [parse_fault("clock-skew:rank=1,ms=100")]))
+    assert streams.wall_clock() - time.time() == pytest.approx(1.0, abs=0.05)
+    faults = [parse_fault("host-pool-shrink:rank=1,pages=2"), parse_fault("storage-miss:pages=3"),
+              parse_fault("clock-jitter:ms=20")]
+    assert [f.spec() for f in faults] == ["host-pool-shrink:rank=1,pages=2", "storage-miss:pages=3",
+                                          "clock-jitter:ms=20"]
+    live = fault_hooks.LiveDelays(fault_hooks.FaultClock(faults, rank=1), {})
+    assert (live.get("host_pool_shrink"), live.get("storage_miss"), live.get("clock_jitter")) == (2, 3, 20)
+    with pytest.raises(ValueError, match="needs pages=N"):
+        parse_fault("storage-miss:rank=1")

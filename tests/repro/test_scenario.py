@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hctool.cli import app
+from hctool.errors import UsageError
 from hctool.repro.catalogue import builtin_dir, find_scenario, load_catalogue
 from hctool.repro.scenario import ScenarioError, load_scenario
 
@@ -76,7 +77,7 @@ def test_user_catalogue_adds_and_overrides(tmp_path):
     text = (tmp_path / "30760" / "scenario.toml").read_text().replace("tp = 2", "tp = 4")
     (tmp_path / "30760" / "scenario.toml").write_text(text)
     cat = load_catalogue([tmp_path])
-    assert {"30760", "x1"} <= set(cat)
+    assert {"30760", "x1"} <= set(cat) and {"38268", "26921", "wall-clock-lru"} <= set(cat)
     assert cat["30760"].tp == 4  # the user's copy wins
     with pytest.raises(ScenarioError, match="no scenario 'nope'"):
         find_scenario("nope", [tmp_path])
@@ -107,3 +108,30 @@ def test_repro_cli_usage_errors_exit_2(hctool_cmd, clean_env, tmp_path):
         assert out.returncode == 2, (args, out.stderr)
         assert out.stderr.startswith("Error: ") and "Traceback" not in out.stderr, out.stderr
         assert out.stdout == ""
+
+
+def test_mechanism_and_measured_in_scenarios(tmp_path):
+    bug = MINIMAL.replace('expected = ["healthy"]', 'expected = ["deadlocked"]\n'
+                          'mechanism = { function = "check_prefetch_progress" }\n'
+                          'measured = { runs = 10, as_expected = 9, date = "2026-11-30" }')
+    v = load_scenario(_write(tmp_path, bug)).variant("fixed")
+    assert v.mechanism.function == "check_prefetch_progress" and v.measured["as_expected"] == 9
+    for text, message in ((MINIMAL.replace('expected = ["healthy"]', 'expected = ["healthy"]\nmechanism = { output = "differs" }'),
+                           "expected healthy shows no mechanism"),
+                          (bug.replace("functon", "x").replace("function =", "functon ="), "unknown fields"),
+                          (bug.replace("as_expected = 9", "as_expected = 11"), "as_expected <= runs")):
+        with pytest.raises(ScenarioError, match=message):
+            load_scenario(_write(tmp_path, text))
+    per_poll = load_scenario(BUILTIN).variant("per-poll")
+    assert per_poll.mechanism.function == "check_prefetch_progress"
+
+
+def test_repro_all_shards_and_usage():
+    from hctool.commands.repro import shard_ids
+    ids = ["38268", "30760", "26921", "wall-clock-lru", "27221"]
+    parts = [shard_ids(ids, (i, 3)) for i in (1, 2, 3)]
+    assert sorted(sum(parts, [])) == sorted(ids) and not set(parts[0]) & set(parts[1])
+    assert shard_ids(ids, (1, 3)) == shard_ids(list(reversed(ids)), (1, 3))  # order-free
+    for bad in ("3/2", "x", "0/1"):
+        res = CliRunner().invoke(app, ["repro", "all", "--shard", bad])  # hctool's main maps it to exit 2
+        assert isinstance(res.exception, UsageError) and "--shard" in str(res.exception), res

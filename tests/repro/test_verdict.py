@@ -28,6 +28,8 @@ def obs(**kw):
     (obs(final_report=PAIRED), "diverged"),
     (obs(outputs_match=False), "diverged"),
     (obs(succeeded=9), "diverged"),
+    (obs(succeeded=8, aborted=2), "healthy"),    # the server's own waiting timeout answered 408
+    (obs(succeeded=7, aborted=2), "diverged"),
 ])
 def test_derive_verdict(o, verdict):
     assert derive_verdict(o)[0] == verdict
