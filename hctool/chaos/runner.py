@@ -80,10 +80,8 @@ class Controller:
 
     def tick(self) -> None:
         now = time.monotonic() - self.t0
-        if not self.healed and self.driver.done.is_set():
-            self.last_progress = time.monotonic()  # waiting for the heal is not a stall
-            if self.schedule.heal_s is None:
-                self._heal(now)
+        # faults already due fire before an end-of-workload heal: a workload that ends
+        # between two ticks must not skip a fault whose window had opened
         while self._events and self._events[0][0] <= now:
             at, what, f = self._events.pop(0)
             if what == "heal":
@@ -92,6 +90,10 @@ class Controller:
             self.history.add(f"fault-{what}", at_s=round(now, 2), fault=f.spec())
             if what == "on" and f.kind in CONTROLLER:
                 self._act(f)
+        if not self.healed and self.driver.done.is_set():
+            self.last_progress = time.monotonic()  # waiting for the heal is not a stall
+            if self.schedule.heal_s is None:
+                self._heal(now)
         for pid, until in list(self.paused.items()):
             if now >= until:
                 self._signal(pid, signal.SIGCONT)

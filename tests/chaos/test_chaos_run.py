@@ -21,7 +21,7 @@ p = 0.5
 [[faults]]
 kind = "request-burst"
 n = 3
-start_s = 0.5
+start_s = 0.0
 """
 FLAGS = ["--tp", "2", "--enable-hierarchical-cache", "--max-total-tokens", "1024"]
 
