@@ -1,4 +1,8 @@
-"""What the check-consensus recorder adds to a collective.
+"""CAVEAT: the inproc mode's "off" still goes through the dispatcher-level capture
+(hctool/consensus/capture_c10d.py) once the recorder is installed; use --mode ranks for an
+honest off/on comparison (docs/performance.md, "Recorder cost").
+
+What the check-consensus recorder adds to a collective.
 
 inproc (default): one process, a gloo world of one, 4-byte all_reduce; the
   recorder is installed once and each repeat times the unwrapped function
