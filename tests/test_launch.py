@@ -21,6 +21,8 @@ import psutil
 import pytest
 import requests
 
+from tests.reliability.helpers import running
+
 REPO = Path(__file__).resolve().parents[1]
 # Small pools so the ranks start fast on a shared 2-core machine.
 SMALL_ENGINE = ["--max-total-tokens", "2048", "--page-size", "16"]
@@ -85,14 +87,7 @@ class Launched:
             raise AssertionError(f"hctool launch did not exit within {timeout} s") from None
 
     def survivors(self) -> list[int]:
-        alive = []
-        for pid in self.pids:
-            try:
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    alive.append(pid)
-            except psutil.NoSuchProcess:
-                pass
-        return alive
+        return running(self.pids)
 
     def kill(self) -> None:
         """Last-resort cleanup so a failing test leaves nothing behind."""
