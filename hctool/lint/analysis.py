@@ -177,12 +177,12 @@ def check_file(file: str, path: str, modname: str, cfg: LintConfig, project: Pro
         for node, cls, qual in _functions(tree):
             w = Walker(mod, project, cls).run(node)
             found = check_function(w, path)
-            if node.name in N.COMPARISON_DUNDERS and cls and project.coll:
+            if node.name in N.COMPARISON_DUNDERS and cls and project.program_has_collectives(modname):
                 found += check_comparison(w, path, qual, node.lineno, node.col_offset + 1)
             for f in found:
                 f.function = qual
             findings += found
-        if not project.coll:  # HC104 is about replicated state: only in code that uses collectives
+        if not project.program_has_collectives(modname):  # HC104 is about replicated state
             findings = [f for f in findings if f.rule != "HC104"]
         unique = {}
         for f in sorted(findings):

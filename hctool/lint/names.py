@@ -104,6 +104,12 @@ def import_map(tree: ast.Module, modname: str) -> dict[str, str]:
             for a in node.names:
                 if a.name != "*":
                     out[a.asname or a.name] = f"{base}.{a.name}" if base else a.name
+    for node in tree.body:  # module-level aliases of imported names: `clock = time`
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, (ast.Name, ast.Attribute))):
+            value = dotted(node.value)
+            if value and value.split(".")[0] in out:
+                out.setdefault(node.targets[0].id, qualify(value, out))
     return out
 
 

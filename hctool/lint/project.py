@@ -29,6 +29,16 @@ class FuncSummary:
     mode_exit: tuple | None = None  # (param, position) whose truthy value returns before any collective
 
 
+def program_of(modname: str) -> str:
+    """The program a module belongs to: its top-level package; top-level modules form one.
+
+    Replicated state lives in the processes that issue collectives, so a tree linted with several
+    top-level packages (an engine beside its launcher) is several programs, and a wall-clock
+    ordering in one without collectives orders nothing that ranks replicate (HC104).
+    """
+    return modname.split(".", 1)[0] if "." in modname else ""
+
+
 @dataclass
 class ModuleSummary:
     path: str
@@ -81,6 +91,8 @@ class Project:
         self.attr_src: dict[str, Src] = {}
         self._solve_collectives()
         self._solve_taint(modules)
+        mod_of = {m.path: m.modname for m in modules}
+        self.coll_programs = {program_of(mod_of[self.funcs[k].path]) for k in self.coll}
 
     # ---- resolution -------------------------------------------------------
     def _find_modules(self, qual: str) -> list[str]:
@@ -379,6 +391,10 @@ class Project:
                     self._clock_fields.setdefault(k[2], src)
         src = self._clock_fields.get(name)
         return frozenset((src,)) if src else EMPTY
+
+    def program_has_collectives(self, modname: str) -> bool:
+        """Whether the program MODNAME belongs to issues collectives (see program_of)."""
+        return program_of(modname) in self.coll_programs
 
     def module_has_collectives(self, m: ModuleSummary) -> bool:
         return any(f.key in self.coll for f in m.funcs)

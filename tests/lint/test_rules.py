@@ -216,3 +216,24 @@ def evict(nodes, group, t):
 def test_hc104_needs_collectives_in_the_tree(lint_snippets):
     found, _ = lint_snippets({"m.py": "import time\n\ndef f(xs):\n    return sorted(xs, key=lambda x: time.time())\n"})
     assert found == set()
+
+
+def test_hc104_only_in_the_program_that_issues_collectives(lint_snippets):
+    """An engine linted beside its launcher: the launcher's wall-clock sorts order nothing ranks
+    replicate; the engine's, through a module-level alias of `time`, do."""
+    check(lint_snippets, {
+        "engine/__init__.py": "", "launcher/__init__.py": "",
+        "engine/lru.py": """
+clock = time
+
+
+def evict(nodes, t):
+    victims = sorted(nodes, key=lambda n: clock.monotonic())  # expect: HC104
+    dist.all_reduce(t)
+    return victims
+""",
+        "launcher/supervise.py": """
+def first_death(deaths):
+    return min(deaths, key=lambda d: time.monotonic())
+""",
+    })
