@@ -16,6 +16,7 @@ def register(app: typer.Typer) -> None:
     def lint_command(
         paths: List[Path] = typer.Argument(..., help="Python files or directories to analyze."),
         fmt: str = typer.Option("text", "--format", "-f", help="text, json, sarif or github."),
+        as_json: bool = typer.Option(False, "--json", help="Same as --format json (as in hctool's other commands)."),
         select: Optional[List[str]] = typer.Option(None, "--select", help="Only these rule codes (comma-separated, prefixes allowed)."),
         ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Skip these rule codes."),
         config: Optional[Path] = typer.Option(None, "--config", help="pyproject.toml holding a tool.hctool.lint table (default: the nearest one)."),
@@ -38,6 +39,10 @@ def register(app: typer.Typer) -> None:
         from hctool.lint.output import FORMATS, print_text, render
         from hctool.lint.runner import lint, stderr_progress
 
+        if as_json:
+            if fmt not in ("text", "json"):
+                raise UsageError(f"--json and --format {fmt} exclude each other", "pick one output format")
+            fmt = "json"
         if fmt not in FORMATS:
             raise UsageError(f"unknown format {fmt!r}", f"choose one of: {', '.join(FORMATS)}")
         if baseline is not None and write_baseline is not None:

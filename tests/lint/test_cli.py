@@ -56,6 +56,8 @@ def test_json_contract_on_the_30760_fixture(cli, tmp_path):
     assert related[:2] == [("sglang30760/scheduler.py", 16), ("sglang30760/scheduler.py", 17)]
     assert ("sglang30760/hiradix_cache.py", 18) in related
     assert all(set(r) == {"path", "line", "message"} for r in f["related"])
+    alias = cli(tmp_path, "sglang30760", "--json")  # the flag every other command takes
+    assert (alias.exit_code, alias.stdout) == (1, res.stdout)
 
 
 def test_sarif_is_structurally_valid_with_relative_uris(cli, tmp_path):
@@ -160,6 +162,7 @@ def test_config_from_pyproject(cli, tmp_path):
     (["nope.py"], "no such file or directory"),
     (["--format", "xml", "."], "unknown format"),
     (["--select", "HC999", "."], "unknown rule code"),
+    (["--json", "--format", "sarif", "."], "exclude each other"),
 ])
 def test_usage_errors_exit_2(tmp_path, hctool_cmd, clean_env, args, needle):
     res = subprocess.run([*hctool_cmd, "lint", *args], cwd=tmp_path, env=clean_env, capture_output=True, text=True)
