@@ -1,7 +1,10 @@
 """The linter on our own engine finds exactly the buggy variants we keep on purpose:
 the #30760 shape (the per-poll vote inside the admission loop) and the #29483 shape
 (`--decode-restore-gate event`: loading_check() behind a rank-local event query, and
-the Phase A / Phase B calls that reach it); the bulk, per-tick and slot paths are clean.
+the Phase A / Phase B calls that reach it), and the #26921 shape (`--hicache-ack-check
+skip-empty`: writing_check() returns before its MIN when this rank's ack queue is empty,
+taught by the repo's `rank-local = ["ack_write_queue"]`); the bulk, per-tick, slot and
+packed paths are clean.
 
 Keyed by code, not by file path or line: the engine's files move between packages."""
 
@@ -31,6 +34,9 @@ def test_engine_has_exactly_the_kept_buggy_variants():
         ("HC103", "high", "self.loading_check()"),
         ("HC102", "high", "if dr.restored_node is not None and tree.is_load_back_event_done(dr.consumer_index):"),
         ("HC102", "high", "if not tree.is_load_back_event_done((counter.producer_index + 1) % counter.num_counters):"),
+        # 26921: skip-empty's early return, and the per-queue call that reaches it
+        ("HC103", "high", "return self._min(ready)"),
+        ("HC102", "high", "writes, loads = self.writing_check(writes), self.loading_check(loads)"),
     ]), [(f["rule"], f["path"], f["line"]) for f in findings]
     vote = next(f for f in findings if f["rule"] == "HC101")
     related = [(r, _text(r["path"], r["line"])) for r in vote["related"]]
