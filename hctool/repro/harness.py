@@ -31,6 +31,7 @@ from hctool.repro.workload import WorkloadDriver, build_prompts, run_to_completi
 from hctool.stacks import dump_stacks
 
 POLL_S = 0.2
+DEATH_GRACE_S = 5.0  # a rank whose socket closed has this long to exit
 
 
 def log(msg: str) -> None:
@@ -180,6 +181,10 @@ class ReproHarness:
             if report is not None:
                 return "watcher", report, None
             if driver.done.is_set() and (hooks is None or hooks.idle()):
+                # Requests failed: the frontend fails them as soon as a rank's socket closes,
+                # which can be before that rank's process has exited; wait for its death.
+                if driver.succeeded + driver.aborted < driver.sent and topo.wait_for_death(DEATH_GRACE_S):
+                    continue
                 return "done", None, None
             now = time.monotonic()
             progress = max(driver.last_progress, started, hooks.last_progress if hooks else 0.0)
