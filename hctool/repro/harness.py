@@ -134,8 +134,9 @@ class ReproHarness:
                 driver.stop()
                 codes = topo.rank_exit_codes()
         final = analyze_dir(traces, exit_codes=codes, stacks=stacks)
-        obs = Observation(outcome, death, live, final, driver.sent, driver.succeeded, self._outputs_match(driver),
-                          driver.aborted)
+        differing = self._outputs_differing(driver)
+        obs = Observation(outcome, death, live, final, driver.sent, driver.succeeded, not differing,
+                          driver.aborted, differing)
         verdict, reason = derive_verdict(obs)
         if hooks:
             hooks.finished(obs, driver, topo, codes)
@@ -193,9 +194,9 @@ class ReproHarness:
             if now - started > deadline_s:
                 return "deadline", None, None
 
-    def _outputs_match(self, driver: WorkloadDriver) -> bool:
+    def _outputs_differing(self, driver: WorkloadDriver) -> int:
         ref = self.reference or {}
-        return all(ref.get(k) == v for k, v in driver.outputs.items())
+        return sum(ref.get(k) != v for k, v in driver.outputs.items())
 
     def run(self, variants: list[Variant]) -> dict:
         self.prepare()
