@@ -61,6 +61,7 @@ NUMBER_LIMITS = {
     "max_running_requests": (1, 1 << 16), "max_prefill_tokens": (1, 1 << 26), "hicache_ratio": (0, 1000),
     "hicache_size": (0, 10_000), "prefetch_timeout_base": (0, 86_400), "prefetch_timeout_per_ki_token": (0, 86_400),
     "prefetch_timeout_max": (0, 86_400), "prefetch_threshold": (0, 1 << 26), "dist_timeout": (0.001, 7 * 86_400),
+    "pad_forward_tokens": (0, 1 << 20),
 }
 
 
@@ -94,6 +95,7 @@ class ServerArgs:
     req_waiting_timeout: float = _opt(0.0, "abort a request that waited longer than this many seconds (0: never; SGLANG_REQ_WAITING_TIMEOUT)")
     waiting_timeout_decision: str = _opt("rank0", "who decides a waiting timeout: rank 0, sent to every rank with the next tick's requests, or each rank by its own clock (local: SGLang #27221)", TIMEOUT_DECISIONS)
     storage_hit_sync: str = _opt("count", "how the prefetch thread agrees on a storage hit: MIN of the count, or MIN of a per-page mask sized by this rank's own hit (mask: SGLang #39267)", HIT_SYNCS)
+    pad_forward_tokens: int = _opt(0, "run the TP all_reduces of every forward of at most this many tokens on this many rows, as replaying a CUDA graph captured at that size does (0: off)")
     state_digest: bool = _opt(False, "fold a digest of the replicated state into the per-tick MIN sync: every rank stops at the first tick it differs")
     dist_timeout: float = _opt(600.0, "torch.distributed group timeout in seconds")
     run_dir: str = _opt("", "directory for logs, traces and default storage")

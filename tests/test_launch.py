@@ -229,3 +229,31 @@ def test_port_in_use_is_a_usage_error(hctool_cmd, clean_env, tmp_path):
         res = subprocess.run([*hctool_cmd, "launch", "--cpu", "--run-dir", str(tmp_path), "--port", str(port)],
                              cwd=REPO, env=clean_env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and f"127.0.0.1:{port} is in use" in res.stderr
+
+
+def test_start_retries_when_another_job_takes_a_port(tmp_path, monkeypatch, no_leftover_processes):
+    """Ports are picked free, then bound a moment later; on a shared host another job can
+    take one in between. Here the first rendezvous port is held by a listener: rank 0
+    fails with EADDRINUSE, and start() retries on fresh ports instead of failing."""
+    from engine.server_args import ServerArgs
+    from hctool.launch import Topology, topology
+
+    picks: list[list[int]] = []
+    real = topology._distinct_free_ports
+
+    def ports(n: int) -> list[int]:
+        picks.append(real(n))
+        if len(picks) == 1:
+            picks[0][1] = busy.getsockname()[1]  # [ipc, master, http]: the master port is taken
+        return picks[-1]
+
+    monkeypatch.setattr(topology, "_distinct_free_ports", ports)
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        with Topology(ServerArgs.from_cli(SMALL_ENGINE, tp_size=2), tmp_path) as topo:
+            url = topo.start(timeout=STARTUP_DEADLINE)
+            assert requests.get(url + "/health", timeout=10).status_code == 200
+    assert len(picks) == 2
+    failed = (tmp_path / "rank0.try1.log").read_text().lower()
+    assert "address already in use" in failed or "eaddrinuse" in failed

@@ -49,8 +49,10 @@ class LayerWeights:
 
 
 class TinyTransformer:
-    def __init__(self, cfg: ModelConfig, tp_rank: int, tp_size: int, device: torch.device, group=None):
+    def __init__(self, cfg: ModelConfig, tp_rank: int, tp_size: int, device: torch.device, group=None,
+                 pad_tokens: int = 0):
         self.cfg, self.tp_size, self.device, self.group = cfg, tp_size, device, group
+        self.pad_tokens = pad_tokens  # --pad-forward-tokens
         self.local_heads = cfg.num_heads // tp_size
         g = torch.Generator().manual_seed(cfg.seed)
         d, inter = cfg.hidden_size, cfg.intermediate_size
@@ -88,9 +90,17 @@ class TinyTransformer:
         return out
 
     def _all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        if self.tp_size > 1:
-            dist.all_reduce(x, group=self.group)  # row-parallel output
-        return x
+        """The row-parallel output's sum over ranks. With pad_tokens, a forward of at most
+        that many tokens reduces pad_tokens rows (zeros after its own), as replaying a
+        CUDA graph captured at that size does upstream: ranks whose batches differ in
+        size then exchange equal shapes, and their rows are summed silently."""
+        if self.tp_size == 1:
+            return x
+        n = x.shape[0]
+        if n < self.pad_tokens:
+            x = torch.cat([x, x.new_zeros(self.pad_tokens - n, x.shape[1])])
+        dist.all_reduce(x, group=self.group)
+        return x[:n]
 
     @staticmethod
     def _rms(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,8 @@ class ModelRunner:
         cfg, p = args.model, args.page_size
         self.device = device
         # The model's all_reduces use `group` (default: the default group, NCCL on cuda).
-        self.model = TinyTransformer(cfg, tp_rank, tp_size, device, group=group)
+        self.model = TinyTransformer(cfg, tp_rank, tp_size, device, group=group,
+                                     pad_tokens=args.pad_forward_tokens)
         num_pages = args.max_total_tokens // p
         self.req_to_token_pool = ReqToTokenPool(args.max_running_requests, num_pages * p, device)
         self.token_to_kv_pool_allocator = PagedAllocator(num_pages, p, "device")

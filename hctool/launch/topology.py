@@ -61,7 +61,7 @@ class Topology:
         self.server_args = server_args
         self.faults, self.probes = list(faults), list(probes)
         self.extra_env = dict(extra_env or {})
-        self.host, self.port = host, port
+        self.host, self.port, self._port_given = host, port, port
         self.rank_module = rank_module
         self.procs = ProcessSet()
         self.log_paths: dict[str, Path] = {}
@@ -72,10 +72,39 @@ class Topology:
         self._stopped = False
 
     # --- lifecycle ----------------------------------------------------------
-    def start(self, timeout: float = 300.0) -> str:
-        """Start every process and return the base URL once /health is 200."""
-        self.spawn()
-        return self.wait_healthy(timeout)
+    def start(self, timeout: float = 300.0, attempts: int = 3) -> str:
+        """Start every process and return the base URL once /health is 200. Ports are
+        picked free and bound a moment later, so on a shared host another job can take
+        one in between: a start that failed on EADDRINUSE is retried on fresh ports."""
+        for attempt in range(1, attempts + 1):
+            self.spawn()
+            try:
+                return self.wait_healthy(timeout)
+            except TopologyError:
+                if attempt == attempts or not self._lost_port_race():
+                    raise
+            self.stop()
+            self._keep_failed_logs(attempt)
+            with self._lock:  # a waiter of the old processes records nothing after this
+                self.procs, self._deaths, self._stopped = ProcessSet(), [], False
+                self._death_event.clear()
+            self.port = self._port_given
+        raise AssertionError("unreachable")
+
+    def _lost_port_race(self) -> bool:
+        """Whether some process of this start failed to bind a port (its log says so)."""
+        for path in self.log_paths.values():
+            with contextlib.suppress(OSError):
+                text = path.read_text(errors="replace").lower()
+                if "address already in use" in text or "eaddrinuse" in text:
+                    return True
+        return False
+
+    def _keep_failed_logs(self, attempt: int) -> None:
+        """The failed start's logs move aside (NAME.tryN.log); the retry writes fresh ones."""
+        for path in self.log_paths.values():
+            with contextlib.suppress(OSError):
+                path.rename(path.with_suffix(f".try{attempt}.log"))
 
     def spawn(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -130,6 +159,8 @@ class Topology:
     def _wait_child(self, child: Child) -> None:
         returncode = child.popen.wait()
         with self._lock:
+            if child not in self.procs.children:  # a failed start's process (see start)
+                return
             self._deaths.append(Death(f"{self.label} {child.name}".strip(), returncode, child.log_path, time.monotonic()))
         self._death_event.set()
 

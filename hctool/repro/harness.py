@@ -31,6 +31,7 @@ from hctool.repro.workload import WorkloadDriver, build_prompts, run_to_completi
 from hctool.stacks import dump_stacks
 
 POLL_S = 0.2
+DEATH_GRACE_S = 5.0  # a rank whose socket closed has this long to exit
 
 
 def log(msg: str) -> None:
@@ -133,8 +134,9 @@ class ReproHarness:
                 driver.stop()
                 codes = topo.rank_exit_codes()
         final = analyze_dir(traces, exit_codes=codes, stacks=stacks)
-        obs = Observation(outcome, death, live, final, driver.sent, driver.succeeded, self._outputs_match(driver),
-                          driver.aborted)
+        differing = self._outputs_differing(driver)
+        obs = Observation(outcome, death, live, final, driver.sent, driver.succeeded, not differing,
+                          driver.aborted, differing)
         verdict, reason = derive_verdict(obs)
         if hooks:
             hooks.finished(obs, driver, topo, codes)
@@ -180,6 +182,10 @@ class ReproHarness:
             if report is not None:
                 return "watcher", report, None
             if driver.done.is_set() and (hooks is None or hooks.idle()):
+                # Requests failed: the frontend fails them as soon as a rank's socket closes,
+                # which can be before that rank's process has exited; wait for its death.
+                if driver.succeeded + driver.aborted < driver.sent and topo.wait_for_death(DEATH_GRACE_S):
+                    continue
                 return "done", None, None
             now = time.monotonic()
             progress = max(driver.last_progress, started, hooks.last_progress if hooks else 0.0)
@@ -188,9 +194,9 @@ class ReproHarness:
             if now - started > deadline_s:
                 return "deadline", None, None
 
-    def _outputs_match(self, driver: WorkloadDriver) -> bool:
+    def _outputs_differing(self, driver: WorkloadDriver) -> int:
         ref = self.reference or {}
-        return all(ref.get(k) == v for k, v in driver.outputs.items())
+        return sum(ref.get(k) != v for k, v in driver.outputs.items())
 
     def run(self, variants: list[Variant]) -> dict:
         self.prepare()

@@ -17,6 +17,7 @@ class Observation:
     succeeded: int
     outputs_match: bool          # every answered request equals the no-cache reference
     aborted: int = 0             # dropped by the server's own --req-waiting-timeout (HTTP 408)
+    outputs_differing: int = 0   # how many answers differ from the reference (when known)
 
 
 def _blocked(report: dict | None) -> bool:
@@ -45,7 +46,8 @@ def derive_verdict(obs: Observation) -> tuple[str, str]:
     if obs.succeeded + obs.aborted < obs.sent:  # a timeout abort is an answer the server chose
         return "diverged", f"only {obs.succeeded}/{obs.sent} requests answered ({obs.aborted} aborted by timeout)"
     if not obs.outputs_match:
-        return "diverged", "outputs differ from the no-cache reference"
+        n = f"{obs.outputs_differing} of {obs.succeeded} answers" if obs.outputs_differing else "outputs"
+        return "diverged", f"{n} differ from the no-cache reference"
     if final not in (None, "consistent"):
         return "diverged", f"trace analysis says {final}"
     return "healthy", "every request answered, outputs equal the reference, traces consistent"

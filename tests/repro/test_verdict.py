@@ -33,3 +33,8 @@ def obs(**kw):
 ])
 def test_derive_verdict(o, verdict):
     assert derive_verdict(o)[0] == verdict
+
+
+def test_wrong_answers_are_counted_in_the_reason():
+    verdict, reason = derive_verdict(obs(outputs_match=False, outputs_differing=3))
+    assert verdict == "diverged" and reason == "3 of 10 answers differ from the no-cache reference"
