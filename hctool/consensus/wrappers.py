@@ -75,11 +75,28 @@ def _extractor(op: str, fn):
     return ns["extract"]
 
 
+# One reusable guard per thread that excludes the autograd dispatch keys (what
+# at::AutoDispatchBelowAutograd does; its Python binding acts at construction
+# only, so it cannot be reused). A guard holds its state between __enter__ and
+# __exit__, and a thread never enters its own twice (nested calls skip it).
+_below_autograd_guards: dict[int, object] = {}
+
+
+def _new_guard(ident: int):
+    from torch._C import DispatchKey, DispatchKeySet, _ExcludeDispatchKeyGuard
+
+    keys = (DispatchKeySet(DispatchKey.AutogradFunctionality) | DispatchKeySet(DispatchKey.AutogradOther)
+            | DispatchKeySet(DispatchKey.AutogradNestedTensor))
+    guard = _below_autograd_guards[ident] = _ExcludeDispatchKeyGuard(keys)
+    return guard
+
+
 def _wrap(op: str, fn):
     extract = _extractor(op, fn)
     record, complete = recorder.record_collective, recorder.record_complete
     state = recorder._S
     monotonic, get_ident = time.monotonic, threading.get_ident
+    guards = _below_autograd_guards
 
     @functools.wraps(fn)
     def recorded(*args, **kwargs):
@@ -93,7 +110,11 @@ def _wrap(op: str, fn):
         token = record(op, group, tensors, reduce_op=ro, root=root, async_op=async_op, frame=sys._getframe(1))
         _inside.add(ident)
         try:
-            result = fn(*args, **kwargs)
+            # Below autograd, the c10d op goes straight to its backend kernel: the capture
+            # kernel capture_c10d.py puts at the Autograd key (~50 us of boxing and
+            # redispatch) is for C++-issued calls only; this call is recorded already.
+            with guards.get(ident) or _new_guard(ident):
+                result = fn(*args, **kwargs)
         except BaseException as exc:
             complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
             raise
