@@ -66,6 +66,18 @@ FUNCOL_OPS = {
     "permute_tensor": "permute_tensor",
 }
 
+# _c10d_functional op -> (recorded op, contributed-tensors arg). What a compiled graph runs
+# (dynamo turns dist.* calls into these); the group is always the `group_name` argument.
+FUNCTIONAL_OPS = {
+    "all_reduce": ("all_reduce", 0), "all_reduce_": ("all_reduce", 0),
+    "all_reduce_coalesced": ("all_reduce_coalesced", 0), "all_reduce_coalesced_": ("all_reduce_coalesced", 0),
+    "all_gather_into_tensor": ("all_gather_into_tensor", 0), "all_gather_into_tensor_out": ("all_gather_into_tensor", 0),
+    "all_gather_into_tensor_coalesced": ("all_gather_into_tensor_coalesced", 0),
+    "reduce_scatter_tensor": ("reduce_scatter_tensor", 0),
+    "reduce_scatter_tensor_coalesced": ("reduce_scatter_tensor_coalesced", 0),
+    "all_to_all_single": ("all_to_all_single", 0), "broadcast": ("broadcast", 0), "broadcast_": ("broadcast", 0),
+}
+
 _libs: list = []  # torch.library registrations live as long as these objects
 _installed = False
 
@@ -159,6 +171,57 @@ def _install_c10d() -> None:
     _libs.append(lib)
 
 
+def _functional_kernel(op_name: str, packet):
+    """Layer 1 for `_c10d_functional` ops, which have their own autograd kernels: this one
+    sits at ADInplaceOrView (just below autograd) and redispatches past it."""
+    import torch
+    import torch.distributed as dist
+
+    recorded, t_arg = FUNCTIONAL_OPS[op_name]
+    names = [a.name for a in packet._schema.arguments]
+    g_arg = names.index("group_name")
+    ro_arg = names.index("reduce_op") if "reduce_op" in names else None
+    root_arg = names.index("src") if "src" in names else None
+    below = torch._C._after_ADInplaceOrView_keyset
+    Tensor = torch.Tensor
+
+    def kernel(keyset, *args, **kwargs):
+        first = args[t_arg][0] if isinstance(args[t_arg], (list, tuple)) and args[t_arg] else args[t_arg]
+        # torch.compile traces the graph with FakeTensor / FunctionalTensor inputs: not a real call
+        if _nested() or not recorder.enabled() or type(first) is not Tensor:
+            return packet.redispatch(keyset & below, *args, **kwargs)
+        token = 0
+        try:
+            pg = dist.distributed_c10d._resolve_process_group(args[g_arg] if g_arg < len(args) else kwargs["group_name"])
+            ro = args[ro_arg] if ro_arg is not None and ro_arg < len(args) else None
+            token = recorder.record_collective(recorded, pg, args[t_arg], reduce_op=str(ro).upper() if ro else None,
+                                               root=args[root_arg] if root_arg is not None else None,
+                                               async_op=True, frame=sys._getframe())
+        except Exception as exc:
+            recorder.note_failure(exc)
+        try:
+            result = packet.redispatch(keyset & below, *args, **kwargs)
+        except BaseException as exc:
+            recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
+            raise
+        recorder.record_complete(token)  # issued; wait_tensor waits for it, as for functional collectives
+        return result
+
+    return kernel
+
+
+def _install_functional() -> None:
+    import torch
+
+    lib = torch.library.Library("_c10d_functional", "IMPL")
+    for name in FUNCTIONAL_OPS:
+        packet = getattr(torch.ops._c10d_functional, name, None)
+        if packet is None or "default" not in packet.overloads():
+            continue
+        lib.impl(name, _functional_kernel(name, packet.default), "ADInplaceOrView", with_keyset=True)
+    _libs.append(lib)
+
+
 def _funcol_wrapper(recorded: str, fn):
     import torch
     import torch.distributed as dist
@@ -172,7 +235,9 @@ def _funcol_wrapper(recorded: str, fn):
 
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):
-        if _nested() or not recorder.enabled() or torch.compiler.is_compiling():
+        if torch.compiler.is_compiling():  # first: dynamo must trace through to torch's function
+            return fn(*args, **kwargs)
+        if _nested() or not recorder.enabled():
             return fn(*args, **kwargs)
         token = 0
         try:
@@ -219,7 +284,7 @@ def install() -> None:
     if _installed:
         return
     _installed = True
-    for layer in (_install_c10d, _install_funcol):
+    for layer in (_install_c10d, _install_functional, _install_funcol):
         try:
             layer()
         except Exception as exc:

@@ -12,6 +12,7 @@ import importlib.machinery
 import inspect
 import os
 import sys
+import tempfile
 import threading
 import time
 
@@ -97,9 +98,12 @@ def _wrap(op: str, fn):
     state = recorder._S
     monotonic, get_ident = time.monotonic, threading.get_ident
     guards = _below_autograd_guards
+    import torch  # torch.compiler is looked up per call: torch is still being imported now
 
     @functools.wraps(fn)
     def recorded(*args, **kwargs):
+        if torch.compiler.is_compiling():  # dynamo sees torch's function (it makes it a functional collective)
+            return fn(*args, **kwargs)
         ident = get_ident()
         if state.trace_dir is None or ident in _inside:
             return fn(*args, **kwargs)  # nested inside a recorded call: one event per user call
@@ -173,7 +177,9 @@ def patch_torch_distributed() -> None:
         return
     recorder._S.dist = dist
     torch_dir = os.path.dirname(os.path.dirname(os.path.abspath(dist.__file__))) + os.sep
-    recorder._S.internal = (recorder._HCTOOL_DIR, torch_dir)
+    # Generated code is not the user's line either: FX graphs (aot_eager) and inductor's modules.
+    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "torchinductor_")
+    recorder._S.internal = (recorder._HCTOOL_DIR, torch_dir, "<frozen", "<eval_with_key", inductor)
     c10d = dist.distributed_c10d
     for op in COLLECTIVES + tuple(P2P) + ("batch_isend_irecv",):
         fn = getattr(c10d, op, None)
