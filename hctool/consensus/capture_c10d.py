@@ -120,13 +120,12 @@ def _c10d_kernel(op_name: str, packet):
     import torch.distributed as dist
 
     recorded, t_arg, g_arg, ro_arg, root_arg, p2p = C10D_OPS[op_name]
-    below_autograd = torch._C._AutoDispatchBelowAutograd
+    below = torch._C._after_autograd_keyset
     red_names = {int(v): k for k, v in dist.ReduceOp.RedOpType.__members__.items()}
 
-    def kernel(*args, **kwargs):
+    def kernel(keyset, *args, **kwargs):
         if _nested() or not recorder.enabled():
-            with below_autograd():
-                return packet(*args, **kwargs)
+            return packet.redispatch(keyset & below, *args, **kwargs)
         token = 0
         try:
             group = dist.ProcessGroup.unbox(args[g_arg])
@@ -143,8 +142,7 @@ def _c10d_kernel(op_name: str, packet):
         except Exception as exc:
             recorder.note_failure(exc)
         try:
-            with below_autograd():
-                result = packet(*args, **kwargs)
+            result = packet.redispatch(keyset & below, *args, **kwargs)
         except BaseException as exc:
             recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
             raise
@@ -167,7 +165,7 @@ def _install_c10d() -> None:
         packet = getattr(torch.ops.c10d, name, None)
         if packet is None or "default" not in packet.overloads():
             continue  # an op this torch version does not have
-        lib.impl(name, _c10d_kernel(name, packet.default), "Autograd")
+        lib.impl(name, _c10d_kernel(name, packet.default), "Autograd", with_keyset=True)
     _libs.append(lib)
 
 
