@@ -134,6 +134,8 @@ def _c10d_kernel(op_name: str, packet):
             if root is not None and root >= 0 and group is not dist.GroupMember.WORLD:
                 root = dist.get_global_rank(group, root)  # the ops take group ranks; records hold global ones
             tensors = args[t_arg] if t_arg is not None else None
+            if type(tensors) is list and len(tensors) == 1:
+                tensors = tensors[0]  # described the same; the tensor takes the interning fast path
             # This frame, not its caller: on autograd's device threads (DDP's reducer on
             # CUDA) the kernel is the thread's only Python frame. The recorder skips
             # hctool's frames and falls back to the main thread's line.
