@@ -1,20 +1,25 @@
 """Seeing the collectives torch issues without the Python API (docs/consensus.md, "Coverage").
 
-Two pass-through layers, both recording through recorder.record_collective only
-when the call is not already inside a recorded torch.distributed call (so a
+Pass-through layers, all recording through recorder.record_collective only when
+the call is not already inside a recorded torch.distributed call (so a
 collective is recorded once, by the outermost layer that sees it):
 
-1. c10d dispatcher ops. Every ProcessGroup method (`pg.allreduce(...)`), from
-   Python or from C++ (DDP's reducer and its start-up broadcast, parameter
+1. Dispatcher ops. Every ProcessGroup method (`pg.allreduce(...)`), from Python
+   or from C++ (DDP's reducer and its start-up broadcast, parameter
    verification), calls a `c10d::*` op through the dispatcher. Those ops only
    have backend kernels (CPU, CUDA); a Python kernel registered at the Autograd
-   key runs first, records, and redispatches below autograd to torch's own
-   kernel. Calls made while autograd keys are excluded (inside another op's
-   kernel, e.g. a functional collective) skip it, hence layer 2.
-2. Functional collectives (`torch.distributed._functional_collectives`): DTensor
-   redistribution (clip_grad_norm_ on FSDP2's sharded grads, tensor parallel)
-   calls them from inside __torch_dispatch__, where layer 1 is bypassed. Their
-   module functions are wrapped; while torch.compile traces they pass through.
+   key runs first, records, and redispatches past autograd to torch's own
+   kernel. The torch.distributed wrappers issue their calls with the autograd
+   keys excluded, so only C++-issued calls pay this kernel's boxing (tens of
+   us). A compiled graph (torch.compile) issues `_c10d_functional` ops instead,
+   which have their own autograd kernels: the same kind of kernel sits one key
+   lower, at ADInplaceOrView; tracing runs (FakeTensor, FunctionalTensor
+   inputs) are not calls and pass through. Calls made while these keys are
+   excluded (inside another op's kernel, e.g. DTensor dispatch) skip layer 1:
+2. Functional collectives (`torch.distributed._functional_collectives`):
+   DTensor redistribution (clip_grad_norm_ on FSDP2's sharded grads, tensor
+   parallel) calls them from inside __torch_dispatch__. Their module functions
+   are wrapped; while torch.compile traces they pass through untouched.
 
 Completion: a c10d op's Work future completes the record (gloo: when the
 collective finished; NCCL: when enqueued). Functional collectives complete at
