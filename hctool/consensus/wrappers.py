@@ -94,7 +94,7 @@ def _new_guard(ident: int):
 
 def _wrap(op: str, fn):
     extract = _extractor(op, fn)
-    record, complete = recorder.record_collective, recorder.record_complete
+    record, complete = recorder._record, recorder.record_complete
     state = recorder._S
     monotonic, get_ident = time.monotonic, threading.get_ident
     guards = _below_autograd_guards
@@ -111,7 +111,7 @@ def _wrap(op: str, fn):
             group, tensors, ro, root, async_op = extract(*args, **kwargs)
         except TypeError:
             return fn(*args, **kwargs)  # the call itself is wrong: torch says how
-        token = record(op, group, tensors, reduce_op=ro, root=root, async_op=async_op, frame=sys._getframe(1))
+        token = record(op, group, tensors, ro, root, async_op, sys._getframe(1), ident)
         _inside.add(ident)
         try:
             # Below autograd, the c10d op goes straight to its backend kernel: the capture
