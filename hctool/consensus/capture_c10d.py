@@ -76,6 +76,17 @@ def _nested() -> bool:
     return threading.get_ident() in wrappers._inside
 
 
+def _redispatch_once(packet, keyset, args, kwargs):
+    """Run torch's kernel as inside a recorded call: ops it issues through the
+    dispatcher (inductor's in-place all_reduce_ calls all_reduce) are not recorded again."""
+    ident = threading.get_ident()
+    wrappers._inside.add(ident)
+    try:
+        return packet.redispatch(keyset, *args, **kwargs)
+    finally:
+        wrappers._inside.discard(ident)
+
+
 def _work_of(result):
     """The Work a c10d op returned (alone or as the last item of a tuple), or None."""
     import torch.distributed as dist
@@ -134,7 +145,7 @@ def _c10d_kernel(op_name: str, packet):
         except Exception as exc:
             recorder.note_failure(exc)
         try:
-            result = packet.redispatch(keyset & below, *args, **kwargs)
+            result = _redispatch_once(packet, keyset & below, args, kwargs)
         except BaseException as exc:
             recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
             raise
@@ -190,7 +201,7 @@ def _functional_kernel(op_name: str, packet):
         except Exception as exc:
             recorder.note_failure(exc)
         try:
-            result = packet.redispatch(keyset & below, *args, **kwargs)
+            result = _redispatch_once(packet, keyset & below, args, kwargs)
         except BaseException as exc:
             recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
             raise
