@@ -1,20 +1,22 @@
-"""CAVEAT: the inproc mode's "off" still goes through the dispatcher-level capture
-(hctool/consensus/capture_c10d.py) once the recorder is installed; use --mode ranks for an
-honest off/on comparison (docs/performance.md, "Recorder cost").
+"""What the check-consensus recorder adds to a collective (docs/performance.md, "Recorder cost").
 
-What the check-consensus recorder adds to a collective.
+Every mode compares processes: "off" runs with no hctool code at all, "on" with the
+recorder injected through sitecustomize exactly as `check-consensus run` does (both
+capture routes: the torch.distributed wrappers and the c10d dispatcher kernel). Off and
+on alternate --repeats times so both see the same machine load; medians are reported.
 
-inproc (default): one process, a gloo world of one, 4-byte all_reduce; the
-  recorder is installed once and each repeat times the unwrapped function
-  (off) then the wrapped one (on), alternating so both see the same machine
-  load. Prints the median per-call microseconds of each and their difference.
-ranks: N rank processes (gloo on CPU, or nccl with one GPU per rank), started
-  once with no recorder (off) and once with it injected through sitecustomize
-  exactly as `check-consensus run` does (on), alternating --repeats times;
-  rank 0 reports the median per-call time of back-to-back 4-byte all_reduces
-  (one device sync per run). Prints the off/on ratio.
+world1 (default): one process, a gloo world of one, back-to-back 4-byte all_reduce.
+  Each process reports wall and CPU (process_time) microseconds per call; the result
+  is the median of each and the median of the paired on-off differences.
+ranks: N rank processes (gloo on CPU, or nccl with one GPU per rank); rank 0 reports
+  the per-call time of back-to-back 4-byte all_reduces (one device sync per run).
+  Every "on" run's trace is analyzed: verdict and what rank 0 recorded.
+parts: one process with the recorder on; times each piece of the hot path alone
+  (the entry record, the completion write, the whole Python wrapper, the dispatcher
+  kernel that C++-issued calls pass through) against torch's own call.
 
     python benchmarks/bench_recorder.py [--iters 20000] [--repeats 7]
+    python benchmarks/bench_recorder.py --mode parts
     python benchmarks/bench_recorder.py --mode ranks --backend nccl --nproc 2 [--sync-each]
 """
 
@@ -29,43 +31,17 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hctool.procs import ProcessSet, free_port, inject_env, torchrun_env  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def _time_loop(fn, t, iters: int, sync, clock=time.perf_counter) -> float:
+def _time_loop(fn, t, iters: int, sync) -> tuple[float, float]:
+    """(wall, CPU) microseconds per call."""
     sync()
-    t0 = clock()
+    c0, t0 = time.process_time(), time.perf_counter()
     for _ in range(iters):
         fn(t)
     sync()
-    return (clock() - t0) / iters * 1e6
-
-
-def inproc(iters: int, repeats: int) -> dict:
-    import torch
-    import torch.distributed as dist
-
-    from hctool.consensus import recorder, wrappers
-
-    with tempfile.TemporaryDirectory() as d:
-        recorder._S.trace_dir = d
-        wrappers.patch_torch_distributed()
-        dist.init_process_group("gloo", init_method=f"file://{d}/store", rank=0, world_size=1)
-        t = torch.ones(1)
-        on, off = dist.all_reduce, dist.all_reduce.__hctool_original__
-        runs: dict[str, list[float]] = {"off": [], "on": [], "off_cpu": [], "on_cpu": []}
-        for fn in (off, on):
-            _time_loop(fn, t, iters // 10, lambda: None)  # warm-up; interns the call site
-        for _ in range(repeats):
-            for name, fn in (("off", off), ("on", on)):
-                runs[name].append(_time_loop(fn, t, iters, lambda: None))
-                # CPU time of this process: what a loaded machine distorts least
-                runs[name + "_cpu"].append(_time_loop(fn, t, iters, lambda: None, time.process_time))
-        dist.destroy_process_group()
-    res = {k: statistics.median(v) for k, v in runs.items()} | {"runs": runs}
-    res["added_cpu_us"] = res["on_cpu"] - res["off_cpu"]
-    return res
+    return (time.perf_counter() - t0) / iters * 1e6, (time.process_time() - c0) / iters * 1e6
 
 
 def rank_worker(backend: str, iters: int, out: str, sync_each: bool) -> None:
@@ -76,7 +52,10 @@ def rank_worker(backend: str, iters: int, out: str, sync_each: bool) -> None:
     if backend == "nccl":
         device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
         torch.cuda.set_device(device)
-    dist.init_process_group(backend)
+    if os.environ.get("WORLD_SIZE") == "1":  # no rendezvous port needed
+        dist.init_process_group(backend, init_method=f"file://{out}.store", rank=0, world_size=1)
+    else:
+        dist.init_process_group(backend)
     t = torch.ones(1, device=device)
     sync = torch.cuda.synchronize if backend == "nccl" else (lambda: None)
     call = dist.all_reduce
@@ -84,16 +63,20 @@ def rank_worker(backend: str, iters: int, out: str, sync_each: bool) -> None:
         def call(x):
             dist.all_reduce(x)
             sync()
-    _time_loop(call, t, iters // 10, sync)
+    _time_loop(call, t, max(iters // 10, 1), sync)
     dist.barrier()
-    us = _time_loop(call, t, iters, sync)
+    wall, cpu = _time_loop(call, t, iters, sync)
     if dist.get_rank() == 0:
-        Path(out).write_text(json.dumps(us))
+        Path(out).write_text(json.dumps({"wall": wall, "cpu": cpu, "hctool": "hctool" in sys.modules}))
     dist.destroy_process_group()
 
 
 def ranks(backend: str, nproc: int, iters: int, repeats: int, sync_each: bool = False) -> dict:
-    runs: dict[str, list[float]] = {"off": [], "on": []}
+    sys.path.insert(0, str(ROOT))
+    from hctool.consensus import analyze_dir
+    from hctool.procs import ProcessSet, free_port, inject_env, torchrun_env
+
+    runs: dict[str, list] = {"off": [], "on": [], "off_cpu": [], "on_cpu": []}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         for i in range(repeats):
@@ -111,19 +94,64 @@ def ranks(backend: str, nproc: int, iters: int, repeats: int, sync_each: bool = 
                     if not ps.wait_all(time.monotonic() + 300) or any(c.popen.returncode for c in ps.children):
                         logs = "\n".join(p.read_text()[-1500:] for p in tmp.glob(f"{mode}-{i}-*.log"))
                         raise SystemExit(f"{mode} run failed:\n{logs}")
-                runs[mode].append(json.loads(out.read_text()))
+                res = json.loads(out.read_text())
+                if res["hctool"] != (mode == "on"):
+                    raise SystemExit(f"the {mode} run {'lacked' if mode == 'on' else 'had'} hctool loaded")
+                runs[mode].append(res["wall"])
+                runs[mode + "_cpu"].append(res["cpu"])
                 if mode == "on":  # evidence the recorder was on: what it saw
-                    from hctool.consensus import analyze_dir
-
                     report = analyze_dir(tmp / f"trace-{i}")
                     runs.setdefault("verdicts", []).append(report["verdict"])
                     runs.setdefault("recorded_rank0", []).append(report["counts"].get("0", {}))
-    return {k: statistics.median(v) for k, v in runs.items() if k in ("off", "on")} | {"runs": runs}
+    res = {k: statistics.median(v) for k, v in runs.items() if k in ("off", "on", "off_cpu", "on_cpu")}
+    res["added_cpu_us"] = res["on_cpu"] - res["off_cpu"]
+    res["paired_added_us"] = statistics.median(b - a for a, b in zip(runs["off"], runs["on"]))
+    res["paired_added_cpu_us"] = statistics.median(b - a for a, b in zip(runs["off_cpu"], runs["on_cpu"]))
+    return res | {"runs": runs}
+
+
+def parts(iters: int, repeats: int) -> dict:
+    """Each piece of the hot path timed alone, in one process with the recorder on."""
+    sys.path.insert(0, str(ROOT))
+    import torch
+    import torch.distributed as dist
+
+    from hctool.consensus import recorder, wrappers
+
+    with tempfile.TemporaryDirectory() as d:
+        recorder._S.trace_dir = d
+        wrappers.patch_torch_distributed()
+        dist.init_process_group("gloo", init_method=f"file://{d}/store", rank=0, world_size=1)
+        t = torch.ones(1)
+        torch_call = dist.all_reduce.__hctool_original__
+        guard = wrappers._new_guard(-1)
+
+        def below(x):  # torch's own call, the dispatcher kernel skipped as the wrapper does
+            with guard:
+                torch_call(x)
+
+        def entry(x):
+            recorder.record_collective("all_reduce", None, x, frame=sys._getframe(1))
+
+        def entry_complete(x):
+            recorder.record_complete(recorder.record_collective("all_reduce", None, x, frame=sys._getframe(1)))
+
+        cases = {"torch call, below autograd": below, "wrapped dist.all_reduce": dist.all_reduce,
+                 "torch call through the dispatcher kernel (how C++-issued calls are seen)": torch_call,
+                 "entry record alone": entry, "entry + completion alone": entry_complete}
+        runs: dict[str, list[float]] = {k: [] for k in cases}
+        for fn in cases.values():
+            _time_loop(fn, t, max(iters // 10, 1), lambda: None)
+        for _ in range(repeats):
+            for name, fn in cases.items():
+                runs[name].append(_time_loop(fn, t, iters, lambda: None)[1])
+        dist.destroy_process_group()
+    return {k: statistics.median(v) for k, v in runs.items()} | {"runs": runs, "unit": "CPU us per call"}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=("inproc", "ranks"), default="inproc")
+    ap.add_argument("--mode", choices=("world1", "ranks", "parts"), default="world1")
     ap.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--iters", type=int, default=20000)
@@ -136,23 +164,32 @@ def main() -> None:
     if args.worker:
         rank_worker(args.backend, args.iters, args.out, args.sync_each)
         return
-    if args.mode == "inproc":
-        res = inproc(args.iters, args.repeats)
-        what = "in-process, gloo world of 1, 4-byte all_reduce"
-    else:
-        res = ranks(args.backend, args.nproc, args.iters, args.repeats, args.sync_each)
-        what = f"{args.nproc} ranks, {args.backend}, 4-byte all_reduce" + (", sync after each" if args.sync_each else "")
+    load = os.getloadavg()[0]
+    if args.mode == "parts":
+        res = parts(args.iters, args.repeats) | {"load_avg": load}
+        if args.json:
+            print(json.dumps(res))
+            return
+        print(f"recorder on, gloo world of 1, median of {args.repeats} x {args.iters} calls, CPU us/call (load {load:.1f}):")
+        for k, v in res.items():
+            if isinstance(v, float) and k != "load_avg":
+                print(f"  {v:7.2f}  {k}")
+        return
+    nproc = 1 if args.mode == "world1" else args.nproc
+    res = ranks(args.backend, nproc, args.iters, args.repeats, args.sync_each)
+    what = f"{nproc} rank{'s' if nproc > 1 else ''}, {args.backend}, 4-byte all_reduce" + (
+        ", sync after each" if args.sync_each else "")
     res.update(added_us=res["on"] - res["off"], ratio=res["on"] / res["off"], what=what,
-               iters=args.iters, repeats=args.repeats)
+               iters=args.iters, repeats=args.repeats, load_avg=load)
     if args.json:
         print(json.dumps(res))
         return
-    print(f"{what}: median of {args.repeats} runs x {args.iters} calls")
-    print(f"off {res['off']:.2f} us/call | on {res['on']:.2f} us/call | added {res['added_us']:.2f} us | "
-          f"ratio {res['ratio']:.3f}")
-    if "added_cpu_us" in res:
-        print(f"process CPU time: off {res['off_cpu']:.2f} us/call | on {res['on_cpu']:.2f} us/call | "
-              f"added {res['added_cpu_us']:.2f} us")
+    print(f"{what}: median of {args.repeats} off/on process pairs x {args.iters} calls (load {load:.1f})")
+    print(f"wall: off {res['off']:.2f} | on {res['on']:.2f} us/call | added {res['added_us']:.2f} us "
+          f"(paired {res['paired_added_us']:.2f}) | ratio {res['ratio']:.3f}")
+    print(f"CPU:  off {res['off_cpu']:.2f} | on {res['on_cpu']:.2f} us/call | added {res['added_cpu_us']:.2f} us "
+          f"(paired {res['paired_added_cpu_us']:.2f})")
+    print(f"on runs: verdicts {sorted(set(res['runs']['verdicts']))}, rank 0 recorded {res['runs']['recorded_rank0'][0]}")
 
 
 if __name__ == "__main__":

@@ -1,20 +1,25 @@
 """Seeing the collectives torch issues without the Python API (docs/consensus.md, "Coverage").
 
-Two pass-through layers, both recording through recorder.record_collective only
-when the call is not already inside a recorded torch.distributed call (so a
+Pass-through layers, all recording through recorder.record_collective only when
+the call is not already inside a recorded torch.distributed call (so a
 collective is recorded once, by the outermost layer that sees it):
 
-1. c10d dispatcher ops. Every ProcessGroup method (`pg.allreduce(...)`), from
-   Python or from C++ (DDP's reducer and its start-up broadcast, parameter
+1. Dispatcher ops. Every ProcessGroup method (`pg.allreduce(...)`), from Python
+   or from C++ (DDP's reducer and its start-up broadcast, parameter
    verification), calls a `c10d::*` op through the dispatcher. Those ops only
    have backend kernels (CPU, CUDA); a Python kernel registered at the Autograd
-   key runs first, records, and redispatches below autograd to torch's own
-   kernel. Calls made while autograd keys are excluded (inside another op's
-   kernel, e.g. a functional collective) skip it, hence layer 2.
-2. Functional collectives (`torch.distributed._functional_collectives`): DTensor
-   redistribution (clip_grad_norm_ on FSDP2's sharded grads, tensor parallel)
-   calls them from inside __torch_dispatch__, where layer 1 is bypassed. Their
-   module functions are wrapped; while torch.compile traces they pass through.
+   key runs first, records, and redispatches past autograd to torch's own
+   kernel. The torch.distributed wrappers issue their calls with the autograd
+   keys excluded, so only C++-issued calls pay this kernel's boxing (tens of
+   us). A compiled graph (torch.compile) issues `_c10d_functional` ops instead,
+   which have their own autograd kernels: the same kind of kernel sits one key
+   lower, at ADInplaceOrView; tracing runs (FakeTensor, FunctionalTensor
+   inputs) are not calls and pass through. Calls made while these keys are
+   excluded (inside another op's kernel, e.g. DTensor dispatch) skip layer 1:
+2. Functional collectives (`torch.distributed._functional_collectives`):
+   DTensor redistribution (clip_grad_norm_ on FSDP2's sharded grads, tensor
+   parallel) calls them from inside __torch_dispatch__. Their module functions
+   are wrapped (capture_funcol.py); while torch.compile traces they pass through.
 
 Completion: a c10d op's Work future completes the record (gloo: when the
 collective finished; NCCL: when enqueued). Functional collectives complete at
@@ -23,8 +28,6 @@ return (they are waited on later, through wait_tensor).
 
 from __future__ import annotations
 
-import functools
-import inspect
 import sys
 import threading
 
@@ -53,17 +56,16 @@ C10D_OPS = {
     "send": ("send", 0, 1, None, 2, True),
     "recv_": ("recv", 0, 1, None, 2, True),
 }
-# functional collective -> recorded op (named like the torch.distributed call it mirrors)
-FUNCOL_OPS = {
-    "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce_coalesced",
-    "broadcast": "broadcast", "all_gather_tensor": "all_gather_into_tensor",
-    "all_gather_single": "all_gather_into_tensor", "all_gather_tensor_autograd": "all_gather_into_tensor",
-    "all_gather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
-    "reduce_scatter_tensor": "reduce_scatter_tensor", "reduce_scatter_single": "reduce_scatter_tensor",
-    "reduce_scatter_tensor_autograd": "reduce_scatter_tensor",
-    "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
-    "all_to_all_single": "all_to_all_single", "all_to_all_single_autograd": "all_to_all_single",
-    "permute_tensor": "permute_tensor",
+# _c10d_functional op -> (recorded op, contributed-tensors arg). What a compiled graph runs
+# (dynamo turns dist.* calls into these); the group is always the `group_name` argument.
+FUNCTIONAL_OPS = {
+    "all_reduce": ("all_reduce", 0), "all_reduce_": ("all_reduce", 0),
+    "all_reduce_coalesced": ("all_reduce_coalesced", 0), "all_reduce_coalesced_": ("all_reduce_coalesced", 0),
+    "all_gather_into_tensor": ("all_gather_into_tensor", 0), "all_gather_into_tensor_out": ("all_gather_into_tensor", 0),
+    "all_gather_into_tensor_coalesced": ("all_gather_into_tensor_coalesced", 0),
+    "reduce_scatter_tensor": ("reduce_scatter_tensor", 0),
+    "reduce_scatter_tensor_coalesced": ("reduce_scatter_tensor_coalesced", 0),
+    "all_to_all_single": ("all_to_all_single", 0), "broadcast": ("broadcast", 0), "broadcast_": ("broadcast", 0),
 }
 
 _libs: list = []  # torch.library registrations live as long as these objects
@@ -72,6 +74,17 @@ _installed = False
 
 def _nested() -> bool:
     return threading.get_ident() in wrappers._inside
+
+
+def _redispatch_once(packet, keyset, args, kwargs):
+    """Run torch's kernel as inside a recorded call: ops it issues through the
+    dispatcher (inductor's in-place all_reduce_ calls all_reduce) are not recorded again."""
+    ident = threading.get_ident()
+    wrappers._inside.add(ident)
+    try:
+        return packet.redispatch(keyset, *args, **kwargs)
+    finally:
+        wrappers._inside.discard(ident)
 
 
 def _work_of(result):
@@ -108,13 +121,12 @@ def _c10d_kernel(op_name: str, packet):
     import torch.distributed as dist
 
     recorded, t_arg, g_arg, ro_arg, root_arg, p2p = C10D_OPS[op_name]
-    below_autograd = torch._C._AutoDispatchBelowAutograd
+    below = torch._C._after_autograd_keyset
     red_names = {int(v): k for k, v in dist.ReduceOp.RedOpType.__members__.items()}
 
-    def kernel(*args, **kwargs):
+    def kernel(keyset, *args, **kwargs):
         if _nested() or not recorder.enabled():
-            with below_autograd():
-                return packet(*args, **kwargs)
+            return packet.redispatch(keyset & below, *args, **kwargs)
         token = 0
         try:
             group = dist.ProcessGroup.unbox(args[g_arg])
@@ -123,6 +135,8 @@ def _c10d_kernel(op_name: str, packet):
             if root is not None and root >= 0 and group is not dist.GroupMember.WORLD:
                 root = dist.get_global_rank(group, root)  # the ops take group ranks; records hold global ones
             tensors = args[t_arg] if t_arg is not None else None
+            if type(tensors) is list and len(tensors) == 1:
+                tensors = tensors[0]  # described the same; the tensor takes the interning fast path
             # This frame, not its caller: on autograd's device threads (DDP's reducer on
             # CUDA) the kernel is the thread's only Python frame. The recorder skips
             # hctool's frames and falls back to the main thread's line.
@@ -131,8 +145,7 @@ def _c10d_kernel(op_name: str, packet):
         except Exception as exc:
             recorder.note_failure(exc)
         try:
-            with below_autograd():
-                result = packet(*args, **kwargs)
+            result = _redispatch_once(packet, keyset & below, args, kwargs)
         except BaseException as exc:
             recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
             raise
@@ -155,61 +168,59 @@ def _install_c10d() -> None:
         packet = getattr(torch.ops.c10d, name, None)
         if packet is None or "default" not in packet.overloads():
             continue  # an op this torch version does not have
-        lib.impl(name, _c10d_kernel(name, packet.default), "Autograd")
+        lib.impl(name, _c10d_kernel(name, packet.default), "Autograd", with_keyset=True)
     _libs.append(lib)
 
 
-def _funcol_wrapper(recorded: str, fn):
+def _functional_kernel(op_name: str, packet):
+    """Layer 1 for `_c10d_functional` ops, which have their own autograd kernels: this one
+    sits at ADInplaceOrView (just below autograd) and redispatches past it."""
     import torch
     import torch.distributed as dist
 
-    sig = inspect.signature(fn)
-    names = list(sig.parameters)
-    t_name = names[0]
-    ro_name = "reduceOp" if "reduceOp" in names else None
-    root_name = "src" if "src" in names else None
-    from torch.distributed import _functional_collectives as funcol
+    recorded, t_arg = FUNCTIONAL_OPS[op_name]
+    names = [a.name for a in packet._schema.arguments]
+    g_arg = names.index("group_name")
+    ro_arg = names.index("reduce_op") if "reduce_op" in names else None
+    root_arg = names.index("src") if "src" in names else None
+    below = torch._C._after_ADInplaceOrView_keyset
+    Tensor = torch.Tensor
 
-    @functools.wraps(fn)
-    def wrapped(*args, **kwargs):
-        if _nested() or not recorder.enabled() or torch.compiler.is_compiling():
-            return fn(*args, **kwargs)
+    def kernel(keyset, *args, **kwargs):
+        first = args[t_arg][0] if isinstance(args[t_arg], (list, tuple)) and args[t_arg] else args[t_arg]
+        # torch.compile traces the graph with FakeTensor / FunctionalTensor inputs: not a real call
+        if _nested() or not recorder.enabled() or type(first) is not Tensor:
+            return packet.redispatch(keyset & below, *args, **kwargs)
         token = 0
         try:
-            bound = dict(zip(names, args), **kwargs)
-            group = bound.get("group")
-            name = funcol._resolve_group_name(group, bound.get("tag", ""))
-            pg = dist.distributed_c10d._resolve_process_group(name)
-            ro = bound.get(ro_name) if ro_name else None
-            token = recorder.record_collective(recorded, pg, bound.get(t_name),
-                                               reduce_op=str(ro).upper() if ro else None,
-                                               root=bound.get(root_name) if root_name else None,
+            pg = dist.distributed_c10d._resolve_process_group(args[g_arg] if g_arg < len(args) else kwargs["group_name"])
+            ro = args[ro_arg] if ro_arg is not None and ro_arg < len(args) else None
+            token = recorder.record_collective(recorded, pg, args[t_arg], reduce_op=str(ro).upper() if ro else None,
+                                               root=args[root_arg] if root_arg is not None else None,
                                                async_op=True, frame=sys._getframe())
         except Exception as exc:
             recorder.note_failure(exc)
-        ident = threading.get_ident()
-        wrappers._inside.add(ident)
         try:
-            result = fn(*args, **kwargs)
+            result = _redispatch_once(packet, keyset & below, args, kwargs)
         except BaseException as exc:
             recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
             raise
-        finally:
-            wrappers._inside.discard(ident)
-        recorder.record_complete(token)
+        recorder.record_complete(token)  # issued; wait_tensor waits for it, as for functional collectives
         return result
 
-    wrapped.__hctool_original__ = fn
-    return wrapped
+    return kernel
 
 
-def _install_funcol() -> None:
-    from torch.distributed import _functional_collectives as funcol
+def _install_functional() -> None:
+    import torch
 
-    for name, recorded in FUNCOL_OPS.items():
-        fn = getattr(funcol, name, None)
-        if fn is not None and not hasattr(fn, "__hctool_original__"):
-            setattr(funcol, name, _funcol_wrapper(recorded, fn))
+    lib = torch.library.Library("_c10d_functional", "IMPL")
+    for name in FUNCTIONAL_OPS:
+        packet = getattr(torch.ops._c10d_functional, name, None)
+        if packet is None or "default" not in packet.overloads():
+            continue
+        lib.impl(name, _functional_kernel(name, packet.default), "ADInplaceOrView", with_keyset=True)
+    _libs.append(lib)
 
 
 def install() -> None:
@@ -219,7 +230,9 @@ def install() -> None:
     if _installed:
         return
     _installed = True
-    for layer in (_install_c10d, _install_funcol):
+    from hctool.consensus.capture_funcol import install_funcol
+
+    for layer in (_install_c10d, _install_functional, install_funcol):
         try:
             layer()
         except Exception as exc:

@@ -40,7 +40,7 @@ class _Group:
 class _State:
     def __init__(self) -> None:
         self.trace_dir: str | None = None
-        self.internal: tuple[str, ...] = (_HCTOOL_DIR,)   # torch's folder is added when it is patched
+        self.internal: tuple[str, ...] = (_HCTOOL_DIR, "<frozen")  # torch's folder is added when it is patched
         self.lock = threading.RLock()
         self.reset()
 
@@ -183,7 +183,7 @@ def _user_frame(frame):
         internal = cache.get(id(code))
         if internal is None:
             path = code.co_filename
-            internal = path.startswith(_S.internal) or path.startswith("<frozen")
+            internal = path.startswith(_S.internal)
             cache[id(code)] = internal
             _S.keep.append(code)  # alive, so its id is never reused
         if not internal:

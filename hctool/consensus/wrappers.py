@@ -12,6 +12,7 @@ import importlib.machinery
 import inspect
 import os
 import sys
+import tempfile
 import threading
 import time
 
@@ -75,14 +76,34 @@ def _extractor(op: str, fn):
     return ns["extract"]
 
 
+# One reusable guard per thread that excludes the autograd dispatch keys (what
+# at::AutoDispatchBelowAutograd does; its Python binding acts at construction
+# only, so it cannot be reused). A guard holds its state between __enter__ and
+# __exit__, and a thread never enters its own twice (nested calls skip it).
+_below_autograd_guards: dict[int, object] = {}
+
+
+def _new_guard(ident: int):
+    from torch._C import DispatchKey, DispatchKeySet, _ExcludeDispatchKeyGuard
+
+    keys = (DispatchKeySet(DispatchKey.AutogradFunctionality) | DispatchKeySet(DispatchKey.AutogradOther)
+            | DispatchKeySet(DispatchKey.AutogradNestedTensor))
+    guard = _below_autograd_guards[ident] = _ExcludeDispatchKeyGuard(keys)
+    return guard
+
+
 def _wrap(op: str, fn):
     extract = _extractor(op, fn)
-    record, complete = recorder.record_collective, recorder.record_complete
+    record, complete = recorder._record, recorder.record_complete
     state = recorder._S
     monotonic, get_ident = time.monotonic, threading.get_ident
+    guards = _below_autograd_guards
+    import torch  # torch.compiler is looked up per call: torch is still being imported now
 
     @functools.wraps(fn)
     def recorded(*args, **kwargs):
+        if torch.compiler.is_compiling():  # dynamo sees torch's function (it makes it a functional collective)
+            return fn(*args, **kwargs)
         ident = get_ident()
         if state.trace_dir is None or ident in _inside:
             return fn(*args, **kwargs)  # nested inside a recorded call: one event per user call
@@ -90,10 +111,14 @@ def _wrap(op: str, fn):
             group, tensors, ro, root, async_op = extract(*args, **kwargs)
         except TypeError:
             return fn(*args, **kwargs)  # the call itself is wrong: torch says how
-        token = record(op, group, tensors, reduce_op=ro, root=root, async_op=async_op, frame=sys._getframe(1))
+        token = record(op, group, tensors, ro, root, async_op, sys._getframe(1), ident)
         _inside.add(ident)
         try:
-            result = fn(*args, **kwargs)
+            # Below autograd, the c10d op goes straight to its backend kernel: the capture
+            # kernel capture_c10d.py puts at the Autograd key (~50 us of boxing and
+            # redispatch) is for C++-issued calls only; this call is recorded already.
+            with guards.get(ident) or _new_guard(ident):
+                result = fn(*args, **kwargs)
         except BaseException as exc:
             complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
             raise
@@ -152,7 +177,9 @@ def patch_torch_distributed() -> None:
         return
     recorder._S.dist = dist
     torch_dir = os.path.dirname(os.path.dirname(os.path.abspath(dist.__file__))) + os.sep
-    recorder._S.internal = (recorder._HCTOOL_DIR, torch_dir)
+    # Generated code is not the user's line either: FX graphs (aot_eager) and inductor's modules.
+    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "torchinductor_")
+    recorder._S.internal = (recorder._HCTOOL_DIR, torch_dir, "<frozen", "<eval_with_key", inductor)
     c10d = dist.distributed_c10d
     for op in COLLECTIVES + tuple(P2P) + ("batch_isend_irecv",):
         fn = getattr(c10d, op, None)

@@ -146,3 +146,28 @@ def test_fsdp2_every_collective_has_a_call_site(fix, tmp_path, no_leftover_proce
         first = report["first_divergence"]
         assert report["verdict"] == "diverged" and 1 in first["culprit_ranks"], (report, stderr[-3000:])
         assert first["ranks"]["1"]["site"] == lines["forward"]
+
+
+def _compiled_step_run(tmp_path, fix: bool) -> tuple[int, dict, str, dict]:
+    code, report, stderr = run_check("compiled.py", tmp_path, fix=fix, extra=SLOW_START)
+    return code, report, stderr, _counts(report, tmp_path / "trace")
+
+
+def test_compiled_graph_collectives_are_seen(tmp_path, no_leftover_processes):
+    """torch.compile(fullgraph=True) of a step holding dist.all_reduce and a functional
+    all_reduce: the compiled graph's calls are recorded (2 a step), and rank 1's extra
+    step is named at the compiled function, called from the step line."""
+    code, report, stderr, counts = _compiled_step_run(tmp_path, fix=False)
+    assert _summary(report) == ("diverged", "0:[0,1]", "extra", [1]), (report, stderr[-3000:])
+    assert code == 1
+    assert counts["0"] == {"all_reduce": 4} and counts["1"] == {"all_reduce": 5}, counts
+    culprit = report["first_divergence"]["ranks"]["1"]
+    assert culprit["site"].startswith("compiled.py:"), culprit
+    assert any(s.startswith(site("compiled.py", "step") + " ") for s in culprit["stack"]), culprit
+
+
+@pytest.mark.slow
+def test_compiled_graph_clean_twin_is_consistent(tmp_path, no_leftover_processes):
+    code, report, stderr, counts = _compiled_step_run(tmp_path, fix=True)
+    assert (report["verdict"], code) == ("consistent", 0), stderr[-3000:]
+    assert counts == {"0": {"all_reduce": 4}, "1": {"all_reduce": 4}}, counts

@@ -41,3 +41,16 @@ def test_trace_survives_sigkill_with_every_field(tmp_path, no_leftover_processes
     report = analyze_dir(trace)
     assert report["verdict"] == "crashed"  # no end record, no exit code: it was killed
     assert report["counts"] == {"0": {"all_reduce": 4, "broadcast": 1, "reduce_scatter_tensor": 1}}
+
+
+def test_python_issued_calls_skip_the_dispatcher_kernel(tmp_path, no_leftover_processes):
+    import json
+
+    trace = tmp_path / "trace"
+    env = inject_env(dict(os.environ, **torchrun_env(0, 1, "127.0.0.1", 0)), TRACE_DIR=str(trace))
+    proc = subprocess.run([sys.executable, str(PROGRAMS / "kernel_entries.py")], env=env, capture_output=True,
+                          text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"python_issued": 0, "direct": 1}
+    ops = [e["op"] for e in TraceDirReader(str(trace), strict=True).poll()]
+    assert ops == ["all_reduce", "broadcast", "all_gather_into_tensor"] * 5 + ["all_reduce"]  # each once
