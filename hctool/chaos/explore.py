@@ -57,12 +57,23 @@ def explore(runner: ChaosRunner, seed: int, budget_s: float, shard: tuple[int, i
     return Exploration(runs, first, time.monotonic() - t0)
 
 
-def fails(runner: ChaosRunner, sched: Schedule, invariant: str, tries: int, name: str) -> bool:
-    for k in range(tries):
-        res = runner.run(sched, f"{name}-try{k + 1}")
-        if any(a.invariant == invariant for a in res.anomalies):
-            return True
-    return False
+class Verdict(NamedTuple):
+    reproduced: bool
+    hits: int
+    runs: int
+
+
+def reproduces(runner: ChaosRunner, sched: Schedule, invariant: str, need: int, tries: int, name: str) -> Verdict:
+    """Does `sched` reproduce `invariant` reliably: in at least `need` of `tries` runs?
+    Stops as soon as the answer is known (`need` hits, or too many misses to get
+    there), so a reduction that fires only sometimes costs one or two runs and is
+    rejected: a shrunk schedule that replays 2 in 10 is a lucky draw, not a finding."""
+    hits = runs = 0
+    while runs < tries and hits < need and need - hits <= tries - runs:
+        res = runner.run(sched, f"{name}-try{runs + 1}")
+        runs += 1
+        hits += any(a.invariant == invariant for a in res.anomalies)
+    return Verdict(hits >= need, hits, runs)
 
 
 def _smaller(f: Fault) -> list[Fault]:
@@ -80,12 +91,14 @@ def _smaller(f: Fault) -> list[Fault]:
     return out
 
 
-def shrink(runner: ChaosRunner, sched: Schedule, invariant: str, budget_s: float, tries: int = 2,
+def shrink(runner: ChaosRunner, sched: Schedule, invariant: str, budget_s: float, need: int = 3, tries: int = 3,
            predicate: Callable[[Schedule, str], bool] | None = None) -> tuple[Schedule, int]:
     """Greedy delta debugging: drop faults one at a time while it still fails, then
     make each remaining fault smaller step by step. Returns (schedule, attempts).
-    `predicate(schedule, name)` decides "still fails" (default: run it `tries` times)."""
-    still = predicate or (lambda s, name: fails(runner, s, invariant, tries, name))
+    `predicate(schedule, name)` decides "still fails" (default: it reproduces in
+    `need` of `tries` runs, see `reproduces`), so "smallest" means the smallest
+    magnitude that still reproduces at that rate."""
+    still = predicate or (lambda s, name: reproduces(runner, s, invariant, need, tries, name).reproduced)
     t0, attempts = time.monotonic(), 0
     faults = list(sched.faults)
 

@@ -71,12 +71,26 @@ def _finish(report: dict, root: Path, as_json: bool) -> None:
     raise typer.Exit(EXIT[report["verdict"]])
 
 
-def _shrink_and_replay(runner, target, sched, anomaly, root: Path, shrink_budget: float, replays: int, k: int):
+AcceptOpt = typer.Option("3/3", "--accept", help="Shrinking keeps a reduction only if it reproduces in K of N runs (K/N).")
+
+
+def _accept(text: str) -> tuple[int, int]:
+    try:
+        need, tries = (int(x) for x in text.split("/"))
+        if not 1 <= need <= tries:
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"bad --accept {text!r}", "use --accept K/N with 1 <= K <= N, e.g. 3/3") from None
+    return need, tries
+
+
+def _shrink_and_replay(runner, target, sched, anomaly, root: Path, shrink_budget: float, replays: int, k: int,
+                       accept: tuple[int, int] = (3, 3)):
     from hctool.chaos.explore import replay, shrink
     from hctool.chaos.report import anomaly_entry, replay_command
     shrunk = None
     if shrink_budget > 0:
-        shrunk, attempts = shrink(runner, sched, anomaly.invariant, shrink_budget)
+        shrunk, attempts = shrink(runner, sched, anomaly.invariant, shrink_budget, need=accept[0], tries=accept[1])
         print(f"chaos: shrunk to {len(shrunk.faults)} fault(s) in {attempts} attempt(s): "
               f"{'; '.join(shrunk.specs())}", file=sys.stderr)
     final = shrunk or sched
@@ -122,6 +136,7 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
                 keep_going: bool = typer.Option(False, "--keep-going", help="Do not stop at the first anomaly."),
                 shrink_budget: float = typer.Option(600.0, "--shrink-budget", min=0, help="Seconds for shrinking (0: none)."),
                 replays: int = typer.Option(5, "--replays", min=0, help="Replays of the (shrunk) schedule."),
+                accept: str = AcceptOpt,
                 horizon: float = typer.Option(20.0, "--horizon", min=1, help="Faults start within this many seconds (the heal comes when the workload is done)."),
                 as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt) -> None:
     """Random schedules until an anomaly or the budget; then shrink and replay it."""
@@ -138,6 +153,7 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
         if not 1 <= i <= n:
             raise ValueError
         kind_list = parse_kinds(kinds)
+        need_tries = _accept(accept)
     except ValueError as exc:
         raise UsageError(str(exc) if isinstance(exc, ScheduleError) else f"bad --shard {shard!r}", "use --shard i/N with 1 <= i <= N") from None
     target = _target(ctx, scenario, variant, no_scenario_faults, catalogue)
@@ -153,7 +169,8 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
     for sched, res in found.runs:
         for a in res.anomalies[:1] if res.anomalies else []:
             with sigterm_as_interrupt():
-                anomalies.append(_shrink_and_replay(runner, target, sched, a, root, shrink_budget, replays, len(anomalies) + 1))
+                anomalies.append(_shrink_and_replay(runner, target, sched, a, root, shrink_budget, replays,
+                                                    len(anomalies) + 1, need_tries))
     minutes = found.seconds / 60
     report = build(target, seed, found.runs, anomalies, history.path, shard=shard,
                    seconds=round(found.seconds, 1), first_anomaly_s=None if found.first_anomaly_s is None else round(found.first_anomaly_s, 1),
@@ -168,7 +185,7 @@ def shrink_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="A 
                invariant: str = typer.Option(None, "--invariant", help="The invariant that must keep failing (default: the first seen)."),
                budget: float = typer.Option(600.0, "--budget", min=1, help="Seconds for shrinking."),
                replays: int = typer.Option(5, "--replays", min=0, help="Replays of the shrunk schedule."),
-               as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt) -> None:
+               accept: str = AcceptOpt, as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt) -> None:
     """Reduce a failing schedule to the fewest, smallest faults that still fail."""
     from hctool.chaos.invariants import CHECKERS, Anomaly
     from hctool.chaos.report import build
@@ -176,6 +193,7 @@ def shrink_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="A 
     from hctool.procs import sigterm_as_interrupt
     if invariant is not None and invariant not in CHECKERS:
         raise UsageError(f"unknown invariant {invariant!r}", f"known: {', '.join(CHECKERS)}")
+    need_tries = _accept(accept)
     target = _target(ctx, scenario, variant, no_scenario_faults, catalogue)
     sched = _schedule(schedule)
     root, history = _setup(artifacts, "shrink")
@@ -184,7 +202,8 @@ def shrink_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="A 
         first = runner.run(sched, "original")
         seen = [a for a in first.anomalies if invariant in (None, a.invariant)]
         anomaly = seen[0] if seen else (Anomaly(invariant, {"note": "not seen in the first run"}) if invariant else None)
-        anomalies = [] if anomaly is None else [_shrink_and_replay(runner, target, sched, anomaly, root, budget, replays, 1)]
+        anomalies = [] if anomaly is None else [_shrink_and_replay(runner, target, sched, anomaly, root, budget, replays, 1,
+                                                                            need_tries)]
     _finish(build(target, sched.seed, [(sched, first)], anomalies, history.path), root, as_json)
 
 

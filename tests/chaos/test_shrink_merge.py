@@ -7,7 +7,9 @@ import itertools
 import json
 import subprocess
 
-from hctool.chaos.explore import shard_indices, shrink
+from hctool.chaos.explore import reproduces, shard_indices, shrink
+from hctool.chaos.invariants import Anomaly
+from hctool.chaos.runner import RunResult
 from hctool.chaos.report import merge
 from hctool.chaos.schedule import Schedule
 from hctool.inject.faults import parse_fault
@@ -25,6 +27,33 @@ def test_shrink_keeps_only_the_culprits_at_their_smallest():
     fd, burst = shrunk.faults
     assert (fd.p, fd.start_s, burst.n, burst.start_s) == (1.0, 0.0, 1, 0.0)
     assert 90 <= fd.ms < 180 and attempts < 40
+
+
+class _Scripted:
+    """Stands in for ChaosRunner.run in the acceptance arithmetic only: run k of a
+    schedule fails iff script[k] (what a real runner reports is tested elsewhere)."""
+
+    def __init__(self, script: str):
+        self.script, self.calls = script, 0
+
+    def run(self, sched, name):
+        hit = self.script[self.calls] == "x"
+        self.calls += 1
+        return RunResult(name, "invalid" if hit else "valid", [Anomaly("consensus", {})] if hit else [], [], 0.0, "")
+
+
+def test_a_reduction_is_kept_only_if_it_reproduces_k_of_n_with_early_exit():
+    sched = Schedule(())
+    cases = [("xxx", 3, 3, True, 3), ("x.xx", 3, 3, False, 2),  # the first miss of 3/3 decides
+             (".xxx", 3, 4, True, 4), ("..xx", 3, 4, False, 2), ("xx.x", 2, 4, True, 2)]
+    for script, need, tries, ok, runs in cases:
+        r = _Scripted(script)
+        v = reproduces(r, sched, "consensus", need, tries, "t")
+        assert (v.reproduced, v.runs, r.calls) == (ok, runs, runs), script
+    # a trigger that fires 1 run in 2 survives 3/3 with p = 1/8 (the old "any of 2 runs": 3/4)
+    orders = ["".join(o) for o in itertools.product("x.", repeat=3)]
+    kept = sum(reproduces(_Scripted(o), sched, "consensus", 3, 3, "t").reproduced for o in orders)
+    assert kept == 1
 
 
 def test_shards_cover_every_schedule_once():
