@@ -8,6 +8,7 @@ teardown the invariant checkers look at what the processes left behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -19,6 +20,7 @@ from typing import NamedTuple
 import psutil
 import requests
 
+from hctool.chaos import cache
 from hctool.chaos.history import History
 from hctool.chaos.invariants import CHECKERS, Anomaly, RunRecord, check_all
 from hctool.chaos.schedule import Schedule
@@ -26,6 +28,9 @@ from hctool.chaos.target import Target
 from hctool.inject.faults import CONTROLLER, IN_RANK, Fault
 from hctool.launch import TopologyError
 from hctool.repro.harness import HarnessOptions, ReproHarness
+
+
+QUIESCE_S = 3.0  # the probe rewrites its record every 0.25 s while a rank is idle
 
 
 class RunResult(NamedTuple):
@@ -166,13 +171,20 @@ class Controller:
         return self.healed and not self.paused and all(not t.is_alive() for t in self.threads)
 
     def quiesce(self, topo, url: str, driver) -> None:
-        time.sleep(1.0)  # idle ticks write the accounting record; backups land
+        """Wait (at most QUIESCE_S) until every rank's probe has written an accounting
+        record since now with nothing in flight (backups landed), then read /metrics."""
+        since, deadline = time.time(), time.monotonic() + QUIESCE_S
+        paths = [self.dir / f"quiesce-rank{r}.json" for r in topo.pids_by_rank()]
+        while time.monotonic() < deadline and not all(_settled(p, since) for p in paths):
+            time.sleep(0.05)
+        self.history.add("quiesced")
         try:
             self.metrics_text = requests.get(f"{url}/metrics", timeout=10).text
         except requests.RequestException as exc:
             self.history.add("metrics-unreadable", error=str(exc))
 
     def finished(self, obs, driver, topo, codes) -> None:
+        self.history.add("torn-down", outcome=obs.outcome)
         for pid in list(self.paused):
             self._signal(pid, signal.SIGCONT)
         self.paused.clear()
@@ -183,6 +195,13 @@ class Controller:
         """Never leave a stopped process behind, whatever happened."""
         for pid in list(self.paused):
             self._signal(pid, signal.SIGCONT)
+
+
+def _settled(path: Path, since: float) -> bool:
+    try:
+        return path.stat().st_mtime > since and json.loads(path.read_text()).get("in_flight") == 0
+    except (OSError, ValueError):
+        return False
 
 
 def _alive(pid: int) -> bool:
@@ -201,9 +220,14 @@ class ChaosRunner:
         self.prepared = False
 
     def prepare(self) -> None:
-        if not self.prepared:
+        if self.prepared:
+            return
+        if cache.load(self.harness):
+            self.history.add("prepare-cached", storage_seed=str(self.harness.storage_seed))
+        else:
             self.harness.prepare()
-            self.prepared = True
+            cache.save(self.harness)
+        self.prepared = True
 
     def run(self, schedule: Schedule, name: str, attempt: int = 1) -> RunResult:
         self.prepare()

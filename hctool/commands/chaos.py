@@ -23,10 +23,11 @@ NoFaultsOpt = typer.Option(False, "--no-scenario-faults", help="Leave the scenar
 CatalogueOpt = typer.Option([], "--catalogue", help="Also load scenarios from this folder.")
 JsonOpt = typer.Option(False, "--json", help="Print only the JSON report on stdout.")
 ArtifactsOpt = typer.Option(None, "--artifacts", help="Run directory (default ./hctool-runs/chaos-TIME).")
+RoundsOpt = typer.Option(3, "--rounds", min=1, help="Workload rounds per run (caps the scenario's; fewer rounds, more schedules per minute).")
 StarveOpt = typer.Option(1000, "--starve-ticks", min=1, help="Liveness: ticks with work waiting and nothing running.")
 
 
-def _target(ctx: typer.Context, scenario, variant, no_faults, catalogue):
+def _target(ctx: typer.Context, scenario, variant, no_faults, catalogue, rounds: int | None = None):
     from hctool.chaos.target import launch_target, scenario_target
     from hctool.repro.scenario import ScenarioError
     flags = list(ctx.args)
@@ -34,7 +35,7 @@ def _target(ctx: typer.Context, scenario, variant, no_faults, catalogue):
         if scenario and flags:
             raise UsageError("give either --scenario or engine flags after --, not both")
         if scenario:
-            return scenario_target(scenario, variant, no_faults, catalogue)
+            return scenario_target(scenario, variant, no_faults, catalogue, rounds)
         if flags:
             return launch_target(flags)
     except ScenarioError as exc:
@@ -105,12 +106,13 @@ def _shrink_and_replay(runner, target, sched, anomaly, root: Path, shrink_budget
 def run_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="Schedule TOML (docs/chaos.md)."),
             scenario: str = ScenarioOpt, variant: str = VariantOpt, no_scenario_faults: bool = NoFaultsOpt,
             catalogue: list[Path] = CatalogueOpt, runs: int = typer.Option(1, "--runs", min=1, help="Run it K times."),
+            rounds: int = typer.Option(None, "--rounds", min=1, help="Cap the scenario's workload rounds (replay commands carry it)."),
             as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt) -> None:
     """Run one schedule against a target (K times); exit 0 valid, 1 invalid, 2 could not run."""
     from hctool.chaos.report import anomaly_entry, build, replay_command
     from hctool.chaos.runner import ChaosRunner
     from hctool.procs import sigterm_as_interrupt
-    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue)
+    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds)
     sched = _schedule(schedule)
     root, history = _setup(artifacts, "run")
     runner = ChaosRunner(target, root, history, starve_ticks)
@@ -127,7 +129,7 @@ def run_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="Sched
 
 @app.command("explore", context_settings=EXTRA)
 def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = VariantOpt,
-                no_scenario_faults: bool = NoFaultsOpt, catalogue: list[Path] = CatalogueOpt,
+                no_scenario_faults: bool = NoFaultsOpt, catalogue: list[Path] = CatalogueOpt, rounds: int = RoundsOpt,
                 budget: float = typer.Option(600.0, "--budget", min=1, help="Seconds of exploration (setup included)."),
                 seed: int = typer.Option(0, "--seed", help="Seed of the schedule generator."),
                 shard: str = typer.Option("1/1", "--shard", help="i/N: this machine's share of the schedules."),
@@ -156,7 +158,7 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
         need_tries = _accept(accept)
     except ValueError as exc:
         raise UsageError(str(exc) if isinstance(exc, ScheduleError) else f"bad --shard {shard!r}", "use --shard i/N with 1 <= i <= N") from None
-    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue)
+    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds)
     root, history = _setup(artifacts, "explore")
     runner = ChaosRunner(target, root, history, starve_ticks, horizon_s=horizon)
     console = Console(stderr=True)
@@ -182,6 +184,7 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
 def shrink_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="A failing schedule TOML."),
                scenario: str = ScenarioOpt, variant: str = VariantOpt, no_scenario_faults: bool = NoFaultsOpt,
                catalogue: list[Path] = CatalogueOpt,
+               rounds: int = typer.Option(None, "--rounds", min=1, help="Cap the scenario's workload rounds."),
                invariant: str = typer.Option(None, "--invariant", help="The invariant that must keep failing (default: the first seen)."),
                budget: float = typer.Option(600.0, "--budget", min=1, help="Seconds for shrinking."),
                replays: int = typer.Option(5, "--replays", min=0, help="Replays of the shrunk schedule."),
@@ -194,7 +197,7 @@ def shrink_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="A 
     if invariant is not None and invariant not in CHECKERS:
         raise UsageError(f"unknown invariant {invariant!r}", f"known: {', '.join(CHECKERS)}")
     need_tries = _accept(accept)
-    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue)
+    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds)
     sched = _schedule(schedule)
     root, history = _setup(artifacts, "shrink")
     runner = ChaosRunner(target, root, history, starve_ticks)
