@@ -23,7 +23,7 @@ NoFaultsOpt = typer.Option(False, "--no-scenario-faults", help="Leave the scenar
 CatalogueOpt = typer.Option([], "--catalogue", help="Also load scenarios from this folder.")
 JsonOpt = typer.Option(False, "--json", help="Print only the JSON report on stdout.")
 ArtifactsOpt = typer.Option(None, "--artifacts", help="Run directory (default ./hctool-runs/chaos-TIME).")
-RoundsOpt = typer.Option(3, "--rounds", min=1, help="Workload rounds per run (caps the scenario's; fewer rounds, more schedules per minute).")
+RoundsOpt = typer.Option(2, "--rounds", min=1, help="Workload rounds per run (caps the scenario's; fewer rounds, more schedules per minute).")
 StarveOpt = typer.Option(1000, "--starve-ticks", min=1, help="Liveness: ticks with work waiting and nothing running.")
 
 
