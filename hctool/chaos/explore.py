@@ -93,37 +93,41 @@ def _smaller(f: Fault) -> list[Fault]:
 
 def shrink(runner: ChaosRunner, sched: Schedule, invariant: str, budget_s: float, need: int = 3, tries: int = 3,
            predicate: Callable[[Schedule, str], bool] | None = None) -> tuple[Schedule, int]:
-    """Greedy delta debugging: drop faults one at a time while it still fails, then
-    make each remaining fault smaller step by step. Returns (schedule, attempts).
-    `predicate(schedule, name)` decides "still fails" (default: it reproduces in
-    `need` of `tries` runs, see `reproduces`), so "smallest" means the smallest
-    magnitude that still reproduces at that rate."""
+    """Greedy delta debugging to a fixpoint: drop faults one at a time while it still
+    fails, then make each remaining fault one step smaller; repeat both while either
+    changed something (a fault made smaller may become droppable). Returns (schedule,
+    attempts). `predicate(schedule, name)` decides "still fails" (default: it
+    reproduces in `need` of `tries` runs, see `reproduces`), so "smallest" means the
+    smallest magnitude that still reproduces at that rate. No candidate is run twice."""
     still = predicate or (lambda s, name: reproduces(runner, s, invariant, need, tries, name).reproduced)
-    t0, attempts = time.monotonic(), 0
+    t0, attempts, tried = time.monotonic(), 0, set()
     faults = list(sched.faults)
 
     def left() -> bool:
         return time.monotonic() - t0 < budget_s
 
-    i = 0
-    while i < len(faults) and len(faults) > 1 and left():
-        cand = faults[:i] + faults[i + 1:]
+    def accept(cand: list[Fault]) -> bool:
+        nonlocal attempts
+        if tuple(cand) in tried or not left():
+            return False
+        tried.add(tuple(cand))
         attempts += 1
-        if still(sched.with_faults(cand), f"shrink{attempts}"):
-            faults = cand
-        else:
-            i += 1
-    for i in range(len(faults)):
-        progress = True
-        while progress and left():
-            progress = False
+        return still(sched.with_faults(cand), f"shrink{attempts}")
+
+    changed = True
+    while changed and left():
+        changed, i = False, 0
+        while i < len(faults) and len(faults) > 1:
+            cand = faults[:i] + faults[i + 1:]
+            if accept(cand):
+                faults, changed = cand, True
+            else:
+                i += 1
+        for i in range(len(faults)):
             for smaller in _smaller(faults[i]):
-                attempts += 1
                 cand = faults[:i] + [smaller] + faults[i + 1:]
-                if still(sched.with_faults(cand), f"shrink{attempts}"):
-                    faults, progress = cand, True
-                    break
-                if not left():
+                if accept(cand):
+                    faults, changed = cand, True
                     break
     return sched.with_faults(faults), attempts
 
