@@ -11,7 +11,7 @@ import pytest
 
 # slow by length, not by luck: per-poll reproduces in every run measured since the scenario's
 # 64-token pages (16 of 16, repros/30760/README.md), but the three variants take about 4 min
-# (the healthy ones run all 12 rounds), and the reference run alone is ~30 s. The
+# (the healthy ones run all 12 rounds); even per-poll alone is ~50 s with setup and reference. The
 # deterministic 26921 smoke runs in the gate of .ci/run instead.
 @pytest.mark.slow
 @pytest.mark.timeout(900)
