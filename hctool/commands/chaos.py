@@ -137,7 +137,7 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
                 max_schedules: int = typer.Option(None, "--max-schedules", min=1, help="Stop after this many schedules."),
                 keep_going: bool = typer.Option(False, "--keep-going", help="Do not stop at the first anomaly."),
                 shrink_budget: float = typer.Option(600.0, "--shrink-budget", min=0, help="Seconds for shrinking (0: none)."),
-                replays: int = typer.Option(5, "--replays", min=0, help="Replays of the (shrunk) schedule."),
+                replays: int = typer.Option(10, "--replays", min=0, help="Replays of the (shrunk) schedule (its reproduction rate)."),
                 accept: str = AcceptOpt,
                 horizon: float = typer.Option(20.0, "--horizon", min=1, help="Faults start within this many seconds (the heal comes when the workload is done)."),
                 as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt) -> None:
@@ -187,7 +187,7 @@ def shrink_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="A 
                rounds: int = typer.Option(None, "--rounds", min=1, help="Cap the scenario's workload rounds."),
                invariant: str = typer.Option(None, "--invariant", help="The invariant that must keep failing (default: the first seen)."),
                budget: float = typer.Option(600.0, "--budget", min=1, help="Seconds for shrinking."),
-               replays: int = typer.Option(5, "--replays", min=0, help="Replays of the shrunk schedule."),
+               replays: int = typer.Option(10, "--replays", min=0, help="Replays of the shrunk schedule (its reproduction rate)."),
                accept: str = AcceptOpt, as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt) -> None:
     """Reduce a failing schedule to the fewest, smallest faults that still fail."""
     from hctool.chaos.invariants import CHECKERS, Anomaly
