@@ -87,7 +87,8 @@ def test_usage_errors_are_one_line(hctool_cmd, clean_env, tmp_path):
     bad.write_text('[[faults]]\nkind = "warp-drive"\n')
     cases = [(["chaos", "run", str(bad), "--scenario", "30760"], "Error: "),
              (["chaos", "explore", "--scenario", "30760", "--shard", "3/2"], "Error: bad --shard"),
-             (["chaos", "explore", "--", "--tp", "3"], "Error: engine flags")]
+             (["chaos", "explore", "--", "--tp", "3"], "Error: engine flags"),
+             (["chaos", "explore", "--scenario", "30760", "--accept", "4/3"], "Error: bad --accept")]
     for args, start in cases:
         out = subprocess.run([*hctool_cmd, *args], capture_output=True, text=True, env=clean_env, timeout=60)
         assert out.returncode == 2 and out.stderr.startswith(start), (args, out.stderr)
