@@ -91,7 +91,7 @@ def _smaller(f: Fault) -> list[Fault]:
     return out
 
 
-def shrink(runner: ChaosRunner, sched: Schedule, invariant: str, budget_s: float, need: int = 3, tries: int = 3,
+def shrink(runner: ChaosRunner, sched: Schedule, invariant: str, budget_s: float, need: int = 5, tries: int = 5,
            predicate: Callable[[Schedule, str], bool] | None = None) -> tuple[Schedule, int]:
     """Greedy delta debugging to a fixpoint: drop faults one at a time while it still
     fails, then make each remaining fault one step smaller; repeat both while either

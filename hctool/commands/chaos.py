@@ -72,7 +72,7 @@ def _finish(report: dict, root: Path, as_json: bool) -> None:
     raise typer.Exit(EXIT[report["verdict"]])
 
 
-AcceptOpt = typer.Option("3/3", "--accept", help="Shrinking keeps a reduction only if it reproduces in K of N runs (K/N).")
+AcceptOpt = typer.Option("5/5", "--accept", help="Shrinking keeps a reduction only if it reproduces in K of N runs (K/N).")
 
 
 def _accept(text: str) -> tuple[int, int]:
@@ -81,12 +81,12 @@ def _accept(text: str) -> tuple[int, int]:
         if not 1 <= need <= tries:
             raise ValueError
     except ValueError:
-        raise UsageError(f"bad --accept {text!r}", "use --accept K/N with 1 <= K <= N, e.g. 3/3") from None
+        raise UsageError(f"bad --accept {text!r}", "use --accept K/N with 1 <= K <= N, e.g. 5/5") from None
     return need, tries
 
 
 def _shrink_and_replay(runner, target, sched, anomaly, root: Path, shrink_budget: float, replays: int, k: int,
-                       accept: tuple[int, int] = (3, 3)):
+                       accept: tuple[int, int] = (5, 5)):
     from hctool.chaos.explore import replay, shrink
     from hctool.chaos.report import anomaly_entry, replay_command
     shrunk = None
