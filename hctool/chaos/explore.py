@@ -91,8 +91,14 @@ def _smaller(f: Fault) -> list[Fault]:
     return out
 
 
+class Shrunk(NamedTuple):
+    schedule: Schedule
+    attempts: int
+    trail: list[Schedule]   # the input, then every accepted reduction in order
+
+
 def shrink(runner: ChaosRunner, sched: Schedule, invariant: str, budget_s: float, need: int = 5, tries: int = 5,
-           predicate: Callable[[Schedule, str], bool] | None = None) -> tuple[Schedule, int]:
+           predicate: Callable[[Schedule, str], bool] | None = None) -> Shrunk:
     """Greedy delta debugging to a fixpoint: drop faults one at a time while it still
     fails, then make each remaining fault one step smaller; repeat both while either
     changed something (a fault made smaller may become droppable). Returns (schedule,
@@ -101,7 +107,7 @@ def shrink(runner: ChaosRunner, sched: Schedule, invariant: str, budget_s: float
     smallest magnitude that still reproduces at that rate. No candidate is run twice."""
     still = predicate or (lambda s, name: reproduces(runner, s, invariant, need, tries, name).reproduced)
     t0, attempts, tried = time.monotonic(), 0, set()
-    faults = list(sched.faults)
+    faults, trail = list(sched.faults), [sched]
 
     def left() -> bool:
         return time.monotonic() - t0 < budget_s
@@ -112,7 +118,10 @@ def shrink(runner: ChaosRunner, sched: Schedule, invariant: str, budget_s: float
             return False
         tried.add(tuple(cand))
         attempts += 1
-        return still(sched.with_faults(cand), f"shrink{attempts}")
+        if not still(sched.with_faults(cand), f"shrink{attempts}"):
+            return False
+        trail.append(sched.with_faults(cand))
+        return True
 
     changed = True
     while changed and left():
@@ -129,7 +138,21 @@ def shrink(runner: ChaosRunner, sched: Schedule, invariant: str, budget_s: float
                 if accept(cand):
                     faults, changed = cand, True
                     break
-    return sched.with_faults(faults), attempts
+    return Shrunk(sched.with_faults(faults), attempts, trail)
+
+
+def replay_trail(runner: ChaosRunner, trail: list[Schedule], invariant: str, times: int,
+                 min_hits: int) -> list[tuple[Schedule, int]]:
+    """Replay the last reduction `times` times; while it reproduces fewer than
+    `min_hits`, step back along the trail (the acceptance rule passes a schedule at
+    the edge of its rate by luck now and then). Returns every (schedule, hits)
+    replayed, the one to report last."""
+    out = []
+    for k, sched in enumerate(reversed(trail)):
+        out.append((sched, replay(runner, sched, invariant, times, f"replay-{k}-" if k else "replay")))
+        if out[-1][1] >= min_hits:
+            break
+    return out
 
 
 def replay(runner: ChaosRunner, sched: Schedule, invariant: str, times: int, name: str = "replay") -> int:

@@ -4,6 +4,7 @@ engine run, invariant checks, shrinking, replay, CI shards (docs/chaos.md)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -86,20 +87,24 @@ def _accept(text: str) -> tuple[int, int]:
 
 
 def _shrink_and_replay(runner, target, sched, anomaly, root: Path, shrink_budget: float, replays: int, k: int,
-                       accept: tuple[int, int] = (5, 5)):
-    from hctool.chaos.explore import replay, shrink
+                       accept: tuple[int, int] = (5, 5), min_rate: float = 0.8):
+    from hctool.chaos.explore import replay_trail, shrink
     from hctool.chaos.report import anomaly_entry, replay_command
-    shrunk = None
+    trail = [sched]
     if shrink_budget > 0:
-        shrunk, attempts = shrink(runner, sched, anomaly.invariant, shrink_budget, need=accept[0], tries=accept[1])
-        print(f"chaos: shrunk to {len(shrunk.faults)} fault(s) in {attempts} attempt(s): "
-              f"{'; '.join(shrunk.specs())}", file=sys.stderr)
-    final = shrunk or sched
+        res = shrink(runner, sched, anomaly.invariant, shrink_budget, need=accept[0], tries=accept[1])
+        trail = res.trail
+        print(f"chaos: shrunk to {len(res.schedule.faults)} fault(s) in {res.attempts} attempt(s): "
+              f"{'; '.join(res.schedule.specs())}", file=sys.stderr)
+    replayed = replay_trail(runner, trail, anomaly.invariant, replays, math.ceil(min_rate * replays)) if replays else []
+    final = replayed[-1][0] if replayed else trail[-1]
     path = root / f"anomaly-{k}.toml"
     path.write_text(final.to_toml())
-    hits = replay(runner, final, anomaly.invariant, replays) if replays else None
-    return anomaly_entry(anomaly, sched, replay_command(path, target), shrunk,
-                         None if hits is None else f"{hits}/{replays}")
+    entry = anomaly_entry(anomaly, sched, replay_command(path, target), final if final != sched else None,
+                          f"{replayed[-1][1]}/{replays}" if replayed else None)
+    if len(replayed) > 1:  # the steps backed off, for the record
+        entry["replayed"] = [{"schedule": s.specs(), "reproduced": f"{h}/{replays}"} for s, h in replayed]
+    return entry
 
 
 @app.command("run", context_settings=EXTRA)

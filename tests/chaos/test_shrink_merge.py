@@ -7,7 +7,7 @@ import itertools
 import json
 import subprocess
 
-from hctool.chaos.explore import reproduces, shard_indices, shrink
+from hctool.chaos.explore import replay_trail, reproduces, shard_indices, shrink
 from hctool.chaos.invariants import Anomaly
 from hctool.chaos.runner import RunResult
 from hctool.chaos.report import merge
@@ -22,11 +22,12 @@ def test_shrink_keeps_only_the_culprits_at_their_smallest():
     def still(s: Schedule, name: str) -> bool:
         fd = [f for f in s.faults if f.kind == "free-delay" and f.rank == 1 and f.ms >= 90]
         return bool(fd) and any(f.kind == "request-burst" for f in s.faults)
-    shrunk, attempts = shrink(None, Schedule(tuple(faults)), "consensus", budget_s=60, predicate=still)
+    shrunk, attempts, trail = shrink(None, Schedule(tuple(faults)), "consensus", budget_s=60, predicate=still)
     assert [f.kind for f in shrunk.faults] == ["free-delay", "request-burst"]
     fd, burst = shrunk.faults
     assert (fd.p, fd.start_s, burst.n, burst.start_s) == (1.0, 0.0, 1, 0.0)
     assert 90 <= fd.ms < 180 and attempts < 40
+    assert trail[0].faults == tuple(faults) and trail[-1] == shrunk and len(trail) > 2
 
 
 class _Scripted:
@@ -54,6 +55,14 @@ def test_a_reduction_is_kept_only_if_it_reproduces_k_of_n_with_early_exit():
     orders = ["".join(o) for o in itertools.product("x.", repeat=3)]
     kept = sum(reproduces(_Scripted(o), sched, "consensus", 3, 3, "t").reproduced for o in orders)
     assert kept == 1
+
+
+def test_a_shrunk_schedule_below_the_rate_backs_off_along_its_trail():
+    a, b, c = (Schedule((parse_fault(f"free-delay:rank=1,ms={ms}"),)) for ms in (80, 40, 20))
+    # c (the last reduction) reproduces 1 of 3, b 3 of 3: b is what gets reported
+    out = replay_trail(_Scripted("x..xxx"), [a, b, c], "consensus", 3, 3)
+    assert [(s, h) for s, h in out] == [(c, 1), (b, 3)]
+    assert replay_trail(_Scripted("xxx"), [a, b, c], "consensus", 3, 3) == [(c, 3)]
 
 
 def test_shards_cover_every_schedule_once():
