@@ -90,6 +90,9 @@ def _shrink_and_replay(runner, target, sched, anomaly, root: Path, shrink_budget
                        accept: tuple[int, int] = (5, 5), min_rate: float = 0.8):
     from hctool.chaos.explore import replay_trail, shrink
     from hctool.chaos.report import anomaly_entry, replay_command
+    # `one` is resolved first: it picks its rank from the fault's text, so a shrink step
+    # that changed the text (start 0, half the ms) would move the fault to another rank.
+    sched = sched.with_faults(f.resolved(runner.harness.tp, sched.seed) for f in sched.faults)
     trail = [sched]
     if shrink_budget > 0:
         res = shrink(runner, sched, anomaly.invariant, shrink_budget, need=accept[0], tries=accept[1])
