@@ -57,12 +57,23 @@ def explore(runner: ChaosRunner, seed: int, budget_s: float, shard: tuple[int, i
     return Exploration(runs, first, time.monotonic() - t0)
 
 
-def fails(runner: ChaosRunner, sched: Schedule, invariant: str, tries: int, name: str) -> bool:
-    for k in range(tries):
-        res = runner.run(sched, f"{name}-try{k + 1}")
-        if any(a.invariant == invariant for a in res.anomalies):
-            return True
-    return False
+class Verdict(NamedTuple):
+    reproduced: bool
+    hits: int
+    runs: int
+
+
+def reproduces(runner: ChaosRunner, sched: Schedule, invariant: str, need: int, tries: int, name: str) -> Verdict:
+    """Does `sched` reproduce `invariant` reliably: in at least `need` of `tries` runs?
+    Stops as soon as the answer is known (`need` hits, or too many misses to get
+    there), so a reduction that fires only sometimes costs one or two runs and is
+    rejected: a shrunk schedule that replays 2 in 10 is a lucky draw, not a finding."""
+    hits = runs = 0
+    while runs < tries and hits < need and need - hits <= tries - runs:
+        res = runner.run(sched, f"{name}-try{runs + 1}")
+        runs += 1
+        hits += any(a.invariant == invariant for a in res.anomalies)
+    return Verdict(hits >= need, hits, runs)
 
 
 def _smaller(f: Fault) -> list[Fault]:
@@ -80,39 +91,68 @@ def _smaller(f: Fault) -> list[Fault]:
     return out
 
 
-def shrink(runner: ChaosRunner, sched: Schedule, invariant: str, budget_s: float, tries: int = 2,
-           predicate: Callable[[Schedule, str], bool] | None = None) -> tuple[Schedule, int]:
-    """Greedy delta debugging: drop faults one at a time while it still fails, then
-    make each remaining fault smaller step by step. Returns (schedule, attempts).
-    `predicate(schedule, name)` decides "still fails" (default: run it `tries` times)."""
-    still = predicate or (lambda s, name: fails(runner, s, invariant, tries, name))
-    t0, attempts = time.monotonic(), 0
-    faults = list(sched.faults)
+class Shrunk(NamedTuple):
+    schedule: Schedule
+    attempts: int
+    trail: list[Schedule]   # the input, then every accepted reduction in order
+
+
+def shrink(runner: ChaosRunner, sched: Schedule, invariant: str, budget_s: float, need: int = 5, tries: int = 5,
+           predicate: Callable[[Schedule, str], bool] | None = None) -> Shrunk:
+    """Greedy delta debugging to a fixpoint: drop faults one at a time while it still
+    fails, then make each remaining fault one step smaller; repeat both while either
+    changed something (a fault made smaller may become droppable). Returns (schedule,
+    attempts). `predicate(schedule, name)` decides "still fails" (default: it
+    reproduces in `need` of `tries` runs, see `reproduces`), so "smallest" means the
+    smallest magnitude that still reproduces at that rate. No candidate is run twice."""
+    still = predicate or (lambda s, name: reproduces(runner, s, invariant, need, tries, name).reproduced)
+    t0, attempts, tried = time.monotonic(), 0, set()
+    faults, trail = list(sched.faults), [sched]
 
     def left() -> bool:
         return time.monotonic() - t0 < budget_s
 
-    i = 0
-    while i < len(faults) and len(faults) > 1 and left():
-        cand = faults[:i] + faults[i + 1:]
+    def accept(cand: list[Fault]) -> bool:
+        nonlocal attempts
+        if tuple(cand) in tried or not left():
+            return False
+        tried.add(tuple(cand))
         attempts += 1
-        if still(sched.with_faults(cand), f"shrink{attempts}"):
-            faults = cand
-        else:
-            i += 1
-    for i in range(len(faults)):
-        progress = True
-        while progress and left():
-            progress = False
+        if not still(sched.with_faults(cand), f"shrink{attempts}"):
+            return False
+        trail.append(sched.with_faults(cand))
+        return True
+
+    changed = True
+    while changed and left():
+        changed, i = False, 0
+        while i < len(faults) and len(faults) > 1:
+            cand = faults[:i] + faults[i + 1:]
+            if accept(cand):
+                faults, changed = cand, True
+            else:
+                i += 1
+        for i in range(len(faults)):
             for smaller in _smaller(faults[i]):
-                attempts += 1
                 cand = faults[:i] + [smaller] + faults[i + 1:]
-                if still(sched.with_faults(cand), f"shrink{attempts}"):
-                    faults, progress = cand, True
+                if accept(cand):
+                    faults, changed = cand, True
                     break
-                if not left():
-                    break
-    return sched.with_faults(faults), attempts
+    return Shrunk(sched.with_faults(faults), attempts, trail)
+
+
+def replay_trail(runner: ChaosRunner, trail: list[Schedule], invariant: str, times: int,
+                 min_hits: int) -> list[tuple[Schedule, int]]:
+    """Replay the last reduction `times` times; while it reproduces fewer than
+    `min_hits`, step back along the trail (the acceptance rule passes a schedule at
+    the edge of its rate by luck now and then). Returns every (schedule, hits)
+    replayed, the one to report last."""
+    out = []
+    for k, sched in enumerate(reversed(trail)):
+        out.append((sched, replay(runner, sched, invariant, times, f"replay-{k}-" if k else "replay")))
+        if out[-1][1] >= min_hits:
+            break
+    return out
 
 
 def replay(runner: ChaosRunner, sched: Schedule, invariant: str, times: int, name: str = "replay") -> int:

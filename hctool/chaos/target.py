@@ -5,7 +5,7 @@ launch` flag set (after `--`) with a default workload."""
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hctool.repro.scenario import Scenario, ScenarioError, Variant, Workload
@@ -23,11 +23,18 @@ class Target:
         return " ".join(self.args)
 
 
-def scenario_target(sid: str, variant: str | None, no_scenario_faults: bool, catalogue: list[Path] = ()) -> Target:
+def scenario_target(sid: str, variant: str | None, no_scenario_faults: bool, catalogue: list[Path] = (),
+                    rounds: int | None = None) -> Target:
+    """`rounds` caps the scenario's workload: a chaos run needs rounds enough for the
+    faults to meet queued work, not the repro's full length (the runs per minute
+    are what finds a timing bug)."""
     from hctool.repro.catalogue import find_scenario
     s = find_scenario(sid, list(catalogue))
     v = s.variant(variant) if variant else s.variants[0]
     args = ["--scenario", sid, "--variant", v.name, *(["--no-scenario-faults"] if no_scenario_faults else [])]
+    if rounds is not None and rounds < s.workload.rounds:
+        s = replace(s, workload=replace(s.workload, rounds=rounds))
+        args += ["--rounds", str(rounds)]
     for c in catalogue:
         args += ["--catalogue", str(c)]
     return Target(s, v, () if no_scenario_faults else s.faults, tuple(args))

@@ -4,6 +4,7 @@ engine run, invariant checks, shrinking, replay, CI shards (docs/chaos.md)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -23,10 +24,11 @@ NoFaultsOpt = typer.Option(False, "--no-scenario-faults", help="Leave the scenar
 CatalogueOpt = typer.Option([], "--catalogue", help="Also load scenarios from this folder.")
 JsonOpt = typer.Option(False, "--json", help="Print only the JSON report on stdout.")
 ArtifactsOpt = typer.Option(None, "--artifacts", help="Run directory (default ./hctool-runs/chaos-TIME).")
+RoundsOpt = typer.Option(2, "--rounds", min=1, help="Workload rounds per run (caps the scenario's; fewer rounds, more schedules per minute).")
 StarveOpt = typer.Option(1000, "--starve-ticks", min=1, help="Liveness: ticks with work waiting and nothing running.")
 
 
-def _target(ctx: typer.Context, scenario, variant, no_faults, catalogue):
+def _target(ctx: typer.Context, scenario, variant, no_faults, catalogue, rounds: int | None = None):
     from hctool.chaos.target import launch_target, scenario_target
     from hctool.repro.scenario import ScenarioError
     flags = list(ctx.args)
@@ -34,7 +36,7 @@ def _target(ctx: typer.Context, scenario, variant, no_faults, catalogue):
         if scenario and flags:
             raise UsageError("give either --scenario or engine flags after --, not both")
         if scenario:
-            return scenario_target(scenario, variant, no_faults, catalogue)
+            return scenario_target(scenario, variant, no_faults, catalogue, rounds)
         if flags:
             return launch_target(flags)
     except ScenarioError as exc:
@@ -71,32 +73,54 @@ def _finish(report: dict, root: Path, as_json: bool) -> None:
     raise typer.Exit(EXIT[report["verdict"]])
 
 
-def _shrink_and_replay(runner, target, sched, anomaly, root: Path, shrink_budget: float, replays: int, k: int):
-    from hctool.chaos.explore import replay, shrink
+AcceptOpt = typer.Option("5/5", "--accept", help="Shrinking keeps a reduction only if it reproduces in K of N runs (K/N).")
+
+
+def _accept(text: str) -> tuple[int, int]:
+    try:
+        need, tries = (int(x) for x in text.split("/"))
+        if not 1 <= need <= tries:
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"bad --accept {text!r}", "use --accept K/N with 1 <= K <= N, e.g. 5/5") from None
+    return need, tries
+
+
+def _shrink_and_replay(runner, target, sched, anomaly, root: Path, shrink_budget: float, replays: int, k: int,
+                       accept: tuple[int, int] = (5, 5), min_rate: float = 0.8):
+    from hctool.chaos.explore import replay_trail, shrink
     from hctool.chaos.report import anomaly_entry, replay_command
-    shrunk = None
+    # `one` is resolved first: it picks its rank from the fault's text, so a shrink step
+    # that changed the text (start 0, half the ms) would move the fault to another rank.
+    sched = sched.with_faults(f.resolved(runner.harness.tp, sched.seed) for f in sched.faults)
+    trail = [sched]
     if shrink_budget > 0:
-        shrunk, attempts = shrink(runner, sched, anomaly.invariant, shrink_budget)
-        print(f"chaos: shrunk to {len(shrunk.faults)} fault(s) in {attempts} attempt(s): "
-              f"{'; '.join(shrunk.specs())}", file=sys.stderr)
-    final = shrunk or sched
+        res = shrink(runner, sched, anomaly.invariant, shrink_budget, need=accept[0], tries=accept[1])
+        trail = res.trail
+        print(f"chaos: shrunk to {len(res.schedule.faults)} fault(s) in {res.attempts} attempt(s): "
+              f"{'; '.join(res.schedule.specs())}", file=sys.stderr)
+    replayed = replay_trail(runner, trail, anomaly.invariant, replays, math.ceil(min_rate * replays)) if replays else []
+    final = replayed[-1][0] if replayed else trail[-1]
     path = root / f"anomaly-{k}.toml"
     path.write_text(final.to_toml())
-    hits = replay(runner, final, anomaly.invariant, replays) if replays else None
-    return anomaly_entry(anomaly, sched, replay_command(path, target), shrunk,
-                         None if hits is None else f"{hits}/{replays}")
+    entry = anomaly_entry(anomaly, sched, replay_command(path, target), final if final != sched else None,
+                          f"{replayed[-1][1]}/{replays}" if replayed else None)
+    if len(replayed) > 1:  # the steps backed off, for the record
+        entry["replayed"] = [{"schedule": s.specs(), "reproduced": f"{h}/{replays}"} for s, h in replayed]
+    return entry
 
 
 @app.command("run", context_settings=EXTRA)
 def run_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="Schedule TOML (docs/chaos.md)."),
             scenario: str = ScenarioOpt, variant: str = VariantOpt, no_scenario_faults: bool = NoFaultsOpt,
             catalogue: list[Path] = CatalogueOpt, runs: int = typer.Option(1, "--runs", min=1, help="Run it K times."),
+            rounds: int = typer.Option(None, "--rounds", min=1, help="Cap the scenario's workload rounds (replay commands carry it)."),
             as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt) -> None:
     """Run one schedule against a target (K times); exit 0 valid, 1 invalid, 2 could not run."""
     from hctool.chaos.report import anomaly_entry, build, replay_command
     from hctool.chaos.runner import ChaosRunner
     from hctool.procs import sigterm_as_interrupt
-    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue)
+    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds)
     sched = _schedule(schedule)
     root, history = _setup(artifacts, "run")
     runner = ChaosRunner(target, root, history, starve_ticks)
@@ -113,7 +137,7 @@ def run_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="Sched
 
 @app.command("explore", context_settings=EXTRA)
 def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = VariantOpt,
-                no_scenario_faults: bool = NoFaultsOpt, catalogue: list[Path] = CatalogueOpt,
+                no_scenario_faults: bool = NoFaultsOpt, catalogue: list[Path] = CatalogueOpt, rounds: int = RoundsOpt,
                 budget: float = typer.Option(600.0, "--budget", min=1, help="Seconds of exploration (setup included)."),
                 seed: int = typer.Option(0, "--seed", help="Seed of the schedule generator."),
                 shard: str = typer.Option("1/1", "--shard", help="i/N: this machine's share of the schedules."),
@@ -121,7 +145,8 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
                 max_schedules: int = typer.Option(None, "--max-schedules", min=1, help="Stop after this many schedules."),
                 keep_going: bool = typer.Option(False, "--keep-going", help="Do not stop at the first anomaly."),
                 shrink_budget: float = typer.Option(600.0, "--shrink-budget", min=0, help="Seconds for shrinking (0: none)."),
-                replays: int = typer.Option(5, "--replays", min=0, help="Replays of the (shrunk) schedule."),
+                replays: int = typer.Option(10, "--replays", min=0, help="Replays of the (shrunk) schedule (its reproduction rate)."),
+                accept: str = AcceptOpt,
                 horizon: float = typer.Option(20.0, "--horizon", min=1, help="Faults start within this many seconds (the heal comes when the workload is done)."),
                 as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt) -> None:
     """Random schedules until an anomaly or the budget; then shrink and replay it."""
@@ -138,9 +163,10 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
         if not 1 <= i <= n:
             raise ValueError
         kind_list = parse_kinds(kinds)
+        need_tries = _accept(accept)
     except ValueError as exc:
         raise UsageError(str(exc) if isinstance(exc, ScheduleError) else f"bad --shard {shard!r}", "use --shard i/N with 1 <= i <= N") from None
-    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue)
+    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds)
     root, history = _setup(artifacts, "explore")
     runner = ChaosRunner(target, root, history, starve_ticks, horizon_s=horizon)
     console = Console(stderr=True)
@@ -153,7 +179,8 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
     for sched, res in found.runs:
         for a in res.anomalies[:1] if res.anomalies else []:
             with sigterm_as_interrupt():
-                anomalies.append(_shrink_and_replay(runner, target, sched, a, root, shrink_budget, replays, len(anomalies) + 1))
+                anomalies.append(_shrink_and_replay(runner, target, sched, a, root, shrink_budget, replays,
+                                                    len(anomalies) + 1, need_tries))
     minutes = found.seconds / 60
     report = build(target, seed, found.runs, anomalies, history.path, shard=shard,
                    seconds=round(found.seconds, 1), first_anomaly_s=None if found.first_anomaly_s is None else round(found.first_anomaly_s, 1),
@@ -165,10 +192,11 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
 def shrink_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="A failing schedule TOML."),
                scenario: str = ScenarioOpt, variant: str = VariantOpt, no_scenario_faults: bool = NoFaultsOpt,
                catalogue: list[Path] = CatalogueOpt,
+               rounds: int = typer.Option(None, "--rounds", min=1, help="Cap the scenario's workload rounds."),
                invariant: str = typer.Option(None, "--invariant", help="The invariant that must keep failing (default: the first seen)."),
                budget: float = typer.Option(600.0, "--budget", min=1, help="Seconds for shrinking."),
-               replays: int = typer.Option(5, "--replays", min=0, help="Replays of the shrunk schedule."),
-               as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt) -> None:
+               replays: int = typer.Option(10, "--replays", min=0, help="Replays of the shrunk schedule (its reproduction rate)."),
+               accept: str = AcceptOpt, as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt) -> None:
     """Reduce a failing schedule to the fewest, smallest faults that still fail."""
     from hctool.chaos.invariants import CHECKERS, Anomaly
     from hctool.chaos.report import build
@@ -176,7 +204,8 @@ def shrink_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="A 
     from hctool.procs import sigterm_as_interrupt
     if invariant is not None and invariant not in CHECKERS:
         raise UsageError(f"unknown invariant {invariant!r}", f"known: {', '.join(CHECKERS)}")
-    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue)
+    need_tries = _accept(accept)
+    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds)
     sched = _schedule(schedule)
     root, history = _setup(artifacts, "shrink")
     runner = ChaosRunner(target, root, history, starve_ticks)
@@ -184,7 +213,8 @@ def shrink_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="A 
         first = runner.run(sched, "original")
         seen = [a for a in first.anomalies if invariant in (None, a.invariant)]
         anomaly = seen[0] if seen else (Anomaly(invariant, {"note": "not seen in the first run"}) if invariant else None)
-        anomalies = [] if anomaly is None else [_shrink_and_replay(runner, target, sched, anomaly, root, budget, replays, 1)]
+        anomalies = [] if anomaly is None else [_shrink_and_replay(runner, target, sched, anomaly, root, budget, replays, 1,
+                                                                            need_tries)]
     _finish(build(target, sched.seed, [(sched, first)], anomalies, history.path), root, as_json)
 
 

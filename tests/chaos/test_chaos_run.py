@@ -30,8 +30,9 @@ FLAGS = ["--tp", "2", "--enable-hierarchical-cache", "--max-total-tokens", "1024
 def test_a_healthy_engine_under_faults_is_valid(hctool_cmd, clean_env, tmp_path, no_leftover_processes):
     sched = tmp_path / "s.toml"
     sched.write_text(SCHEDULE)
+    env = {**clean_env, "HCTOOL_CACHE_DIR": str(tmp_path / "cache")}
     out = subprocess.run([*hctool_cmd, "chaos", "run", str(sched), "--json", "--artifacts", str(tmp_path / "run"),
-                          "--", *FLAGS], capture_output=True, text=True, env=clean_env, timeout=220)
+                          "--", *FLAGS], capture_output=True, text=True, env=env, timeout=220)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)
     assert report["verdict"] == "valid" and report["anomalies"] == [] and report["schedules"] == 1
@@ -45,3 +46,13 @@ def test_a_healthy_engine_under_faults_is_valid(hctool_cmd, clean_env, tmp_path,
     assert any(f.startswith("request-burst") for f in on) and any(f.startswith("free-delay:rank=") for f in on)
     logs = "".join(p.read_text() for p in (tmp_path / "run" / "run1").glob("rank*.log"))
     assert "hctool: rank 1: faults" in logs  # the in-rank hooks were installed where targeted
+
+    # A second invocation reads the reference from the cache instead of running it, and
+    # the correctness checker still compares every answer with it (a mangled cache fails).
+    again = subprocess.run([*hctool_cmd, "chaos", "run", str(sched), "--json", "--artifacts", str(tmp_path / "again"),
+                            "--", *FLAGS], capture_output=True, text=True, env=env, timeout=220)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout)["runs"][0]["blind"] == []
+    events = [json.loads(line) for line in (tmp_path / "again" / "history.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events][:2] == ["prepare-cached", "invoke"]
+    assert not (tmp_path / "again" / "reference").exists()

@@ -7,7 +7,9 @@ import itertools
 import json
 import subprocess
 
-from hctool.chaos.explore import shard_indices, shrink
+from hctool.chaos.explore import replay_trail, reproduces, shard_indices, shrink
+from hctool.chaos.invariants import Anomaly
+from hctool.chaos.runner import RunResult
 from hctool.chaos.report import merge
 from hctool.chaos.schedule import Schedule
 from hctool.inject.faults import parse_fault
@@ -20,11 +22,47 @@ def test_shrink_keeps_only_the_culprits_at_their_smallest():
     def still(s: Schedule, name: str) -> bool:
         fd = [f for f in s.faults if f.kind == "free-delay" and f.rank == 1 and f.ms >= 90]
         return bool(fd) and any(f.kind == "request-burst" for f in s.faults)
-    shrunk, attempts = shrink(None, Schedule(tuple(faults)), "consensus", budget_s=60, predicate=still)
+    shrunk, attempts, trail = shrink(None, Schedule(tuple(faults)), "consensus", budget_s=60, predicate=still)
     assert [f.kind for f in shrunk.faults] == ["free-delay", "request-burst"]
     fd, burst = shrunk.faults
     assert (fd.p, fd.start_s, burst.n, burst.start_s) == (1.0, 0.0, 1, 0.0)
     assert 90 <= fd.ms < 180 and attempts < 40
+    assert trail[0].faults == tuple(faults) and trail[-1] == shrunk and len(trail) > 2
+
+
+class _Scripted:
+    """Stands in for ChaosRunner.run in the acceptance arithmetic only: run k of a
+    schedule fails iff script[k] (what a real runner reports is tested elsewhere)."""
+
+    def __init__(self, script: str):
+        self.script, self.calls = script, 0
+
+    def run(self, sched, name):
+        hit = self.script[self.calls] == "x"
+        self.calls += 1
+        return RunResult(name, "invalid" if hit else "valid", [Anomaly("consensus", {})] if hit else [], [], 0.0, "")
+
+
+def test_a_reduction_is_kept_only_if_it_reproduces_k_of_n_with_early_exit():
+    sched = Schedule(())
+    cases = [("xxx", 3, 3, True, 3), ("x.xx", 3, 3, False, 2),  # the first miss of 3/3 decides
+             (".xxx", 3, 4, True, 4), ("..xx", 3, 4, False, 2), ("xx.x", 2, 4, True, 2)]
+    for script, need, tries, ok, runs in cases:
+        r = _Scripted(script)
+        v = reproduces(r, sched, "consensus", need, tries, "t")
+        assert (v.reproduced, v.runs, r.calls) == (ok, runs, runs), script
+    # a trigger that fires 1 run in 2 survives 3/3 with p = 1/8 (the old "any of 2 runs": 3/4)
+    orders = ["".join(o) for o in itertools.product("x.", repeat=3)]
+    kept = sum(reproduces(_Scripted(o), sched, "consensus", 3, 3, "t").reproduced for o in orders)
+    assert kept == 1
+
+
+def test_a_shrunk_schedule_below_the_rate_backs_off_along_its_trail():
+    a, b, c = (Schedule((parse_fault(f"free-delay:rank=1,ms={ms}"),)) for ms in (80, 40, 20))
+    # c (the last reduction) reproduces 1 of 3, b 3 of 3: b is what gets reported
+    out = replay_trail(_Scripted("x..xxx"), [a, b, c], "consensus", 3, 3)
+    assert [(s, h) for s, h in out] == [(c, 1), (b, 3)]
+    assert replay_trail(_Scripted("xxx"), [a, b, c], "consensus", 3, 3) == [(c, 3)]
 
 
 def test_shards_cover_every_schedule_once():
@@ -58,7 +96,8 @@ def test_usage_errors_are_one_line(hctool_cmd, clean_env, tmp_path):
     bad.write_text('[[faults]]\nkind = "warp-drive"\n')
     cases = [(["chaos", "run", str(bad), "--scenario", "30760"], "Error: "),
              (["chaos", "explore", "--scenario", "30760", "--shard", "3/2"], "Error: bad --shard"),
-             (["chaos", "explore", "--", "--tp", "3"], "Error: engine flags")]
+             (["chaos", "explore", "--", "--tp", "3"], "Error: engine flags"),
+             (["chaos", "explore", "--scenario", "30760", "--accept", "4/3"], "Error: bad --accept")]
     for args, start in cases:
         out = subprocess.run([*hctool_cmd, *args], capture_output=True, text=True, env=clean_env, timeout=60)
         assert out.returncode == 2 and out.stderr.startswith(start), (args, out.stderr)
