@@ -20,7 +20,8 @@ def anomaly_entry(a: Anomaly, sched: Schedule, replay_cmd: str, shrunk: Schedule
 
 
 def replay_command(path: Path, target: Target, runs: int = 1) -> str:
-    return f"hctool chaos run {path} {target.label}" + (f" --runs {runs}" if runs > 1 else "")
+    # options before the target: a launch target ends with engine flags after `--`
+    return f"hctool chaos run {path}" + (f" --runs {runs}" if runs > 1 else "") + f" {target.label}"
 
 
 def build(target: Target, seed: int, runs: list[tuple[Schedule, RunResult]], anomalies: list[dict],

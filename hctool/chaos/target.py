@@ -23,11 +23,18 @@ class Target:
         return " ".join(self.args)
 
 
+# A collective blocked this long while a peer is elsewhere is a hang. A repro scenario's own
+# bound is tuned to call its bug fast (30760: 3 s); under a chaos schedule a rank may be slow
+# by what the schedule injects (free delays add up: a 4 s wait behind ~1 s of delayed frees,
+# then healthy, docs/chaos.md), so chaos holds a hang to a bound above that.
+CHAOS_HANG_AFTER_S = 10.0
+
+
 def scenario_target(sid: str, variant: str | None, no_scenario_faults: bool, catalogue: list[Path] = (),
-                    rounds: int | None = None) -> Target:
+                    rounds: int | None = None, hang_after: float | None = None) -> Target:
     """`rounds` caps the scenario's workload: a chaos run needs rounds enough for the
     faults to meet queued work, not the repro's full length (the runs per minute
-    are what finds a timing bug)."""
+    are what finds a timing bug). `hang_after` replaces the scenario's hang bound."""
     from hctool.repro.catalogue import find_scenario
     s = find_scenario(sid, list(catalogue))
     v = s.variant(variant) if variant else s.variants[0]
@@ -35,12 +42,16 @@ def scenario_target(sid: str, variant: str | None, no_scenario_faults: bool, cat
     if rounds is not None and rounds < s.workload.rounds:
         s = replace(s, workload=replace(s.workload, rounds=rounds))
         args += ["--rounds", str(rounds)]
+    if hang_after is not None:
+        s = replace(s, hang_after=hang_after)
+        if hang_after != CHAOS_HANG_AFTER_S:  # a replay runs with chaos's default
+            args += ["--hang-after", f"{hang_after:g}"]
     for c in catalogue:
         args += ["--catalogue", str(c)]
     return Target(s, v, () if no_scenario_faults else s.faults, tuple(args))
 
 
-def launch_target(flags: list[str], tp: int = 2) -> Target:
+def launch_target(flags: list[str], tp: int = 2, hang_after: float | None = None) -> Target:
     """`-- --tp 2 --enable-hierarchical-cache ...`: the engine flags of `hctool launch`
     (--tp included), with a default workload of hot prefixes over a small pool."""
     flags = list(flags)
@@ -55,9 +66,11 @@ def launch_target(flags: list[str], tp: int = 2) -> Target:
                  engine_flags=tuple(flags), setup_flags=(), faults=(), probes=(),
                  workload=Workload(seed=0, hot_prefixes=4, prefix_tokens=128, suffix_tokens=16,
                                    requests_per_round=8, rounds=3, max_new_tokens=8),
-                 variants=(Variant("launch", (), ("healthy",)),), stall_timeout=20.0, deadline=120.0)
+                 variants=(Variant("launch", (), ("healthy",)),), stall_timeout=20.0, deadline=120.0,
+                 hang_after=CHAOS_HANG_AFTER_S if hang_after is None else hang_after)
     try:
         s.server_args(s.variants[0])
     except ValueError as exc:
         raise ScenarioError(f"engine flags: {exc}") from None
-    return Target(s, s.variants[0], (), ("--", "--tp", str(tp), *flags))
+    hang = ("--hang-after", f"{s.hang_after:g}") if s.hang_after != CHAOS_HANG_AFTER_S else ()
+    return Target(s, s.variants[0], (), (*hang, "--", "--tp", str(tp), *flags))

@@ -25,20 +25,23 @@ CatalogueOpt = typer.Option([], "--catalogue", help="Also load scenarios from th
 JsonOpt = typer.Option(False, "--json", help="Print only the JSON report on stdout.")
 ArtifactsOpt = typer.Option(None, "--artifacts", help="Run directory (default ./hctool-runs/chaos-TIME).")
 RoundsOpt = typer.Option(2, "--rounds", min=1, help="Workload rounds per run (caps the scenario's; fewer rounds, more schedules per minute).")
+HangOpt = typer.Option(None, "--hang-after", min=0.1, help="Seconds a collective may block while a peer is elsewhere before it is a hang (default 10: above what one schedule's delays add up to; replay commands carry it).")
 StarveOpt = typer.Option(1000, "--starve-ticks", min=1, help="Liveness: ticks with work waiting and nothing running.")
 
 
-def _target(ctx: typer.Context, scenario, variant, no_faults, catalogue, rounds: int | None = None):
-    from hctool.chaos.target import launch_target, scenario_target
+def _target(ctx: typer.Context, scenario, variant, no_faults, catalogue, rounds: int | None = None,
+            hang_after: float | None = None):
+    from hctool.chaos.target import CHAOS_HANG_AFTER_S, launch_target, scenario_target
+    hang_after = CHAOS_HANG_AFTER_S if hang_after is None else hang_after
     from hctool.repro.scenario import ScenarioError
     flags = list(ctx.args)
     try:
         if scenario and flags:
             raise UsageError("give either --scenario or engine flags after --, not both")
         if scenario:
-            return scenario_target(scenario, variant, no_faults, catalogue, rounds)
+            return scenario_target(scenario, variant, no_faults, catalogue, rounds, hang_after)
         if flags:
-            return launch_target(flags)
+            return launch_target(flags, hang_after=hang_after)
     except ScenarioError as exc:
         raise UsageError(str(exc), "see `hctool repro list` and `hctool launch --help`") from None
     raise UsageError("no target", "give --scenario ID [--variant V] or `-- ENGINE-FLAGS` (as for hctool launch)")
@@ -115,12 +118,13 @@ def run_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="Sched
             scenario: str = ScenarioOpt, variant: str = VariantOpt, no_scenario_faults: bool = NoFaultsOpt,
             catalogue: list[Path] = CatalogueOpt, runs: int = typer.Option(1, "--runs", min=1, help="Run it K times."),
             rounds: int = typer.Option(None, "--rounds", min=1, help="Cap the scenario's workload rounds (replay commands carry it)."),
-            as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt) -> None:
+            as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt,
+            hang_after: float = HangOpt) -> None:
     """Run one schedule against a target (K times); exit 0 valid, 1 invalid, 2 could not run."""
     from hctool.chaos.report import anomaly_entry, build, replay_command
     from hctool.chaos.runner import ChaosRunner
     from hctool.procs import sigterm_as_interrupt
-    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds)
+    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds, hang_after)
     sched = _schedule(schedule)
     root, history = _setup(artifacts, "run")
     runner = ChaosRunner(target, root, history, starve_ticks)
@@ -148,7 +152,8 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
                 replays: int = typer.Option(10, "--replays", min=0, help="Replays of the (shrunk) schedule (its reproduction rate)."),
                 accept: str = AcceptOpt,
                 horizon: float = typer.Option(20.0, "--horizon", min=1, help="Faults start within this many seconds (the heal comes when the workload is done)."),
-                as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt) -> None:
+                as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt,
+            hang_after: float = HangOpt) -> None:
     """Random schedules until an anomaly or the budget; then shrink and replay it."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -166,7 +171,7 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
         need_tries = _accept(accept)
     except ValueError as exc:
         raise UsageError(str(exc) if isinstance(exc, ScheduleError) else f"bad --shard {shard!r}", "use --shard i/N with 1 <= i <= N") from None
-    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds)
+    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds, hang_after)
     root, history = _setup(artifacts, "explore")
     runner = ChaosRunner(target, root, history, starve_ticks, horizon_s=horizon)
     console = Console(stderr=True)
@@ -196,7 +201,8 @@ def shrink_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="A 
                invariant: str = typer.Option(None, "--invariant", help="The invariant that must keep failing (default: the first seen)."),
                budget: float = typer.Option(600.0, "--budget", min=1, help="Seconds for shrinking."),
                replays: int = typer.Option(10, "--replays", min=0, help="Replays of the shrunk schedule (its reproduction rate)."),
-               accept: str = AcceptOpt, as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt) -> None:
+               accept: str = AcceptOpt, as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt,
+            hang_after: float = HangOpt) -> None:
     """Reduce a failing schedule to the fewest, smallest faults that still fail."""
     from hctool.chaos.invariants import CHECKERS, Anomaly
     from hctool.chaos.report import build
@@ -205,7 +211,7 @@ def shrink_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="A 
     if invariant is not None and invariant not in CHECKERS:
         raise UsageError(f"unknown invariant {invariant!r}", f"known: {', '.join(CHECKERS)}")
     need_tries = _accept(accept)
-    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds)
+    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds, hang_after)
     sched = _schedule(schedule)
     root, history = _setup(artifacts, "shrink")
     runner = ChaosRunner(target, root, history, starve_ticks)
