@@ -25,15 +25,15 @@ CatalogueOpt = typer.Option([], "--catalogue", help="Also load scenarios from th
 JsonOpt = typer.Option(False, "--json", help="Print only the JSON report on stdout.")
 ArtifactsOpt = typer.Option(None, "--artifacts", help="Run directory (default ./hctool-runs/chaos-TIME).")
 RoundsOpt = typer.Option(2, "--rounds", min=1, help="Workload rounds per run (caps the scenario's; fewer rounds, more schedules per minute).")
-HangOpt = typer.Option(None, "--hang-after", min=0.1, help="Seconds a collective may block while a peer is elsewhere before it is a hang (default 10: above what one schedule's delays add up to; replay commands carry it).")
+HangOpt = typer.Option(None, "--hang-after", min=0.1, max=86400, help="Seconds a collective may block while a peer is elsewhere before it is a hang (default 10: above what one schedule's delays add up to; replay commands carry it).")
 StarveOpt = typer.Option(1000, "--starve-ticks", min=1, help="Liveness: ticks with work waiting and nothing running.")
 
 
 def _target(ctx: typer.Context, scenario, variant, no_faults, catalogue, rounds: int | None = None,
             hang_after: float | None = None):
     from hctool.chaos.target import CHAOS_HANG_AFTER_S, launch_target, scenario_target
-    hang_after = CHAOS_HANG_AFTER_S if hang_after is None else hang_after
     from hctool.repro.scenario import ScenarioError
+    hang_after = CHAOS_HANG_AFTER_S if hang_after is None else hang_after
     flags = list(ctx.args)
     try:
         if scenario and flags:
