@@ -160,16 +160,21 @@ def _c10d_kernel(op_name: str, packet):
     return kernel
 
 
-def _install_c10d() -> None:
+def _install_kernels(namespace: str, ops, make_kernel, key: str) -> None:
+    """Register make_kernel(op, its default overload) at KEY for each of OPS in NAMESPACE."""
     import torch
 
-    lib = torch.library.Library("c10d", "IMPL")
-    for name in C10D_OPS:
-        packet = getattr(torch.ops.c10d, name, None)
+    lib = torch.library.Library(namespace, "IMPL")
+    for name in ops:
+        packet = getattr(getattr(torch.ops, namespace), name, None)
         if packet is None or "default" not in packet.overloads():
             continue  # an op this torch version does not have
-        lib.impl(name, _c10d_kernel(name, packet.default), "Autograd", with_keyset=True)
+        lib.impl(name, make_kernel(name, packet.default), key, with_keyset=True)
     _libs.append(lib)
+
+
+def _install_c10d() -> None:
+    _install_kernels("c10d", C10D_OPS, _c10d_kernel, "Autograd")
 
 
 def _functional_kernel(op_name: str, packet):
@@ -212,15 +217,7 @@ def _functional_kernel(op_name: str, packet):
 
 
 def _install_functional() -> None:
-    import torch
-
-    lib = torch.library.Library("_c10d_functional", "IMPL")
-    for name in FUNCTIONAL_OPS:
-        packet = getattr(torch.ops._c10d_functional, name, None)
-        if packet is None or "default" not in packet.overloads():
-            continue
-        lib.impl(name, _functional_kernel(name, packet.default), "ADInplaceOrView", with_keyset=True)
-    _libs.append(lib)
+    _install_kernels("_c10d_functional", FUNCTIONAL_OPS, _functional_kernel, "ADInplaceOrView")
 
 
 def install() -> None:
