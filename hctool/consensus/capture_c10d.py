@@ -76,13 +76,17 @@ def _nested() -> bool:
     return threading.get_ident() in wrappers._inside
 
 
-def _redispatch_once(packet, keyset, args, kwargs):
+def _redispatch_once(packet, keyset, args, kwargs, token: int):
     """Run torch's kernel as inside a recorded call: ops it issues through the
-    dispatcher (inductor's in-place all_reduce_ calls all_reduce) are not recorded again."""
+    dispatcher (inductor's in-place all_reduce_ calls all_reduce) are not recorded again.
+    A kernel that raises completes the record as failed."""
     ident = threading.get_ident()
     wrappers._inside.add(ident)
     try:
         return packet.redispatch(keyset, *args, **kwargs)
+    except BaseException as exc:
+        recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
+        raise
     finally:
         wrappers._inside.discard(ident)
 
@@ -144,11 +148,7 @@ def _c10d_kernel(op_name: str, packet):
                                                async_op=True, frame=sys._getframe())
         except Exception as exc:
             recorder.note_failure(exc)
-        try:
-            result = _redispatch_once(packet, keyset & below, args, kwargs)
-        except BaseException as exc:
-            recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
-            raise
+        result = _redispatch_once(packet, keyset & below, args, kwargs, token)
         if token:
             work = _work_of(result)
             if work is None:
@@ -205,11 +205,7 @@ def _functional_kernel(op_name: str, packet):
                                                async_op=True, frame=sys._getframe())
         except Exception as exc:
             recorder.note_failure(exc)
-        try:
-            result = _redispatch_once(packet, keyset & below, args, kwargs)
-        except BaseException as exc:
-            recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
-            raise
+        result = _redispatch_once(packet, keyset & below, args, kwargs, token)
         recorder.record_complete(token)  # issued; wait_tensor waits for it, as for functional collectives
         return result
 
