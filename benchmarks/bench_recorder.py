@@ -5,6 +5,10 @@ recorder injected through sitecustomize exactly as `check-consensus run` does (b
 capture routes: the torch.distributed wrappers and the c10d dispatcher kernel). Off and
 on alternate --repeats times so both see the same machine load; medians are reported.
 
+Arms (--arms, default off,on,py): "on" records through the C hot path
+(hctool/consensus/_fastpath.c, built at install), "py" through the Python path
+(HCTOOL_FASTPATH=0, what a rank gets where the C module was not built).
+
 world1 (default): one process, a gloo world of one, back-to-back 4-byte all_reduce.
   Each process reports wall and CPU (process_time) microseconds per call; the result
   is the median of each and the median of the paired on-off differences.
@@ -67,23 +71,27 @@ def rank_worker(backend: str, iters: int, out: str, sync_each: bool) -> None:
     dist.barrier()
     wall, cpu = _time_loop(call, t, iters, sync)
     if dist.get_rank() == 0:
-        Path(out).write_text(json.dumps({"wall": wall, "cpu": cpu, "hctool": "hctool" in sys.modules}))
+        rec = sys.modules.get("hctool.consensus.recorder")
+        Path(out).write_text(json.dumps({"wall": wall, "cpu": cpu, "hctool": "hctool" in sys.modules,
+                                         "fastpath": rec._S.fastpath if rec else False}))
     dist.destroy_process_group()
 
 
-def ranks(backend: str, nproc: int, iters: int, repeats: int, sync_each: bool = False) -> dict:
+def ranks(backend: str, nproc: int, iters: int, repeats: int, sync_each: bool = False,
+          arms: tuple[str, ...] = ("off", "on", "py")) -> dict:
     sys.path.insert(0, str(ROOT))
     from hctool.consensus import analyze_dir
     from hctool.procs import ProcessSet, free_port, inject_env, torchrun_env
 
-    runs: dict[str, list] = {"off": [], "on": [], "off_cpu": [], "on_cpu": []}
+    runs: dict[str, list] = {k: [] for a in arms for k in (a, a + "_cpu")}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         for i in range(repeats):
-            for mode in ("off", "on"):
+            for mode in arms:
                 env = dict(os.environ)
-                if mode == "on":
-                    env = inject_env(env, TRACE_DIR=str(tmp / f"trace-{i}"))
+                if mode != "off":
+                    env = inject_env(env, TRACE_DIR=str(tmp / f"trace-{mode}-{i}"))
+                    env["HCTOOL_FASTPATH"] = "0" if mode == "py" else "1"
                 out, port = tmp / f"{mode}-{i}.json", free_port()
                 with ProcessSet() as ps:
                     for r in range(nproc):
@@ -95,18 +103,21 @@ def ranks(backend: str, nproc: int, iters: int, repeats: int, sync_each: bool = 
                         logs = "\n".join(p.read_text()[-1500:] for p in tmp.glob(f"{mode}-{i}-*.log"))
                         raise SystemExit(f"{mode} run failed:\n{logs}")
                 res = json.loads(out.read_text())
-                if res["hctool"] != (mode == "on"):
-                    raise SystemExit(f"the {mode} run {'lacked' if mode == 'on' else 'had'} hctool loaded")
+                if res["hctool"] != (mode != "off") or bool(res["fastpath"]) != (mode == "on"):
+                    raise SystemExit(f"the {mode} run recorded wrong: hctool loaded {res['hctool']}, "
+                                     f"C hot path {res['fastpath']} (is the C module built? pip install -e .)")
+                runs.setdefault("paths", {})[mode] = res["fastpath"]
                 runs[mode].append(res["wall"])
                 runs[mode + "_cpu"].append(res["cpu"])
-                if mode == "on":  # evidence the recorder was on: what it saw
-                    report = analyze_dir(tmp / f"trace-{i}")
+                if mode != "off":  # evidence the recorder was on: what it saw
+                    report = analyze_dir(tmp / f"trace-{mode}-{i}")
                     runs.setdefault("verdicts", []).append(report["verdict"])
                     runs.setdefault("recorded_rank0", []).append(report["counts"].get("0", {}))
-    res = {k: statistics.median(v) for k, v in runs.items() if k in ("off", "on", "off_cpu", "on_cpu")}
-    res["added_cpu_us"] = res["on_cpu"] - res["off_cpu"]
-    res["paired_added_us"] = statistics.median(b - a for a, b in zip(runs["off"], runs["on"]))
-    res["paired_added_cpu_us"] = statistics.median(b - a for a, b in zip(runs["off_cpu"], runs["on_cpu"]))
+    res = {k: statistics.median(v) for k, v in runs.items() if k in ("off", "on", "py", "off_cpu", "on_cpu", "py_cpu")}
+    for arm in arms[1:]:
+        res[f"paired_added_{arm}_us"] = statistics.median(b - a for a, b in zip(runs["off"], runs[arm]))
+        res[f"paired_added_{arm}_cpu_us"] = statistics.median(b - a for a, b in zip(runs["off_cpu"], runs[arm + "_cpu"]))
+        res[f"ratio_{arm}"] = res[arm] / res["off"]
     return res | {"runs": runs}
 
 
@@ -158,6 +169,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--json", action="store_true", help="print only the JSON result")
     ap.add_argument("--sync-each", action="store_true", help="ranks mode: synchronize after every call")
+    ap.add_argument("--arms", default="off,on,py", help="which of off,on,py to run (off first)")
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
@@ -176,20 +188,23 @@ def main() -> None:
                 print(f"  {v:7.2f}  {k}")
         return
     nproc = 1 if args.mode == "world1" else args.nproc
-    res = ranks(args.backend, nproc, args.iters, args.repeats, args.sync_each)
+    arms = tuple(a for a in args.arms.split(",") if a)
+    if arms[:1] != ("off",) or not set(arms) <= {"off", "on", "py"} or len(arms) < 2:
+        raise SystemExit("--arms: off first, then on and/or py")
+    res = ranks(args.backend, nproc, args.iters, args.repeats, args.sync_each, arms)
     what = f"{nproc} rank{'s' if nproc > 1 else ''}, {args.backend}, 4-byte all_reduce" + (
         ", sync after each" if args.sync_each else "")
-    res.update(added_us=res["on"] - res["off"], ratio=res["on"] / res["off"], what=what,
-               iters=args.iters, repeats=args.repeats, load_avg=load)
+    res.update(what=what, iters=args.iters, repeats=args.repeats, load_avg=load)
     if args.json:
         print(json.dumps(res))
         return
-    print(f"{what}: median of {args.repeats} off/on process pairs x {args.iters} calls (load {load:.1f})")
-    print(f"wall: off {res['off']:.2f} | on {res['on']:.2f} us/call | added {res['added_us']:.2f} us "
-          f"(paired {res['paired_added_us']:.2f}) | ratio {res['ratio']:.3f}")
-    print(f"CPU:  off {res['off_cpu']:.2f} | on {res['on_cpu']:.2f} us/call | added {res['added_cpu_us']:.2f} us "
-          f"(paired {res['paired_added_cpu_us']:.2f})")
-    print(f"on runs: verdicts {sorted(set(res['runs']['verdicts']))}, rank 0 recorded {res['runs']['recorded_rank0'][0]}")
+    print(f"{what}: median of {args.repeats} alternating launches per arm x {args.iters} calls (load {load:.1f})")
+    print(f"off: wall {res['off']:.2f} | CPU {res['off_cpu']:.2f} us/call")
+    for arm in arms[1:]:
+        name = {"on": "on (C hot path)", "py": "on (Python path)"}[arm]
+        print(f"{name}: wall {res[arm]:.2f} (paired +{res[f'paired_added_{arm}_us']:.2f}, ratio "
+              f"{res[f'ratio_{arm}']:.3f}) | CPU {res[arm + '_cpu']:.2f} (paired +{res[f'paired_added_{arm}_cpu_us']:.2f}) us/call")
+    print(f"recorded runs: verdicts {sorted(set(res['runs']['verdicts']))}, rank 0 recorded {res['runs']['recorded_rank0'][0]}")
 
 
 if __name__ == "__main__":

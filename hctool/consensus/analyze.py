@@ -66,12 +66,12 @@ class Tracker:
         return min(found, key=lambda f: (f["kind"] == "missing", f["time"])) if found else None
 
     def blocked(self) -> dict[int, dict]:
-        """Each rank's calls that never completed."""
+        """Each rank's calls that never returned (a call that raised is over, not blocked)."""
         out: dict[int, dict] = {}
         for ch in self.channels.values():
             for r, seq in ch.seqs.items():
                 for ev in seq:
-                    if ev["state"] != "completed":
+                    if ev["state"] == "blocked":
                         out.setdefault(r, ev)
         return out
 

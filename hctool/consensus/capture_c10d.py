@@ -21,15 +21,23 @@ collective is recorded once, by the outermost layer that sees it):
    parallel) calls them from inside __torch_dispatch__. Their module functions
    are wrapped (capture_funcol.py); while torch.compile traces they pass through.
 
-Completion: a c10d op's Work future completes the record (gloo: when the
-collective finished; NCCL: when enqueued). Functional collectives complete at
-return (they are waited on later, through wait_tensor).
+Completion: a c10d op's record completes when its Work's future is done (gloo:
+the collective finished; NCCL: enqueued). gloo's Work.is_completed() is not
+usable: it stays False for reduce_scatter_tensor even after wait(). Futures are
+polled, not given callbacks: a callback makes another thread take the GIL once
+per collective, which cost ~65 us a call on the 2-core box (most of this
+route's cost). They are polled when the next call is recorded, by a watcher
+thread every POLL_S, and at destroy_process_group and exit. Functional collectives complete
+at return (they are waited on later, through wait_tensor).
 """
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
 import threading
+import time
 
 from hctool.consensus import recorder, wrappers
 
@@ -102,22 +110,68 @@ def _work_of(result):
         return None
 
 
+POLL_S = 0.02
+_pending: list[tuple[int, object]] = []  # (token, Future) of C++-issued calls not yet seen done
+_pending_lock = threading.Lock()
+_watcher: threading.Thread | None = None
+
+
 def _complete_on(work, token: int) -> None:
+    global _watcher
     try:
         fut = work.get_future()
     except Exception:  # backends without futures: count the call done when it returns
         recorder.record_complete(token)
         return
+    with _pending_lock:
+        _pending.append((token, fut))
+    poll_pending()
+    if _watcher is None:
+        _watcher = threading.Thread(target=_watch, name="hctool-work-watcher", daemon=True)
+        _watcher.start()
 
-    def done(f):
+
+def poll_pending() -> None:
+    """Complete the records whose futures are done (any thread; one at a time)."""
+    if not _pending or not _pending_lock.acquire(blocking=False):
+        return
+    try:
+        done = []
+        for item in _pending:
+            try:
+                if item[1].done():
+                    done.append(item)
+            except Exception:
+                done.append(item)
+        for item in done:
+            _pending.remove(item)
+    finally:
+        _pending_lock.release()
+    for token, fut in done:
         try:
-            f.value()
+            fut.value()  # done: raises if the collective failed, else returns at once
         except Exception as exc:
-            recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
-            return
+            recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
+            continue
         recorder.record_complete(token)
 
-    fut.add_done_callback(done)
+
+def _watch() -> None:
+    while True:
+        time.sleep(POLL_S)
+        try:
+            poll_pending()
+        except Exception as exc:  # never let the watcher die silently
+            recorder.note_failure(exc)
+
+
+def _after_fork_in_child() -> None:
+    global _watcher
+    _pending.clear()  # the parent's Works: not this process's calls
+    _watcher = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _c10d_kernel(op_name: str, packet):
@@ -223,6 +277,7 @@ def install() -> None:
     if _installed:
         return
     _installed = True
+    atexit.register(poll_pending)  # registered after the end record's handler, so it runs before it
     from hctool.consensus.capture_funcol import install_funcol
 
     for layer in (_install_c10d, _install_functional, install_funcol):

@@ -42,6 +42,9 @@ class _State:
         self.trace_dir: str | None = None
         self.internal: tuple[str, ...] = (_HCTOOL_DIR, "<frozen")  # torch's folder is added when it is patched
         self.lock = threading.RLock()
+        # How wrapped calls are recorded: False (Python), "c" (the C hot path), "c+tls" (and it
+        # goes below autograd through c10's dispatch TLS, not the pybind guard); wrappers.py
+        self.fastpath: str | bool = False
         self.reset()
 
     def reset(self) -> None:
@@ -87,7 +90,8 @@ def _open() -> int:
         fd = os.open(base + ".jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         header = {"hdr": FORMAT_VERSION, "rank": _S.rank, "world_size": int(world) if world else None,
                   "pid": os.getpid(), "host": socket.gethostname(), "argv": sys.argv[:20],
-                  "start": time.time(), "mono": time.monotonic(), "record_size": RECORD_SIZE}
+                  "start": time.time(), "mono": time.monotonic(), "record_size": RECORD_SIZE,
+                  "fastpath": _S.fastpath}
         os.write(fd, (json.dumps(header) + "\n").encode())
         _S.ring_fd = os.open(base + ".ring", os.O_RDWR | os.O_CREAT, 0o644)
         _S.fd = fd
@@ -292,6 +296,8 @@ def _group(group) -> _Group | None:
     if group is None:
         return _S.world
     g = _S.groups.get(id(group))
+    if g is None and group is dist.GroupMember.NON_GROUP_MEMBER:
+        return None  # new_group's answer on a rank outside the group: torch returns early
     if g is None:  # created before the recorder was installed, or by a private API
         ranks = sorted(dist.get_process_group_ranks(group))
         idx = f"?{getattr(group, 'group_name', id(group))}"

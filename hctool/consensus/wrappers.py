@@ -83,27 +83,86 @@ def _extractor(op: str, fn):
 _below_autograd_guards: dict[int, object] = {}
 
 
-def _new_guard(ident: int):
-    from torch._C import DispatchKey, DispatchKeySet, _ExcludeDispatchKeyGuard
+def _autograd_keys():
+    from torch._C import DispatchKey, DispatchKeySet
 
-    keys = (DispatchKeySet(DispatchKey.AutogradFunctionality) | DispatchKeySet(DispatchKey.AutogradOther)
+    return (DispatchKeySet(DispatchKey.AutogradFunctionality) | DispatchKeySet(DispatchKey.AutogradOther)
             | DispatchKeySet(DispatchKey.AutogradNestedTensor))
-    guard = _below_autograd_guards[ident] = _ExcludeDispatchKeyGuard(keys)
+
+
+def _new_guard(ident: int):
+    from torch._C import _ExcludeDispatchKeyGuard
+
+    guard = _below_autograd_guards[ident] = _ExcludeDispatchKeyGuard(_autograd_keys())
     return guard
 
 
+def _bind_dispatch_tls(torch) -> bool:
+    """Let the C hooks go below autograd by writing c10's thread-local dispatch key
+    set themselves (the pybind guard costs ~2,000 instructions a call). Kept only if,
+    on this thread, it leaves exactly the excluded set the guard leaves, and undoes it."""
+    from torch._C import DispatchKey, _ExcludeDispatchKeyGuard
+    from torch._C import _dispatch_tls_is_dispatch_key_excluded as is_excluded
+    from torch._C import _dispatch_tls_local_exclude_set as exclude_set
+
+    fp = _fastpath
+    keys = _autograd_keys().raw_repr()
+    path = os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so")
+    try:
+        if not fp.set_dispatch_tls(path, keys, 0):
+            return False
+        fp.set_dispatch_tls(path, keys, fp.excluded_raw() ^ exclude_set().raw_repr())
+
+        def seen():
+            return exclude_set().raw_repr(), is_excluded(DispatchKey.AutogradFunctionality)
+
+        before = seen()
+        with _ExcludeDispatchKeyGuard(_autograd_keys()):
+            expected = seen()
+        if expected[1] and not before[1] and fp.below_autograd(seen) == expected and seen() == before:
+            return True
+    except Exception as exc:
+        recorder.note_failure(exc)
+    fp.set_dispatch_tls(None, 0, 0)
+    return False
+
+
+def _is_compiling() -> bool:
+    # torch.compiler is looked up per call until init_process_group binds it
+    # (torch is still being imported when the wrappers are made)
+    import torch
+
+    return torch.compiler.is_compiling()
+
+
 def _wrap(op: str, fn):
+    """torch's `fn`, recorded. The wrapper dynamo inlines is Python (it swaps
+    torch's function for a functional collective while tracing); the recorded
+    call itself is the C hot path (_fastpath.c) where it is built, else
+    _recorded_call, which also serves every case the C path hands back."""
+    slow = _recorded_call(op, fn)
+    hook = _fast_hook(op, fn, slow) or slow
+
+    @functools.wraps(fn)
+    def recorded(*args, **kwargs):
+        if _is_compiling():  # dynamo sees torch's function
+            return fn(*args, **kwargs)
+        return hook(*args, **kwargs)
+
+    recorded.__hctool_original__ = fn
+    return recorded
+
+
+def _recorded_call(op: str, fn):
+    """A recorded call of fn, in Python. Called by the wrapper (directly or from
+    the C hook), so the user's frame is two up."""
     extract = _extractor(op, fn)
     record, complete = recorder._record, recorder.record_complete
     state = recorder._S
     monotonic, get_ident = time.monotonic, threading.get_ident
     guards = _below_autograd_guards
-    import torch  # torch.compiler is looked up per call: torch is still being imported now
 
-    @functools.wraps(fn)
-    def recorded(*args, **kwargs):
-        if torch.compiler.is_compiling():  # dynamo sees torch's function (it makes it a functional collective)
-            return fn(*args, **kwargs)
+    def recorded_call(*args, **kwargs):
         ident = get_ident()
         if state.trace_dir is None or ident in _inside:
             return fn(*args, **kwargs)  # nested inside a recorded call: one event per user call
@@ -111,7 +170,7 @@ def _wrap(op: str, fn):
             group, tensors, ro, root, async_op = extract(*args, **kwargs)
         except TypeError:
             return fn(*args, **kwargs)  # the call itself is wrong: torch says how
-        token = record(op, group, tensors, ro, root, async_op, sys._getframe(1), ident)
+        token = record(op, group, tensors, ro, root, async_op, sys._getframe(2), ident)
         _inside.add(ident)
         try:
             # Below autograd, the c10d op goes straight to its backend kernel: the capture
@@ -132,8 +191,56 @@ def _wrap(op: str, fn):
             mm[off + 1] = STATE_COMPLETED
         return result
 
-    recorded.__hctool_original__ = fn
-    return recorded
+    return recorded_call
+
+
+_MISSING = object()  # a parameter without a default (for the C hook)
+
+
+def _fast_hook(op: str, fn, slow):
+    """The C hook for fn, or None (the C module is not built, it is turned off
+    with HCTOOL_FASTPATH=0, or fn's signature is one it does not bind)."""
+    if _fastpath is None or op == "batch_isend_irecv":
+        return None
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    plain = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY
+    if len(params) > 32 or any(p.kind not in plain for p in params):
+        return None
+    names = tuple(p.name for p in params)
+    index = {n: i for i, n in enumerate(names)}
+    described = _DESCRIBED_ARG.get(op, names[0] if names else None)
+    roots = tuple(index[n] for n in (_P2P_PEER_ARGS if op in P2P else _ROOT_ARGS) if n in index)[:4]
+    async_const = op in ("isend", "irecv")
+    return _fastpath.hook(
+        op, fn, slow, names, sum(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params),
+        tuple(_MISSING if p.default is p.empty else p.default for p in params),
+        index.get("group", -1), index.get(described, -1) if described else -1, index.get("op", -1),
+        -1 if async_const else index.get("async_op", -1), async_const, roots)
+
+
+def _failed(token: int, exc: BaseException) -> None:
+    recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
+
+
+def _load_fastpath():
+    if os.environ.get("HCTOOL_FASTPATH", "1") == "0":
+        return None
+    try:
+        from hctool.consensus import _fastpath as module
+    except ImportError:  # not built (no compiler at install) or built for another Python
+        return None
+    from hctool.consensus import tracefile
+
+    module.bind(recorder._S, _inside, _below_autograd_guards, _new_guard, tracefile._grow, _failed, _MISSING,
+                recorder._void)
+    recorder._S.fastpath = "c"
+    return module
+
+
+_fastpath = _load_fastpath()
 
 
 def _wrap_group_creation(name: str, fn):
@@ -152,6 +259,12 @@ def _wrap_group_creation(name: str, fn):
         try:
             dist = recorder._S.dist
             if name == "init_process_group":
+                global _is_compiling
+                import torch
+
+                _is_compiling = torch.compiler.is_compiling  # torch is fully imported by now
+                if _fastpath is not None:
+                    recorder._S.fastpath = "c+tls" if _bind_dispatch_tls(torch) else "c"
                 pg = dist.distributed_c10d._get_default_group()
                 recorder.register_group(pg, list(range(dist.get_world_size())), default=True)
                 from hctool.consensus import capture_c10d  # C++-issued and functional collectives
@@ -200,6 +313,10 @@ def _wrap_destroy(fn):
     def destroy(group=None, *args, **kwargs):
         if group is None and recorder._S.fd is not None:
             try:
+                from hctool.consensus import capture_c10d
+
+                capture_c10d.poll_pending()  # C++-issued calls that have finished complete before the end
+
                 recorder._side({"end": 1, "t": time.monotonic(), "destroy": 1})
             except Exception as exc:
                 recorder.note_failure(exc)
