@@ -111,12 +111,12 @@ def _work_of(result):
 
 
 POLL_S = 0.02
-_pending: list[tuple[int, object]] = []  # (token, Future) of C++-issued calls not yet seen done
+_pending: list[tuple[int, object, bool]] = []  # (token, Future, on GPU) of C++-issued calls not yet done
 _pending_lock = threading.Lock()
 _watcher: threading.Thread | None = None
 
 
-def _complete_on(work, token: int) -> None:
+def _complete_on(work, token: int, on_gpu: bool) -> None:
     global _watcher
     try:
         fut = work.get_future()
@@ -124,7 +124,7 @@ def _complete_on(work, token: int) -> None:
         recorder.record_complete(token)
         return
     with _pending_lock:
-        _pending.append((token, fut))
+        _pending.append((token, fut, on_gpu))
     poll_pending()
     if _watcher is None:
         _watcher = threading.Thread(target=_watch, name="hctool-work-watcher", daemon=True)
@@ -147,9 +147,13 @@ def poll_pending() -> None:
             _pending.remove(item)
     finally:
         _pending_lock.release()
-    for token, fut in done:
+    for token, fut, on_gpu in done:
         try:
-            fut.value()  # done: raises if the collective failed, else returns at once
+            if not on_gpu:
+                # done: raises if the collective failed. Not for NCCL's futures: value() there
+                # makes this thread's current CUDA stream wait for the collective (a failed
+                # NCCL collective aborts the process through torch's watchdog instead).
+                fut.value()
         except Exception as exc:
             recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
             continue
@@ -185,7 +189,7 @@ def _c10d_kernel(op_name: str, packet):
     def kernel(keyset, *args, **kwargs):
         if _nested() or not recorder.enabled():
             return packet.redispatch(keyset & below, *args, **kwargs)
-        token = 0
+        token, on_gpu = 0, False
         try:
             group = dist.ProcessGroup.unbox(args[g_arg])
             ro = red_names.get(args[ro_arg].op()) if ro_arg is not None else None
@@ -195,6 +199,8 @@ def _c10d_kernel(op_name: str, packet):
             tensors = args[t_arg] if t_arg is not None else None
             if type(tensors) is list and len(tensors) == 1:
                 tensors = tensors[0]  # described the same; the tensor takes the interning fast path
+            first = tensors[0] if type(tensors) is list and tensors else tensors
+            on_gpu = getattr(first, "is_cuda", False) is True
             # This frame, not its caller: on autograd's device threads (DDP's reducer on
             # CUDA) the kernel is the thread's only Python frame. The recorder skips
             # hctool's frames and falls back to the main thread's line.
@@ -208,7 +214,7 @@ def _c10d_kernel(op_name: str, packet):
             if work is None:
                 recorder.record_complete(token)
             else:
-                _complete_on(work, token)
+                _complete_on(work, token, on_gpu)
         return result
 
     return kernel

@@ -64,10 +64,12 @@ def _record(op: str, group, tensors, reduce_op, root, async_op: bool, f, ident: 
         opid = interned["op"].get(op) or _intern("op", op, lambda: op)
         if S.code_internal.get(id(f.f_code)) is not False:  # not already known to be a user frame
             f = _user_frame(f)
-            if f is None and threading.current_thread() is not threading.main_thread():
+            main = threading.main_thread().ident
+            if f is None and ident != main:
                 # autograd's device threads and C++ threads hold no user frame: the user's
-                # line is where the main thread is now (e.g. its `loss.backward()`)
-                f = _user_frame(sys._current_frames().get(threading.main_thread().ident))
+                # line is where the main thread is now (e.g. its `loss.backward()`). Not
+                # threading.current_thread(): on a C++ thread it builds a _DummyThread.
+                f = _user_frame(sys._current_frames().get(main))
         if f is None:
             site = 0
         else:
