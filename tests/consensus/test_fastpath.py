@@ -52,3 +52,25 @@ def test_c_path_records_what_the_python_path_records(tmp_path, monkeypatch, no_l
     assert ("all_reduce", site("call_forms.py", "alternating")) in ops
     failed = [e for e in c_events if json.loads(e[13]) == "failed"]
     assert len(failed) == 6 and all("invalid root rank" in json.loads(e[14]) for e in failed)
+
+
+def test_dispatch_tls_is_kept_only_where_it_matches_torchs_guard(monkeypatch):
+    """The C hooks write c10's excluded dispatch key set themselves only after
+    checking, on this thread, that it leaves what torch's own guard leaves: a
+    write of other keys (what a changed layout or mask would do) is refused and
+    the hooks keep the pybind guard."""
+    import torch
+    from torch._C import DispatchKey, DispatchKeySet
+
+    from hctool.consensus import wrappers
+
+    fp = wrappers._fastpath
+    if fp is None:
+        pytest.fail("hctool's C module is not built: `pip install -e .` needs a C compiler (gcc)")
+    assert wrappers._bind_dispatch_tls(torch) and fp.stats()["dispatch_tls"]
+    real = fp.set_dispatch_tls
+    extra = DispatchKeySet(DispatchKey.ADInplaceOrView).raw_repr()
+    monkeypatch.setattr(fp, "set_dispatch_tls", lambda path, keys, default: real(path, keys | extra, default))
+    assert not wrappers._bind_dispatch_tls(torch) and not fp.stats()["dispatch_tls"]
+    monkeypatch.undo()
+    assert wrappers._bind_dispatch_tls(torch) and fp.stats()["dispatch_tls"]
