@@ -113,6 +113,7 @@ def _work_of(result):
 POLL_S = 0.02
 _pending: list[tuple[int, object, bool]] = []  # (token, Future, on GPU) of C++-issued calls not yet done
 _pending_lock = threading.Lock()
+_has_pending = threading.Event()  # the watcher sleeps on it while nothing is pending
 _watcher: threading.Thread | None = None
 
 
@@ -125,6 +126,8 @@ def _complete_on(work, token: int, on_gpu: bool) -> None:
         return
     with _pending_lock:
         _pending.append((token, fut, on_gpu))
+        if not _has_pending.is_set():
+            _has_pending.set()
     poll_pending()
     if _watcher is None:
         _watcher = threading.Thread(target=_watch, name="hctool-work-watcher", daemon=True)
@@ -162,16 +165,21 @@ def poll_pending() -> None:
 
 def _watch() -> None:
     while True:
+        _has_pending.wait()
         time.sleep(POLL_S)
         try:
             poll_pending()
         except Exception as exc:  # never let the watcher die silently
             recorder.note_failure(exc)
+        with _pending_lock:
+            if not _pending:
+                _has_pending.clear()
 
 
 def _after_fork_in_child() -> None:
-    global _watcher
+    global _watcher, _pending_lock, _has_pending
     _pending.clear()  # the parent's Works: not this process's calls
+    _pending_lock, _has_pending = threading.Lock(), threading.Event()
     _watcher = None
 
 

@@ -171,3 +171,14 @@ def test_compiled_graph_clean_twin_is_consistent(tmp_path, no_leftover_processes
     code, report, stderr, counts = _compiled_step_run(tmp_path, fix=True)
     assert (report["verdict"], code) == ("consistent", 0), stderr[-3000:]
     assert counts == {"0": {"all_reduce": 4}, "1": {"all_reduce": 4}}, counts
+
+
+def test_cpp_issued_calls_complete_while_the_program_idles(tmp_path, no_leftover_processes):
+    """A C++-issued call's record completes by polling its Work future; when no
+    further call comes to poll at, the recorder's watcher thread does it."""
+    _code, report, stderr = run_check("idle_after_cpp_call.py", tmp_path)
+    assert report["verdict"] == "crashed", stderr[-2000:]  # it SIGKILLs itself, as it should
+    for rank in (0, 1):
+        log = (tmp_path / "trace" / f"rank{rank}.log").read_text()
+        states = json.loads(log.split("STATES ", 1)[1].splitlines()[0])
+        assert states == [["all_reduce", "completed"]] * 3, log[-2000:]
