@@ -57,6 +57,23 @@ def helper():
 th = threading.Thread(target=helper, name="helper")
 th.start()
 th.join()
+
+# Two threads at once, one group each: the C path's per-call caches (thread, group)
+# switch between them while both record.
+groups = {"left": dist.new_group([0, 1]), "right": dist.new_group([0, 1])}
+
+
+def busy(name):
+    x = torch.ones(2)
+    for _ in range(40):
+        dist.all_reduce(x, group=groups[name])
+
+
+threads = [threading.Thread(target=busy, args=(n,), name=n) for n in groups]
+for th in threads:
+    th.start()
+for th in threads:
+    th.join()
 mod = __import__("hctool.consensus.wrappers", fromlist=["_fastpath"])._fastpath
 stats = mod.stats() if mod is not None else None
 with open(os.path.join(os.environ["STATS_DIR"], f"rank{rank}.json"), "w") as f:
