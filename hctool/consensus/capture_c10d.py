@@ -22,7 +22,9 @@ collective is recorded once, by the outermost layer that sees it):
    are wrapped (capture_funcol.py); while torch.compile traces they pass through.
 
 Completion: a c10d op's record completes when its Work's future is done (gloo:
-the collective finished; NCCL: enqueued). gloo's Work.is_completed() is not
+the collective finished); on CUDA tensors, at return (NCCL marks its futures
+done at enqueue; value() on a CUDA future would make the polling thread's
+stream wait). gloo's Work.is_completed() is not
 usable: it stays False for reduce_scatter_tensor even after wait(). Futures are
 polled, not given callbacks: a callback makes another thread take the GIL once
 per collective, which cost ~65 us a call on the 2-core box (most of this
@@ -111,13 +113,13 @@ def _work_of(result):
 
 
 POLL_S = 0.02
-_pending: list[tuple[int, object, bool]] = []  # (token, Future, on GPU) of C++-issued calls not yet done
+_pending: list[tuple[int, object]] = []  # (token, Future) of C++-issued calls not yet done
 _pending_lock = threading.Lock()
 _has_pending = threading.Event()  # the watcher sleeps on it while nothing is pending
 _watcher: threading.Thread | None = None
 
 
-def _complete_on(work, token: int, on_gpu: bool) -> None:
+def _complete_on(work, token: int) -> None:
     global _watcher
     try:
         fut = work.get_future()
@@ -125,7 +127,7 @@ def _complete_on(work, token: int, on_gpu: bool) -> None:
         recorder.record_complete(token)
         return
     with _pending_lock:
-        _pending.append((token, fut, on_gpu))
+        _pending.append((token, fut))
         if not _has_pending.is_set():
             _has_pending.set()
     poll_pending()
@@ -150,13 +152,9 @@ def poll_pending() -> None:
             _pending.remove(item)
     finally:
         _pending_lock.release()
-    for token, fut, on_gpu in done:
+    for token, fut in done:
         try:
-            if not on_gpu:
-                # done: raises if the collective failed. Not for NCCL's futures: value() there
-                # makes this thread's current CUDA stream wait for the collective (a failed
-                # NCCL collective aborts the process through torch's watchdog instead).
-                fut.value()
+            fut.value()  # done: raises if the collective failed, else returns at once (CPU tensors only)
         except Exception as exc:
             recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
             continue
@@ -218,11 +216,13 @@ def _c10d_kernel(op_name: str, packet):
             recorder.note_failure(exc)
         result = _redispatch_once(packet, keyset & below, args, kwargs, token)
         if token:
-            work = _work_of(result)
+            # CUDA tensors: complete at return, which is when NCCL marks the Work's future
+            # done (enqueued), without the four pybind calls of unboxing and polling it.
+            work = None if on_gpu else _work_of(result)
             if work is None:
                 recorder.record_complete(token)
             else:
-                _complete_on(work, token, on_gpu)
+                _complete_on(work, token)
         return result
 
     return kernel
