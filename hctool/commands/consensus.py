@@ -3,6 +3,7 @@ and name the first divergent one (docs/consensus.md)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -70,6 +71,9 @@ def run(
         raise UsageError(f"trace folder already holds traces: {trace_dir}", "pass a new --trace-dir or remove the old one")
     trace_dir.mkdir(parents=True, exist_ok=True)
     _err(f"hctool: traces in {trace_dir}")
+    if importlib.util.find_spec("hctool.consensus._fastpath") is None:
+        _err("hctool: the recorder's C hot path is not built (no C compiler at `pip install`?): "
+             "recording through Python adds ~5-15 us per collective")
     from hctool.consensus.trace import TraceError
 
     try:
