@@ -248,6 +248,7 @@ static long desc_of(Hook *h, PyObject *tensors) {
     if (h->c_shape != NULL && h->c_dtype == dtype) {
         int eq = PyObject_RichCompareBool(shape, h->c_shape, Py_EQ);
         if (eq > 0) { desc = h->c_desc; goto out; }
+        if (eq < 0) PyErr_Clear();
     }
     PyObject *key = PyTuple_Pack(2, shape, dtype);
     desc = lookup_id(snap_desc, key);
@@ -365,8 +366,11 @@ static void complete_ok(long long token) {
 }
 
 static uint64_t *excluded_word(void) {
-    if (tls_excluded == NULL && c10_handle != NULL)
-        tls_excluded = (uint64_t *)dlsym(c10_handle, "_ZN3c104impl26raw_local_dispatch_key_setE") + 1;
+    if (tls_excluded == NULL && c10_handle != NULL) {
+        /* {included_, excluded_}: c10::impl::PODLocalDispatchKeySet (wrappers.py checks the layout) */
+        uint64_t *set = (uint64_t *)dlsym(c10_handle, "_ZN3c104impl26raw_local_dispatch_key_setE");
+        tls_excluded = set ? set + 1 : NULL;
+    }
     return tls_excluded;
 }
 
