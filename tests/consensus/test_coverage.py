@@ -182,3 +182,19 @@ def test_cpp_issued_calls_complete_while_the_program_idles(tmp_path, no_leftover
         log = (tmp_path / "trace" / f"rank{rank}.log").read_text()
         states = json.loads(log.split("STATES ", 1)[1].splitlines()[0])
         assert states == [["all_reduce", "completed"]] * 3, log[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_compiled_graph_collectives_are_seen_with_inductor(tmp_path, monkeypatch, no_leftover_processes):
+    """The same step compiled by inductor (generated C++ for the arithmetic, the
+    collectives still `_c10d_functional` ops): counted, and rank 1's extra step named.
+    Slow: a cold inductor compile takes minutes on this box (7.9 s for the whole run warm)."""
+    monkeypatch.setenv("PROG_BACKEND", "inductor")
+    code, report, stderr = run_check("compiled.py", tmp_path, extra=["--timeout", "800", "--hang-after", "60"],
+                                     timeout=850)
+    assert _summary(report) == ("diverged", "0:[0,1]", "extra", [1]), (report, stderr[-3000:])
+    assert report["counts"] == {"0": {"all_reduce": 4}, "1": {"all_reduce": 5}}, report["counts"]
+    culprit = report["first_divergence"]["ranks"]["1"]
+    assert culprit["site"].startswith("compiled.py:"), culprit
+    assert any(s.startswith(site("compiled.py", "step") + " ") for s in culprit["stack"]), culprit

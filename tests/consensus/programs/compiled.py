@@ -1,8 +1,10 @@
-"""Collectives inside a torch.compile'd function (backend aot_eager, fullgraph):
+"""Collectives inside a torch.compile'd function (backend aot_eager, or
+$PROG_BACKEND, e.g. inductor; fullgraph):
 dynamo turns dist.all_reduce into a functional collective, so at run time the
 graph issues `_c10d_functional` ops from C++. Rank 1 runs the compiled step once
 more than rank 0 (its extra call blocks). Clean twin: PROG_FIX=1."""
 
+import os
 import sys
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
@@ -14,7 +16,7 @@ from common import finish, fixed, init  # noqa: E402
 rank, world = init()
 
 
-@torch.compile(backend="aot_eager", fullgraph=True)
+@torch.compile(backend=os.environ.get("PROG_BACKEND", "aot_eager"), fullgraph=True)
 def step(x):
     y = x * 2
     dist.all_reduce(y)
