@@ -295,7 +295,7 @@ static unsigned char *record_at(long long slot, int may_grow) {
 /* The call record, as recorder._record writes it. Returns the token (slot + 1),
  * 0 for "not a member: not recorded", SLOW for "go the Python way" (nothing
  * consumed), or -(slot + 2) on an error after the slot was taken. */
-static long long record(Hook *h, PyObject **bound, unsigned long thread, PyObject *ident) {
+static long long record(Hook *h, PyObject **bound) {
     if (snapshot() < 0) return SLOW;
     if (h->gen != snap_gen) forget(h);
     if (group_of(h, h->group_i >= 0 ? bound[h->group_i] : Py_None) < 0) return SLOW;
@@ -307,16 +307,26 @@ static long long record(Hook *h, PyObject **bound, unsigned long thread, PyObjec
     if (desc < 0) return SLOW;
     long ro = 0;
     PyObject *rop = h->ro_i >= 0 ? bound[h->ro_i] : Py_None;
+    /* A cache pair (key, id) is replaced whole, and only by a found id: a miss leaves the
+     * previous pair valid for its own key (two threads alternating, one not yet interned). */
     if (rop != Py_None) {
         if (rop != h->c_ro) {
-            if ((h->c_roid = id_by_address(snap_ro_by_id, rop)) < 0) return SLOW;
+            long found = id_by_address(snap_ro_by_id, rop);
+            if (found < 0) return SLOW;
             h->c_ro = rop; /* kept alive by the recorder (ro_by_id's objects) */
+            h->c_roid = found;
         }
         ro = h->c_roid;
     }
+    /* threads are interned by OS thread id, as tracefile._thread_id does */
+    unsigned long thread = PyThread_get_thread_native_id();
     if (thread != h->c_thread) {
-        if ((h->c_th = lookup_id(snap_th, ident)) < 0) return SLOW;
+        PyObject *native = PyLong_FromUnsignedLong(thread);
+        long found = lookup_id(snap_th, native);
+        Py_XDECREF(native);
+        if (found < 0) return SLOW;
         h->c_thread = thread;
+        h->c_th = found;
     }
     long root = NO_ROOT;
     for (int i = 0; i < h->nroot; i++) {
@@ -432,7 +442,7 @@ static PyObject *hook_vectorcall(PyObject *self, PyObject *const *args, size_t n
         Py_DECREF(ident);
         return nested < 0 ? NULL : PyObject_Vectorcall(h->fn, args, nargsf, kwnames);
     }
-    long long token = bind_args(h, args, nargs, kwnames, bound) ? record(h, bound, thread, ident) : SLOW;
+    long long token = bind_args(h, args, nargs, kwnames, bound) ? record(h, bound) : SLOW;
     if (token == SLOW) { /* the Python way, from the start */
         n_slow++;
         Py_DECREF(ident);

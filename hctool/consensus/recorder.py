@@ -25,6 +25,7 @@ from hctool.consensus.tracefile import (_HCTOOL_DIR, _S, _desc_id, _grow, _group
 
 _monotonic = time.monotonic
 _get_ident = threading.get_ident
+_get_native_id = threading.get_native_id
 P2P = {"send": "send", "isend": "send", "send_object_list": "send",
        "recv": "recv", "irecv": "recv", "recv_object_list": "recv"}
 
@@ -82,7 +83,7 @@ def _record(op: str, group, tensors, reduce_op, root, async_op: bool, f, ident: 
             desc = _desc_id(op, tensors)
         # by identity: ReduceOp members are singletons and pybind hashing is slow
         ro = 0 if reduce_op is None else (S.ro_by_id.get(id(reduce_op)) or _reduce_id(reduce_op))
-        th = interned["th"].get(ident) or _thread_id()
+        th = interned["th"].get(_get_native_id()) or _thread_id()
         seq = next(g.seq)
         slot = next(S.slots)
         segs = S.segs
@@ -125,6 +126,11 @@ def record_complete(token: int, ok: bool = True, error: str | None = None) -> No
         mm[off + 1] = STATE_COMPLETED if ok else STATE_FAILED
     except Exception as exc:
         note_failure(exc)
+
+
+def record_failed(token: int, exc: BaseException) -> None:
+    """The call of `token` raised `exc` (every capture route says it this way)."""
+    record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
 
 
 # ---------------------------------------------------------------- labelled events

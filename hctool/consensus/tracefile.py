@@ -23,6 +23,7 @@ from hctool.consensus.records import FORMAT_VERSION, RECORD_SIZE, SEGMENT
 STACK_DEPTH = 8
 _HCTOOL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _get_ident = threading.get_ident
+_get_native_id = threading.get_native_id
 
 
 class _Group:
@@ -264,8 +265,11 @@ def _reduce_id(ro) -> int:
 
 
 def _thread_id() -> int:
-    ident = _S.interned["th"].get(_get_ident())
-    return ident if ident is not None else _intern("th", _get_ident(), lambda: threading.current_thread().name)
+    # Keyed by the OS thread id: a pthread ident is reused as soon as its thread ends (glibc
+    # reuses the descriptor), which named a new thread after a finished one.
+    native = _get_native_id()
+    ident = _S.interned["th"].get(native)
+    return ident if ident is not None else _intern("th", native, lambda: threading.current_thread().name)
 
 
 # ---------------------------------------------------------------- groups

@@ -38,7 +38,8 @@ def test_c_path_records_what_the_python_path_records(tmp_path, monkeypatch, no_l
     try:
         from hctool.consensus import _fastpath  # noqa: F401
     except ImportError:
-        pytest.fail("hctool's C module is not built: `pip install -e .` needs a C compiler (gcc)")
+        pytest.fail("hctool's C module is not loaded: not built (`pip install -e .` needs a C compiler) "
+                    "or turned off (HCTOOL_FASTPATH=0)")
     c_report, c_events, c_stats = _run("c", tmp_path, monkeypatch)
     py_report, py_events, py_stats = _run("py", tmp_path, monkeypatch)
     assert c_report["verdict"] == py_report["verdict"] == "consistent"
@@ -50,6 +51,10 @@ def test_c_path_records_what_the_python_path_records(tmp_path, monkeypatch, no_l
     assert c_stats["fast"] >= 2 * 18 and c_stats["dispatch_tls"]
     ops = {(json.loads(e[2]), json.loads(e[9])) for e in c_events}
     assert ("all_reduce", site("call_forms.py", "alternating")) in ops
+    # Threads started after others ended get those threads' pthread idents; each is still
+    # named as itself (busy: "left"/"right", in_turn: "first"/"second").
+    names = {(json.loads(e[10]), json.loads(e[12])) for e in c_events if json.loads(e[10]) in ("busy", "in_turn")}
+    assert names == {("busy", "left"), ("busy", "right"), ("in_turn", "first"), ("in_turn", "second")}, names
     failed = [e for e in c_events if json.loads(e[13]) == "failed"]
     assert len(failed) == 6 and all("invalid root rank" in json.loads(e[14]) for e in failed)
 
@@ -66,7 +71,8 @@ def test_dispatch_tls_is_kept_only_where_it_matches_torchs_guard(monkeypatch):
 
     fp = wrappers._fastpath
     if fp is None:
-        pytest.fail("hctool's C module is not built: `pip install -e .` needs a C compiler (gcc)")
+        pytest.fail("hctool's C module is not loaded: not built (`pip install -e .` needs a C compiler) "
+                    "or turned off (HCTOOL_FASTPATH=0)")
     assert wrappers._bind_dispatch_tls(torch) and fp.stats()["dispatch_tls"]
     real = fp.set_dispatch_tls
     extra = DispatchKeySet(DispatchKey.ADInplaceOrView).raw_repr()

@@ -74,6 +74,30 @@ for th in threads:
     th.start()
 for th in threads:
     th.join()
+# The same, in a fixed order: "first" is cached, "second" (a new thread at the same call site)
+# misses, then "first" calls again and must still be named as itself.
+turn = {name: threading.Event() for name in ("second", "first_again")}
+
+
+def in_turn(name):
+    x = torch.ones(2)
+    for i in range(3):
+        if name == "second" and i == 0:
+            turn["second"].wait(30)
+        if name == "first" and i == 2:
+            turn["first_again"].wait(30)
+        dist.all_reduce(x, group=groups["left" if name == "first" else "right"])
+        if name == "first" and i == 1:
+            turn["second"].set()
+        if name == "second" and i == 0:
+            turn["first_again"].set()
+
+
+threads = [threading.Thread(target=in_turn, args=(n,), name=n) for n in ("first", "second")]
+for th in threads:
+    th.start()
+for th in threads:
+    th.join()
 mod = __import__("hctool.consensus.wrappers", fromlist=["_fastpath"])._fastpath
 stats = mod.stats() if mod is not None else None
 with open(os.path.join(os.environ["STATS_DIR"], f"rank{rank}.json"), "w") as f:
