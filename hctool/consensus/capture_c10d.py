@@ -95,7 +95,7 @@ def _redispatch_once(packet, keyset, args, kwargs, token: int):
     try:
         return packet.redispatch(keyset, *args, **kwargs)
     except BaseException as exc:
-        recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
+        recorder.record_failed(token, exc)
         raise
     finally:
         wrappers._inside.discard(ident)
@@ -156,7 +156,7 @@ def poll_pending() -> None:
         try:
             fut.value()  # done: raises if the collective failed, else returns at once (CPU tensors only)
         except Exception as exc:
-            recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
+            recorder.record_failed(token, exc)
             continue
         recorder.record_complete(token)
 

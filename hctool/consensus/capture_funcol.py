@@ -65,7 +65,7 @@ def _funcol_wrapper(recorded: str, fn):
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
-            recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
+            recorder.record_failed(token, exc)
             raise
         finally:
             wrappers._inside.discard(ident)

@@ -17,7 +17,6 @@ import threading
 import time
 
 from hctool.consensus import recorder
-from hctool.consensus.records import DONE, PER_SEGMENT, RECORD_SIZE, STATE_COMPLETED, T_DONE_OFFSET
 
 COLLECTIVES = (
     "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
@@ -159,7 +158,7 @@ def _recorded_call(op: str, fn):
     extract = _extractor(op, fn)
     record, complete = recorder._record, recorder.record_complete
     state = recorder._S
-    monotonic, get_ident = time.monotonic, threading.get_ident
+    get_ident = threading.get_ident
     guards = _below_autograd_guards
 
     def recorded_call(*args, **kwargs):
@@ -179,16 +178,11 @@ def _recorded_call(op: str, fn):
             with guards.get(ident) or _new_guard(ident):
                 result = fn(*args, **kwargs)
         except BaseException as exc:
-            complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
+            recorder.record_failed(token, exc)
             raise
         finally:
             _inside.discard(ident)
-        if token:  # record_complete, inline: this is the hot path
-            slot = token - 1
-            off = (slot % PER_SEGMENT) * RECORD_SIZE
-            mm = state.segs[slot // PER_SEGMENT]
-            DONE.pack_into(mm, off + T_DONE_OFFSET, monotonic())
-            mm[off + 1] = STATE_COMPLETED
+        complete(token)
         return result
 
     return recorded_call
@@ -221,10 +215,6 @@ def _fast_hook(op: str, fn, slow):
         -1 if async_const else index.get("async_op", -1), async_const, roots)
 
 
-def _failed(token: int, exc: BaseException) -> None:
-    recorder.record_complete(token, ok=False, error=f"{type(exc).__name__}: {exc}")
-
-
 def _load_fastpath():
     if os.environ.get("HCTOOL_FASTPATH", "1") == "0":
         return None
@@ -234,7 +224,7 @@ def _load_fastpath():
         return None
     from hctool.consensus import tracefile
 
-    module.bind(recorder._S, _inside, _below_autograd_guards, _new_guard, tracefile._grow, _failed, _MISSING,
+    module.bind(recorder._S, _inside, _below_autograd_guards, _new_guard, tracefile._grow, recorder.record_failed, _MISSING,
                 recorder._void)
     recorder._S.fastpath = "c"
     return module
