@@ -80,6 +80,43 @@ FUNCTIONAL_OPS = {
 
 _libs: list = []  # torch.library registrations live as long as these objects
 _installed = False
+_cxx = None  # the C++ capture kernel's module (_c10d_kernel.cpp), when built and loaded
+
+
+def load_kernel() -> None:
+    """Load the C++ capture kernel (cxx_kernel.py) if check-consensus built one: called when
+    torch.distributed is imported, before any group or record, so every sequence number and
+    slot comes from its Counters (taken without the GIL by C++, atomically by Python)."""
+    global _cxx
+    from hctool.consensus import cxx_kernel, tracefile
+
+    module = cxx_kernel.load()
+    if module is None:
+        return
+    S = recorder._S
+    with S.lock:
+        tracefile.new_counter = module.Counter
+        S.slots = module.Counter(cxx_kernel.counter_value(S.slots))
+        for g in {id(g): g for g in [S.world, *S.groups.values()] if g is not None}.values():
+            g.seq = module.Counter(cxx_kernel.counter_value(g.seq))
+    module.bind(tracefile._grow, lambda token, message: recorder.record_complete(token, ok=False, error=message))
+    tracefile.on_reset.append(module.invalidate)
+    S.c10d_kernel = "c++"
+    _cxx = module
+
+
+def set_backward_site(site: int) -> int:
+    """Publish the site of the main thread's backward call in progress (0: none); returns the
+    previous one. Both kernels attribute frameless threads' calls to it."""
+    prev, recorder._S.backward_site = recorder._S.backward_site, site
+    if _cxx is not None:
+        _cxx.set_backward_site(site)
+    return prev
+
+
+def cxx_stats() -> dict | None:
+    """Calls the C++ kernel recorded itself / handed to the Python kernel (None: not loaded)."""
+    return None if _cxx is None else dict(_cxx.stats())
 
 
 def _nested() -> bool:
@@ -212,6 +249,10 @@ def _c10d_kernel(op_name: str, packet):
             # hctool's frames and falls back to the main thread's line.
             token = recorder.record_collective(recorded, group, tensors, reduce_op=ro, root=root,
                                                async_op=True, frame=sys._getframe())
+            if token and _cxx is not None:  # the C++ kernel may record the next such call itself
+                g = recorder._S.groups.get(id(group))
+                if g is not None:
+                    _cxx.offer(token, g.seq, recorder._S.slots)
         except Exception as exc:
             recorder.note_failure(exc)
         result = _redispatch_once(packet, keyset & below, args, kwargs, token)
@@ -242,7 +283,15 @@ def _install_kernels(namespace: str, ops, make_kernel, key: str) -> None:
 
 
 def _install_c10d() -> None:
-    _install_kernels("c10d", C10D_OPS, _c10d_kernel, "Autograd")
+    if _cxx is None:
+        return _install_kernels("c10d", C10D_OPS, _c10d_kernel, "Autograd")
+    import torch
+
+    for name, (_, t_arg, g_arg, ro_arg, root_arg, _p2p) in C10D_OPS.items():
+        packet = getattr(torch.ops.c10d, name, None)
+        if packet is None or "default" not in packet.overloads():
+            continue  # an op this torch version does not have
+        _cxx.register(name, _c10d_kernel(name, packet.default), *(-1 if a is None else a for a in (t_arg, g_arg, ro_arg, root_arg)))
 
 
 def _functional_kernel(op_name: str, packet):

@@ -63,17 +63,19 @@ def _record(op: str, group, tensors, reduce_op, root, async_op: bool, f, ident: 
         # Fast paths inline (a Python call costs ~0.1 us here); first sightings go to _intern.
         interned = S.interned
         opid = interned["op"].get(op) or _intern("op", op, lambda: op)
+        site = 0
         if S.code_internal.get(id(f.f_code)) is not False:  # not already known to be a user frame
             f = _user_frame(f)
             main = threading.main_thread().ident
             if f is None and ident != main:
-                # autograd's device threads and C++ threads hold no user frame: the user's
-                # line is where the main thread is now (e.g. its `loss.backward()`). Not
+                # autograd's device threads and C++ threads hold no user frame: the user's line
+                # is the main thread's backward call in progress (wrappers.py publishes it; the
+                # C++ kernel applies the same rule), else where the main thread is now. Not
                 # threading.current_thread(): on a C++ thread it builds a _DummyThread.
-                f = _user_frame(sys._current_frames().get(main))
-        if f is None:
-            site = 0
-        else:
+                site = S.backward_site
+                if not site:
+                    f = _user_frame(sys._current_frames().get(main))
+        if not site and f is not None:
             back = f.f_back
             key = (id(f.f_code), f.f_lasti, id(back.f_code), back.f_lasti) if back is not None else (id(f.f_code), f.f_lasti)
             site = interned["site"].get(key) or _intern("site", key, lambda: _new_site(f))
@@ -99,6 +101,16 @@ def _record(op: str, group, tensors, reduce_op, root, async_op: bool, f, ident: 
             _void(slot)
         note_failure(exc)
         return 0
+
+
+def site_of(frame) -> int:
+    """The site id of the first user frame from `frame` outward (0: none), as _record interns it."""
+    f = _user_frame(frame)
+    if f is None:
+        return 0
+    back = f.f_back
+    key = (id(f.f_code), f.f_lasti, id(back.f_code), back.f_lasti) if back is not None else (id(f.f_code), f.f_lasti)
+    return _S.interned["site"].get(key) or _intern("site", key, lambda: _new_site(f))
 
 
 def _void(slot: int) -> None:

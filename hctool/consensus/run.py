@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hctool import procs
+from hctool.consensus import cxx_kernel
 from hctool.consensus.analyze import analyze_dir
 from hctool.consensus.live import LiveWatcher, _alive
 from hctool.stacks import dump_stacks, ranks_in_tree
@@ -35,8 +36,18 @@ def _log(msg: str) -> None:
     print(f"hctool: {msg}", file=sys.stderr, flush=True)
 
 
+def _c10d_kernel() -> dict[str, str]:
+    """HCTOOL_C10D_KERNEL for the ranks: the C++ capture kernel, built for this torch if need be."""
+    path, why = cxx_kernel.ensure_built(log=_log)
+    if path is None:
+        if why != f"{cxx_kernel.ENV}=0":
+            _log(f"C++-issued collectives (DDP's reducer) go through the Python kernel, ~100 us a call: {why}")
+        return {}
+    return {cxx_kernel.ENV: str(path)}
+
+
 def _start(opts: RunOptions, ps: procs.ProcessSet) -> dict[int, procs.Child]:
-    env = procs.inject_env(dict(os.environ), TRACE_DIR=str(opts.trace_dir.resolve()))
+    env = procs.inject_env(dict(os.environ), TRACE_DIR=str(opts.trace_dir.resolve()), **_c10d_kernel())
     env.setdefault("PYTHONUNBUFFERED", "1")
     if not opts.script_mode:
         ps.start("cmd", opts.command, env=env, log_path=opts.trace_dir / "cmd.log")

@@ -24,6 +24,10 @@ STACK_DEPTH = 8
 _HCTOOL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _get_ident = threading.get_ident
 _get_native_id = threading.get_native_id
+# Sequence numbers and ring slots. The C++ capture kernel, when loaded, swaps in its Counter,
+# which it takes from without the GIL (capture_c10d.load_kernel).
+new_counter = itertools.count
+on_reset: list = []  # called when _State.reset() renews the tables (the C++ kernel forgets its copies)
 
 
 class _Group:
@@ -31,7 +35,7 @@ class _Group:
 
     def __init__(self, gid: int, key: str, ranks: list[int], member: bool, pg) -> None:
         self.id, self.key, self.ranks, self.member = gid, key, ranks, member
-        self.seq = itertools.count()  # next() is atomic under the GIL
+        self.seq = new_counter()  # next() is atomic (itertools.count: under the GIL)
         # A weak reference: keeping a destroyed group alive until interpreter exit
         # makes gloo's threads die in the wrong order (std::terminate). When it
         # goes, its id may be reused: forget the mapping.
@@ -46,13 +50,15 @@ class _State:
         # How wrapped calls are recorded: False (Python), "c" (the C hot path), "c+tls" (and it
         # goes below autograd through c10's dispatch TLS, not the pybind guard); wrappers.py
         self.fastpath: str | bool = False
+        self.c10d_kernel = "python"  # what sees C++-issued calls: "python" or "c++" (capture_c10d.py)
         self.reset()
 
     def reset(self) -> None:
         self.fd: int | None = None      # side table
         self.ring_fd: int | None = None
         self.segs: list[mmap.mmap] = []
-        self.slots = itertools.count()
+        self.slots = new_counter()
+        self.backward_site = 0  # site id of the main thread's backward call in progress (wrappers.py)
         self.label_ids = itertools.count(1)
         self.label_seq = itertools.count()
         self.rank: int | None = None
@@ -66,6 +72,8 @@ class _State:
         self.keep: list = []  # objects whose id() is part of a key
         self.error: str | None = None
         self.dist = None                  # torch.distributed, once imported
+        for forget in on_reset:
+            forget()
 
 
 _S = _State()
@@ -92,7 +100,7 @@ def _open() -> int:
         header = {"hdr": FORMAT_VERSION, "rank": _S.rank, "world_size": int(world) if world else None,
                   "pid": os.getpid(), "host": socket.gethostname(), "argv": sys.argv[:20],
                   "start": time.time(), "mono": time.monotonic(), "record_size": RECORD_SIZE,
-                  "fastpath": _S.fastpath}
+                  "fastpath": _S.fastpath, "c10d_kernel": _S.c10d_kernel}
         os.write(fd, (json.dumps(header) + "\n").encode())
         _S.ring_fd = os.open(base + ".ring", os.O_RDWR | os.O_CREAT, 0o644)
         _S.fd = fd

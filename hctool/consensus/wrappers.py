@@ -255,10 +255,12 @@ def _wrap_group_creation(name: str, fn):
                 _is_compiling = torch.compiler.is_compiling  # torch is fully imported by now
                 if _fastpath is not None:
                     recorder._S.fastpath = "c+tls" if _bind_dispatch_tls(torch) else "c"
-                pg = dist.distributed_c10d._get_default_group()
-                recorder.register_group(pg, list(range(dist.get_world_size())), default=True)
                 from hctool.consensus import capture_c10d  # C++-issued and functional collectives
 
+                capture_c10d.load_kernel()  # before the first group: its counters are the C++ kernel's
+                _patch_backward()
+                pg = dist.distributed_c10d._get_default_group()
+                recorder.register_group(pg, list(range(dist.get_world_size())), default=True)
                 capture_c10d.install()  # here, not at import: torch is fully imported by now
             else:
                 ranks = kwargs.get("ranks", args[0] if args else None)
@@ -293,6 +295,40 @@ def patch_torch_distributed() -> None:
         _install(dist, c10d, name, fn, _wrap_group_creation(name, fn))
     _install(dist, c10d, "destroy_process_group", c10d.destroy_process_group, _wrap_destroy(c10d.destroy_process_group))
     dist.__hctool_patched__ = True
+
+
+def _patch_backward() -> None:
+    """Publish the user's line of a backward call on the main thread while it runs: the line
+    that C++-issued collectives on threads without Python frames (DDP's reducer on autograd's
+    device thread) are attributed to. Both backward() and grad() run through this function."""
+    import torch.autograd
+    import torch.autograd.graph as graph
+
+    fn = getattr(graph, "_engine_run_backward", None)
+    if fn is None or getattr(fn, "__hctool_original__", None) is not None:
+        return
+    from hctool.consensus import capture_c10d
+
+    state = recorder._S
+
+    @functools.wraps(fn)
+    def run_backward(*args, **kwargs):
+        if state.world is None or state.trace_dir is None or threading.get_ident() != threading.main_thread().ident or _is_compiling():
+            return fn(*args, **kwargs)
+        try:
+            prev = capture_c10d.set_backward_site(recorder.site_of(sys._getframe(1)))
+        except Exception as exc:
+            recorder.note_failure(exc)
+            return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            capture_c10d.set_backward_site(prev)
+
+    run_backward.__hctool_original__ = fn
+    graph._engine_run_backward = run_backward
+    if getattr(torch.autograd, "_engine_run_backward", None) is fn:
+        torch.autograd._engine_run_backward = run_backward
 
 
 def _wrap_destroy(fn):
