@@ -40,3 +40,12 @@ def clean_env():
     env.pop("HCTOOL_DEBUG", None)
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+@pytest.fixture(scope="session", autouse=True)
+def c10d_kernel_built():
+    """check-consensus builds its C++ capture kernel on first use (~20 s here, then cached):
+    build it once up front so that no test's timeout pays for it."""
+    from hctool.consensus import cxx_kernel
+
+    cxx_kernel.ensure_built()
