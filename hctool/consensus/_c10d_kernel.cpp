@@ -306,7 +306,7 @@ void kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::S
     throw;
   }
   inside = false;
-  if (key.device != c10::DeviceType::CPU) return complete(token);  // NCCL: at enqueue, as the Python kernel
+  if (key.device == c10::DeviceType::CUDA) return complete(token);  // NCCL: at enqueue, as the Python kernel
   c10::intrusive_ptr<c10::ivalue::Future> fut;
   try {
     fut = stack->back().toCustomClass<c10d::Work>()->getFuture();

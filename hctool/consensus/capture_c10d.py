@@ -84,11 +84,14 @@ _cxx = None  # the C++ capture kernel's module (_c10d_kernel.cpp), when built an
 
 
 def load_kernel() -> None:
-    """Load the C++ capture kernel (cxx_kernel.py) if check-consensus built one: called when
-    torch.distributed is imported, before any group or record, so every sequence number and
+    """Load the C++ capture kernel (cxx_kernel.py) if check-consensus built one: called by
+    init_process_group before the default group is registered, so every sequence number and
     slot comes from its Counters (taken without the GIL by C++, atomically by Python)."""
     global _cxx
     from hctool.consensus import cxx_kernel, tracefile
+
+    if _cxx is not None:
+        return  # a second init_process_group: loaded already
 
     module = cxx_kernel.load()
     if module is None:
