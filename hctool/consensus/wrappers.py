@@ -313,7 +313,8 @@ def _patch_backward() -> None:
 
     @functools.wraps(fn)
     def run_backward(*args, **kwargs):
-        if state.world is None or state.trace_dir is None or threading.get_ident() != threading.main_thread().ident or _is_compiling():
+        # compiling first: dynamo, tracing this, then reads a constant, not threading's calls
+        if _is_compiling() or state.world is None or state.trace_dir is None or threading.get_ident() != threading.main_thread().ident:
             return fn(*args, **kwargs)
         try:
             prev = capture_c10d.set_backward_site(recorder.site_of(sys._getframe(1)))
