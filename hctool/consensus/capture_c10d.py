@@ -11,7 +11,11 @@ collective is recorded once, by the outermost layer that sees it):
    key runs first, records, and redispatches past autograd to torch's own
    kernel. The torch.distributed wrappers issue their calls with the autograd
    keys excluded, so only C++-issued calls pay this kernel's boxing (tens of
-   us). A compiled graph (torch.compile) issues `_c10d_functional` ops instead,
+   us). Where check-consensus built the C++ capture kernel (_c10d_kernel.cpp),
+   that kernel sits at the Autograd key instead and calls this one, except for
+   repeat calls on threads without Python frames during backward (DDP's bucket
+   all-reduce on autograd's device thread), which it records itself from the
+   ids this one offers. A compiled graph (torch.compile) issues `_c10d_functional` ops instead,
    which have their own autograd kernels: the same kind of kernel sits one key
    lower, at ADInplaceOrView; tracing runs (FakeTensor, FunctionalTensor
    inputs) are not calls and pass through. Calls made while these keys are
