@@ -101,11 +101,9 @@ def load_kernel() -> None:
     if module is None:
         return
     S = recorder._S
-    with S.lock:
+    with S.lock:  # no group exists yet, so only the slot counter predates this
         tracefile.new_counter = module.Counter
         S.slots = module.Counter(cxx_kernel.counter_value(S.slots))
-        for g in {id(g): g for g in [S.world, *S.groups.values()] if g is not None}.values():
-            g.seq = module.Counter(cxx_kernel.counter_value(g.seq))
     module.bind(tracefile._grow, lambda token, message: recorder.record_complete(token, ok=False, error=message))
     tracefile.on_reset.append(module.invalidate)
     S.c10d_kernel = "c++"

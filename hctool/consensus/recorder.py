@@ -104,7 +104,8 @@ def _record(op: str, group, tensors, reduce_op, root, async_op: bool, f, ident: 
 
 
 def site_of(frame) -> int:
-    """The site id of the first user frame from `frame` outward (0: none), as _record interns it."""
+    """The site id of the first user frame from `frame` outward (0: none), as _record interns it
+    (_record keeps its own inline copy of the key: a call costs ~0.1 us on its hot path)."""
     f = _user_frame(frame)
     if f is None:
         return 0
