@@ -12,7 +12,7 @@ Taken only for host<->device copies whose mean run is small (below RUN_BYTES_FOR
 per layer and buffer, where per-run copies already run at copy-engine speed). Where the
 kernel cannot run (no Triton, host pool not pinned, shapes differ, a failed launch) the
 caller's per-run copies are used, and the reason is logged once. CPU pools never reach
-here. HCTOOL_PAGE_TRANSFER=copy turns the kernel off (benchmarks compare both).
+here. HCENGINE_PAGE_TRANSFER=copy turns the kernel off (benchmarks compare both).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class KernelConfig(NamedTuple):
 
 
 class _State:
-    enabled = os.environ.get("HCTOOL_PAGE_TRANSFER", "kernel") != "copy"
+    enabled = os.environ.get("HCENGINE_PAGE_TRANSFER", "kernel") != "copy"
     config = KernelConfig()
     kernel = None  # the compiled-on-demand Triton function, once imported
     unavailable: str | None = None  # why the kernel path is off

@@ -1,10 +1,10 @@
 """SGLang: srt/managers/scheduler.py (run_scheduler_process).
 
 One TP rank: `python -m engine.rank`, started by `hctool launch` (or torchrun)
-with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and HCTOOL_ENGINE_ARGS.
+with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and HCENGINE_ARGS (engine/lab/contract.py).
 
 Rank 0 also talks to the frontend over a multiprocessing connection at
-HCTOOL_IPC_HOST:HCTOOL_IPC_PORT; the other ranks only see what rank 0
+HCENGINE_IPC_HOST:HCENGINE_IPC_PORT; the other ranks only see what rank 0
 broadcasts each tick.
 """
 
@@ -19,6 +19,7 @@ from multiprocessing.connection import Client, Connection
 import torch
 import torch.distributed as dist
 
+from engine.lab import contract
 from engine.distributed.parallel_state import RendezvousError, init_distributed_environment
 from engine.managers.io_struct import ReadyOutput, ShutdownReq
 from engine.server_args import ServerArgs
@@ -28,9 +29,9 @@ CONNECT_TIMEOUT_S = 120.0
 
 
 def connect_frontend() -> Connection:
-    host = os.environ.get("HCTOOL_IPC_HOST", "127.0.0.1")
-    port = int(os.environ["HCTOOL_IPC_PORT"])
-    key = bytes.fromhex(os.environ["HCTOOL_IPC_AUTHKEY"])
+    host = os.environ.get(contract.IPC_HOST_ENV, "127.0.0.1")
+    port = int(os.environ[contract.IPC_PORT_ENV])
+    key = bytes.fromhex(os.environ[contract.IPC_AUTHKEY_ENV])
     deadline = time.monotonic() + CONNECT_TIMEOUT_S
     while True:
         try:
@@ -67,7 +68,7 @@ class FrontendLink:
 
 
 def main() -> None:
-    args = ServerArgs.from_json(os.environ["HCTOOL_ENGINE_ARGS"])
+    args = ServerArgs.from_json(os.environ[contract.ARGS_ENV])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     if world != args.tp_size:

@@ -14,22 +14,13 @@ import json
 import math
 from dataclasses import dataclass, field, fields
 
+from engine.lab.variants import VARIANTS, Variants
+
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
-PREFETCH_VOTES = ("per-poll", "bulk", "per-tick")
-DEBUG_BREAKS = ("", "consensus", "liveness", "correctness", "accounting", "metrics")
 STORAGE_BACKENDS = ("file",)
 DISAGG_MODES = ("null", "prefill", "decode")
-RESTORE_GATES = ("event", "slot")
-DECODE_POLLS = ("queue", "fixed")
-# Incident behaviours (docs/repros.md): the fixed behaviour first, it is the default.
-PREFETCH_REAPS = ("agreed", "local")
-UNTRACKED_POLLS = ("join", "skip")
-ACK_CHECKS = ("packed", "per-queue", "skip-empty")
-LRU_CLOCKS = ("logical", "wall")
-LOAD_BACK_CAPACITIES = ("logical", "local")
-TIMEOUT_DECISIONS = ("rank0", "local")
-HIT_SYNCS = ("count", "mask")
+DEVICES = ("cpu", "cuda")
 
 
 def _opt(default, help: str, choices=None):
@@ -54,21 +45,24 @@ class ModelConfig:
         return self.hidden_size // self.num_heads
 
 
-# Bounds of the numeric flags: pools are allocated at start, so a typo must not ask for
-# the machine's memory, and a NaN or negative timeout must not pass as a setting.
+# Bounds of every numeric flag, in one table: pools are allocated at start, so a typo must
+# not ask for the machine's memory, and a NaN, an infinity or a negative timeout must not pass
+# as a setting (NaN fails every comparison, so the check below rejects it).
 NUMBER_LIMITS = {
-    "model_seed": (0, 2**63 - 1), "page_size": (1, 4096), "max_total_tokens": (1, 1 << 26),
-    "max_running_requests": (1, 1 << 16), "max_prefill_tokens": (1, 1 << 26), "hicache_ratio": (0, 1000),
-    "hicache_size": (0, 10_000), "prefetch_timeout_base": (0, 86_400), "prefetch_timeout_per_ki_token": (0, 86_400),
-    "prefetch_timeout_max": (0, 86_400), "prefetch_threshold": (0, 1 << 26), "dist_timeout": (0.001, 7 * 86_400),
-    "pad_forward_tokens": (0, 1 << 20),
+    "tp_size": (1, 1 << 12), "model_seed": (0, 2**63 - 1), "page_size": (1, 4096),
+    "max_total_tokens": (1, 1 << 26), "max_running_requests": (1, 1 << 16), "max_prefill_tokens": (1, 1 << 26),
+    "hicache_ratio": (0, 1000), "hicache_size": (0, 10_000), "prefetch_timeout_base": (0, 86_400),
+    "prefetch_timeout_per_ki_token": (0, 86_400), "prefetch_timeout_max": (0, 86_400),
+    "prefetch_threshold": (0, 1 << 26), "req_waiting_timeout": (0, 7 * 86_400),
+    "pad_forward_tokens": (0, 1 << 20), "dist_timeout": (0.001, 7 * 86_400),
+    "disaggregation_bootstrap_port": (0, 65535), "disaggregation_transfer_timeout": (0.001, 7 * 86_400),
 }
 
 
-@dataclass
+@dataclass(frozen=True)
 class ServerArgs:
     tp_size: int = _opt(1, "tensor-parallel ranks")
-    device: str = _opt("cpu", "cpu or cuda (NCCL for the model's group on cuda)", ("cpu", "cuda"))
+    device: str = _opt("cpu", "cpu or cuda (NCCL for the model's group on cuda)", DEVICES)
     model_seed: int = _opt(0, "seed of the model weights")
     page_size: int = _opt(16, "tokens per KV page (L1, L2 and L3 move whole pages)")
     max_total_tokens: int = _opt(8192, "L1 (device) KV pool size in tokens, per rank")
@@ -86,15 +80,7 @@ class ServerArgs:
     prefetch_timeout_per_ki_token: float = _opt(0.25, "timeout policy: extra seconds per 1024 tokens")
     prefetch_timeout_max: float = _opt(10.0, "timeout policy: upper bound in seconds")
     prefetch_threshold: int = _opt(64, "least number of storage tokens worth a prefetch")
-    prefetch_vote: str = _opt("per-tick", "how ranks agree a prefetch may end: per-poll (SGLang #30760), bulk (#33029), per-tick", PREFETCH_VOTES)
-    prefetch_reap: str = _opt("agreed", "when a prefetch whose pages all arrived ends: at an agreed vote, or on the spot on this rank (local: the SGLang #38268 family)", PREFETCH_REAPS)
-    prefetch_untracked_poll: str = _opt("join", "per-poll/bulk poll of a rid without a live prefetch here: join the vote with a neutral contribution, or return early (skip: SGLang #38268)", UNTRACKED_POLLS)
-    hicache_ack_check: str = _opt("packed", "agreeing on finished copies: one packed MIN per tick, a MIN per queue (per-queue: SGLang #26923), or per queue and skipped when the local queue is empty (skip-empty: #26921)", ACK_CHECKS)
-    lru_clock: str = _opt("logical", "eviction order: a replicated logical clock, or each rank's wall clock (wall: the CP shared-KV fork)", LRU_CLOCKS)
-    load_back_capacity: str = _opt("logical", "whether a host hit is loaded back: decided on the logical free count every rank shares, or on this rank's free-now count (local: SGLang #33442)", LOAD_BACK_CAPACITIES)
     req_waiting_timeout: float = _opt(0.0, "abort a request that waited longer than this many seconds (0: never; SGLANG_REQ_WAITING_TIMEOUT)")
-    waiting_timeout_decision: str = _opt("rank0", "who decides a waiting timeout: rank 0, sent to every rank with the next tick's requests, or each rank by its own clock (local: SGLang #27221)", TIMEOUT_DECISIONS)
-    storage_hit_sync: str = _opt("count", "how the prefetch thread agrees on a storage hit: MIN of the count, or MIN of a per-page mask sized by this rank's own hit (mask: SGLang #39267)", HIT_SYNCS)
     pad_forward_tokens: int = _opt(0, "run the TP all_reduces of every forward of at most this many tokens on this many rows, as replaying a CUDA graph captured at that size does (0: off)")
     state_digest: bool = _opt(False, "fold a digest of the replicated state into the per-tick MIN sync: every rank stops at the first tick it differs")
     dist_timeout: float = _opt(600.0, "torch.distributed group timeout in seconds")
@@ -105,56 +91,35 @@ class ServerArgs:
     disaggregation_kv_host: str = _opt("127.0.0.1", "decode: address its ranks receive KV on (one free port each)")
     disaggregation_transfer_timeout: float = _opt(60.0, "decode: seconds a request may wait for its KV")
     disaggregation_decode_enable_radix_cache: bool = _opt(False, "decode: keep a radix cache (and HiCache with --enable-hierarchical-cache)")
-    decode_poll: str = _opt("fixed", "decode transfer poll: queue (pre-fix, SGLang #36928) or fixed (the fix)", DECODE_POLLS)
-    decode_restore_gate: str = _opt("slot", "decode local restore: event (pre-fix, SGLang #29483) or slot (the fix)", RESTORE_GATES)
-    debug_break: str = _opt("", "TEST ONLY: break one invariant on purpose, for hctool chaos's own tests "
-                                "(consensus, liveness, correctness, accounting, metrics)", DEBUG_BREAKS)
+    # The incident variants (engine/lab/variants.py): one flag each, the fix by default.
+    variants: Variants = field(default_factory=Variants, metadata={"cli": False})
     model: ModelConfig = field(default_factory=ModelConfig, metadata={"cli": False})
 
     def __post_init__(self) -> None:
-        if isinstance(self.model, dict):
-            self.model = ModelConfig(**self.model)
-        self.model.seed = self.model_seed
+        if isinstance(self.variants, dict):
+            object.__setattr__(self, "variants", Variants(**self.variants))
+        model = ModelConfig(**self.model) if isinstance(self.model, dict) else self.model
+        object.__setattr__(self, "model", dataclasses.replace(model, seed=self.model_seed))
         problems: list[str] = []
-        if self.tp_size < 1:
-            problems.append("--tp must be at least 1")
-        elif self.model.num_heads % self.tp_size:
-            problems.append(f"--tp {self.tp_size} must divide the model's {self.model.num_heads} heads")
-        if self.page_size < 1:
-            problems.append("--page-size must be at least 1")
-        if self.max_total_tokens < 4 * self.page_size:
-            problems.append(f"--max-total-tokens must hold at least 4 pages ({4 * self.page_size} tokens)")
-        if self.max_running_requests < 1:
-            problems.append("--max-running-requests must be at least 1")
-        for name, (low, high) in NUMBER_LIMITS.items():  # NaN fails every comparison
+        for name, (low, high) in NUMBER_LIMITS.items():
             value = getattr(self, name)
-            if isinstance(value, bool) or not (math.isfinite(value) and low <= value <= high):
-                problems.append(f"--{name.replace('_', '-')} must be between {low} and {high}, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                    math.isfinite(value) and low <= value <= high):
+                problems.append(f"{_flag(name)} must be between {low} and {high}, got {value!r}")
+        if not problems and self.model.num_heads % self.tp_size:
+            problems.append(f"--tp {self.tp_size} must divide the model's {self.model.num_heads} heads")
+        if not problems and self.max_total_tokens < 4 * self.page_size:
+            problems.append(f"--max-total-tokens must hold at least 4 pages ({4 * self.page_size} tokens)")
         if self.hicache_ratio <= 1.0 and self.enable_hierarchical_cache and self.hicache_size <= 0:
             problems.append("--hicache-ratio must be above 1 (the host pool must be larger than the device pool)")
-        for name, allowed in (("hicache_write_policy", WRITE_POLICIES),
-                              ("hicache_storage_prefetch_policy", PREFETCH_POLICIES),
-                              ("prefetch_vote", PREFETCH_VOTES), ("device", ("cpu", "cuda")),
-                              ("disaggregation_mode", DISAGG_MODES), ("decode_restore_gate", RESTORE_GATES),
-                              ("decode_poll", DECODE_POLLS), ("debug_break", DEBUG_BREAKS),
-                              ("prefetch_reap", PREFETCH_REAPS), ("prefetch_untracked_poll", UNTRACKED_POLLS),
-                              ("hicache_ack_check", ACK_CHECKS), ("lru_clock", LRU_CLOCKS),
-                              ("load_back_capacity", LOAD_BACK_CAPACITIES),
-                              ("waiting_timeout_decision", TIMEOUT_DECISIONS), ("storage_hit_sync", HIT_SYNCS)):
-            if getattr(self, name) not in allowed:
-                problems.append(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}")
-        if self.hicache_storage_backend not in (None, *STORAGE_BACKENDS):
-            problems.append(f"--hicache-storage-backend must be one of {', '.join(STORAGE_BACKENDS)}")
+        for f in fields(self):  # the choice lists live in the field metadata alone
+            allowed = f.metadata.get("choices")
+            if allowed and getattr(self, f.name) not in (*allowed, *((None,) if f.default is None else ())):
+                problems.append(f"{_flag(f.name)} must be one of {', '.join(allowed)}")
         if self.hicache_storage_backend and not self.enable_hierarchical_cache:
             problems.append("--hicache-storage-backend needs --enable-hierarchical-cache")
         if self.enable_hierarchical_cache and self.disable_radix_cache:
             problems.append("--enable-hierarchical-cache cannot be combined with --disable-radix-cache")
-        if self.disaggregation_transfer_timeout <= 0:
-            problems.append("--disaggregation-transfer-timeout must be positive")
-        if not 0 <= self.disaggregation_bootstrap_port < 65536:
-            problems.append("--disaggregation-bootstrap-port must be a port number")
-        if not self.req_waiting_timeout >= 0:
-            problems.append("--req-waiting-timeout must be a non-negative number of seconds")
         if self.state_digest and not self.enable_hierarchical_cache:
             problems.append("--state-digest needs --enable-hierarchical-cache (it rides HiCache's per-tick sync)")
         if problems:
@@ -181,10 +146,9 @@ class ServerArgs:
     # --- command line ---------------------------------------------------------
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> None:
-        for f in fields(cls):
+        for f in [*fields(cls), *fields(Variants)]:
             if f.metadata.get("cli") is False or f.name == "tp_size":
                 continue
-            flag = "--" + f.name.replace("_", "-")
             kwargs: dict = {"dest": f.name, "default": f.default, "help": f.metadata.get("help")}
             if f.type in ("bool", bool):
                 kwargs["action"] = "store_true"
@@ -192,21 +156,40 @@ class ServerArgs:
                 kwargs["type"] = {"int": int, "float": float}.get(str(f.type), str)
                 if f.metadata.get("choices"):
                     kwargs["choices"] = f.metadata["choices"]
-            parser.add_argument(flag, **kwargs)
+            parser.add_argument(_flag(f.name), **kwargs)
 
     @classmethod
     def from_cli(cls, argv: list[str], **overrides) -> ServerArgs:
         """Parse engine flags; raises ValueError with a one-line reason on bad input."""
         parser = _RaisingParser(prog="hctool launch", add_help=False)
         cls.add_cli_args(parser)
-        ns = parser.parse_args(argv)
-        return cls(**{**vars(ns), **overrides})
+        flat = {**vars(parser.parse_args(argv)), **overrides}
+        chosen = {v.name: flat.pop(v.name) for v in VARIANTS if v.name in flat}
+        if not isinstance(flat.get("variants"), Variants):
+            flat["variants"] = Variants(**chosen)
+        return cls(**flat)
+
+    def cli_flags(self) -> list[str]:
+        """The flags that rebuild these settings (defaults left out), for replay commands."""
+        out: list[str] = []
+        for f in [*fields(self), *fields(Variants)]:
+            if f.metadata.get("cli") is False or f.name == "tp_size":
+                continue
+            value = getattr(self.variants if f.name in Variants.__dataclass_fields__ else self, f.name)
+            if value == f.default:
+                continue
+            out += [_flag(f.name)] if value is True else [_flag(f.name), str(value)]
+        return out
 
     @classmethod
     def cli_help(cls) -> str:
         parser = argparse.ArgumentParser(prog="engine flags", add_help=False)
         cls.add_cli_args(parser)
         return parser.format_help()
+
+
+def _flag(name: str) -> str:
+    return "--tp" if name == "tp_size" else "--" + name.replace("_", "-")
 
 
 class _RaisingParser(argparse.ArgumentParser):

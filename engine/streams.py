@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import functools
 import queue
-import random
 import threading
 import time
 from typing import Callable
 
 import torch
+
+from engine.lab.seams import SEAMS
 
 EVENT_WAIT_TIMEOUT_S = 120.0  # a copy that never completes is a bug, not a wait
 
@@ -47,9 +48,8 @@ class DoneEvent:
 class CpuStream:
     """Runs submitted work in submission order on one worker thread."""
 
-    def __init__(self, name: str, delay_ms: float = 0.0) -> None:
+    def __init__(self, name: str) -> None:
         self.name = name
-        self.delay_ms = delay_ms  # fault injection: sleep before each copy
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._run, name=f"stream-{name}", daemon=True)
         self._thread.start()
@@ -62,7 +62,7 @@ class CpuStream:
             item()
 
     def submit_copy(self, fn: Callable[[], None]) -> None:
-        delay = self.delay_ms
+        delay = SEAMS.copy_delay_ms(self.name)  # a fault: this rank's copies start late
 
         def op() -> None:
             if delay:
@@ -88,19 +88,18 @@ class CpuStream:
 class CudaStream:
     """A real CUDA stream; copies are enqueued at once and run asynchronously."""
 
-    def __init__(self, name: str, device: torch.device, delay_ms: float = 0.0) -> None:
+    def __init__(self, name: str, device: torch.device) -> None:
         self.name = name
-        self.delay_ms = delay_ms
         self.stream = torch.cuda.Stream(device=device)
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        self.delay_cycles = int(delay_ms * sleep_cycles_per_ms(index)) if delay_ms else 0
+        self.index = device.index if device.index is not None else torch.cuda.current_device()
 
     def submit_copy(self, fn: Callable[[], None]) -> None:
         # Copies read pages the forward just wrote / write pages it just released.
         self.stream.wait_stream(torch.cuda.current_stream(self.stream.device))
+        delay = SEAMS.copy_delay_ms(self.name)  # a fault: the copy starts late on the GPU
         with torch.cuda.stream(self.stream):
-            if self.delay_cycles:
-                torch.cuda._sleep(self.delay_cycles)
+            if delay:
+                torch.cuda._sleep(int(delay * sleep_cycles_per_ms(self.index)))
             fn()
 
     def record_event(self):
@@ -151,27 +150,14 @@ class TimedEvent:
             time.sleep(left)
 
 
-# Stream delays and free delays set by fault injection (hctool/inject/faults.py)
-# (hctool/inject/fault_hooks.py DELAY_KEYS names every key the engine reads).
-FAULT_DELAYS_MS: dict[str, float] = {}
-
-
-clock = time  # what wall_clock() reads; hctool's clock-skew/clock-jump faults swap in a skewed one
-
-
 def wall_clock() -> float:
-    """This rank's wall clock (time.time()), as read by wall-clock bookkeeping. Faults:
-    clock-jitter adds up to +-N ms of noise per reading; clock-skew and clock-jump
-    replace `clock` on the faulted rank (hctool/inject/fault_hooks.py)."""
-    jitter = FAULT_DELAYS_MS.get("clock_jitter", 0.0)
-    return clock.time() + (random.uniform(-jitter, jitter) / 1000.0 if jitter else 0.0)
+    """This rank's wall clock, as read by wall-clock bookkeeping (the wall-clock LRU, waiting
+    timeouts). hctool's clock faults act on `time` itself, so they reach this too."""
+    return time.time()
 
 
 def make_stream(name: str, device: torch.device):
-    delay = FAULT_DELAYS_MS.get(name, 0.0)
-    if device.type == "cuda":
-        return CudaStream(name, device, delay)
-    return CpuStream(name, delay)
+    return CudaStream(name, device) if device.type == "cuda" else CpuStream(name)
 
 
 def compute_wait(event) -> None:

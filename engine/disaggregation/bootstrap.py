@@ -17,7 +17,7 @@ import socketserver
 import threading
 import time
 
-from engine import streams
+from engine.lab.seams import SEAMS
 
 CONNECT_TIMEOUT_S = 5.0
 
@@ -87,7 +87,7 @@ def bootstrap_call(host: str, port: int, req: dict, deadline: float) -> dict:
 
 def register_receiver(host: str, port: int, room: int, rank: int, tp: int, addr: str, heads: tuple[int, int],
                       deadline: float) -> None:
-    delay = streams.FAULT_DELAYS_MS.get("bootstrap", 0.0)
+    delay = SEAMS.bootstrap_delay_ms()
     if delay:
         time.sleep(delay / 1000)  # injected: this decode rank's handshake is late
     bootstrap_call(host, port, {"op": "register", "room": room, "rank": rank, "tp": tp, "addr": addr,

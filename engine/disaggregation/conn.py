@@ -26,7 +26,7 @@ from enum import IntEnum
 
 import torch
 
-from engine import streams
+from engine.lab.seams import SEAMS
 from engine.disaggregation.bootstrap import register_receiver, wait_for_receivers
 
 HEADER = struct.Struct(">Q")
@@ -202,10 +202,10 @@ class KVSenderManager:
 
     def _send_job(self, job: _SendJob) -> None:
         regs = wait_for_receivers(*self.bootstrap, job.room, job.deadline)
-        delay = streams.FAULT_DELAYS_MS.get("kv_send", 0.0)
+        delay = SEAMS.kv_send_delay_ms()
         if delay:
             time.sleep(delay / 1000)  # injected: this prefill rank's transfer is late
-        if streams.FAULT_DELAYS_MS.get("kv_drop"):
+        if SEAMS.kv_dropped():
             return  # injected: this prefill rank's parts are lost
         for reg in regs:
             part = overlap(self.heads, tuple(reg["heads"]))

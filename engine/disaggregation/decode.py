@@ -60,7 +60,7 @@ class DecodeQueues(DecodeHiCacheMixin):
         self.prealloc_queue: list[DecodeRequest] = []
         self.transfer_queue: list[DecodeRequest] = []
         self.bootstrap_queue: list[DecodeRequest] = []  # --decode-poll queue only
-        self.queue_poll = a.decode_poll == "queue"
+        self.queue_poll = a.variants.decode_poll == "queue"
         self.local_restore = hasattr(s.tree_cache, "is_load_back_event_done")
 
     def __len__(self) -> int:

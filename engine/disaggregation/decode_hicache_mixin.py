@@ -7,11 +7,12 @@ counts as arrived only once the restore is READY on this rank, and the decode
 ranks' MIN poll then moves it on together.
 
 `_process_hicache_local_restores` runs every tick on every decode rank, in
-SGLang's three phases:
-- A: requests whose load-back is in flight become READY when its event is done;
-- B: if a load-back slot is free, queue `init_load_back` for the requests not
-  yet restoring;
-- C: submit the queued load-backs as one copy (`start_loading`).
+SGLang's three phases, each its own method so a stack names the phase:
+- A `_poll_restores_in_flight`: requests whose load-back is in flight become READY
+  when its event is done;
+- B `_load_back_slot_free`, then `_try_hicache_queue_load_back`: if a load-back slot
+  is free, queue `init_load_back` for the requests not yet restoring;
+- C `_start_restore_copies`: submit the queued load-backs as one copy (`start_loading`).
 `--decode-restore-gate event` is the shape of SGLang #29483: Phase A and the
 Phase B gate call `is_load_back_event_done`, which enters `loading_check()` (a TP
 all_reduce) only where the rank's own event fired, and Phase B is gated on the
@@ -28,24 +29,36 @@ class DecodeHiCacheMixin:
     """Mixed into DecodeQueues; `self.scheduler.tree_cache` is a HiRadixCache."""
 
     def _process_hicache_local_restores(self, decode_reqs: list) -> None:
-        tree = self.scheduler.tree_cache
+        """SGLang's three phases, each a named step, so a stack or a probe names the phase."""
         active = [dr for dr in decode_reqs if dr.host_len and not dr.restore_ready]
-        # Phase A: in-flight load-backs whose event is done become READY.
+        self._poll_restores_in_flight(active)                            # Phase A
+        if not self._load_back_slot_free():                              # Phase B gate
+            return
+        queued = [dr for dr in active if dr.restored_node is None and self._try_hicache_queue_load_back(dr)]
+        if queued:
+            self._start_restore_copies(queued)                           # Phase C
+
+    def _poll_restores_in_flight(self, active: list) -> None:
+        """Phase A: in-flight load-backs whose event is done become READY."""
+        tree = self.scheduler.tree_cache
         for dr in active:
             if dr.restored_node is not None and tree.is_load_back_event_done(dr.consumer_index):
                 dr.restore_ready = True
-        # Phase B: queue new load-backs if the next slot is free.
-        if self.scheduler.args.decode_restore_gate == "event":
+
+    def _load_back_slot_free(self) -> bool:
+        """Phase B's gate: may new load-backs be queued this tick? event (pre-fix): the next
+        producer slot's local event; slot (the fix): a free slot by the replicated ack queue."""
+        tree = self.scheduler.tree_cache
+        if self.scheduler.args.variants.decode_restore_gate == "event":
             counter = tree.cache_controller.layer_done_counter
             if not tree.is_load_back_event_done((counter.producer_index + 1) % counter.num_counters):
-                return
-        elif not tree.has_free_load_back_slot():
-            return
-        queued = [dr for dr in active if dr.restored_node is None and self._try_hicache_queue_load_back(dr)]
-        if not queued:
-            return
-        # Phase C: one merged copy; Phase A polls its slot from the next tick on.
-        consumer_index = tree.cache_controller.start_loading()
+                return False  # SGLang's shape: Phase B returns early on the next slot's local event
+            return True
+        return tree.has_free_load_back_slot()
+
+    def _start_restore_copies(self, queued: list) -> None:
+        """Phase C: one merged copy; Phase A polls its slot from the next tick on."""
+        consumer_index = self.scheduler.tree_cache.cache_controller.start_loading()
         for dr in queued:
             dr.consumer_index = consumer_index
 

@@ -3,8 +3,8 @@
 HTTP frontend: an SGLang-compatible subset of the API in front of rank 0.
 
 Run as `python -m engine.entrypoints.http_server` by `hctool launch`. It listens for rank 0 on
-HCTOOL_IPC_PORT (multiprocessing.connection, authkey HCTOOL_IPC_AUTHKEY) and
-serves HTTP on HCTOOL_HTTP_HOST:HCTOOL_HTTP_PORT. Every request is validated
+HCENGINE_IPC_PORT (multiprocessing.connection, authkey HCENGINE_IPC_AUTHKEY) and
+serves HTTP on HCENGINE_HTTP_HOST:HCENGINE_HTTP_PORT (engine/lab/contract.py). Every request is validated
 here, so nothing a client sends reaches the ranks unless it is servable.
 """
 
@@ -22,6 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from engine import tokenizer
+from engine.lab import contract
 from engine.entrypoints.request_guard import BodyError, body_limit, parse_json, read_body
 from engine.managers.io_struct import (ErrorOutput, FlushCacheReqInput, FlushCacheReqOutput, GenerateReqOutput,
                                        MetricsOutput, ReadyOutput, SamplingParams, TokenizedGenerateReqInput)
@@ -276,13 +277,13 @@ def build_app(link: RankLink, server_args: ServerArgs) -> FastAPI:
 
 
 def main() -> None:
-    server_args = ServerArgs.from_json(os.environ["HCTOOL_ENGINE_ARGS"])
-    listener = Listener(("127.0.0.1", int(os.environ["HCTOOL_IPC_PORT"])),
-                        authkey=bytes.fromhex(os.environ["HCTOOL_IPC_AUTHKEY"]))
+    server_args = ServerArgs.from_json(os.environ[contract.ARGS_ENV])
+    listener = Listener(("127.0.0.1", int(os.environ[contract.IPC_PORT_ENV])),
+                        authkey=bytes.fromhex(os.environ[contract.IPC_AUTHKEY_ENV]))
     link = RankLink(listener, MetricsSnapshot())
     threading.Thread(target=link.run, name="rank0-reader", daemon=True).start()
-    config = uvicorn.Config(build_app(link, server_args), host=os.environ.get("HCTOOL_HTTP_HOST", "127.0.0.1"),
-                            port=int(os.environ["HCTOOL_HTTP_PORT"]), log_level="warning",
+    config = uvicorn.Config(build_app(link, server_args), host=os.environ.get(contract.HTTP_HOST_ENV, "127.0.0.1"),
+                            port=int(os.environ[contract.HTTP_PORT_ENV]), log_level="warning",
                             access_log=False, timeout_graceful_shutdown=1)
     _Server(config, link).run()
 

@@ -16,9 +16,10 @@ import time
 from typing import Callable
 
 import torch
-import torch.distributed as dist
 
 from engine import streams
+from engine.lab.contract import CHECK_INTEGRITY_ENV
+from engine.lab.snapshot import TickSnapshot, check_accounting, status_line, take_snapshot, tick_observers
 from engine.managers.collectives import TickCollectives
 from engine.managers.io_struct import (AbortReq, ErrorOutput, FlushCacheReqInput, FlushCacheReqOutput,
                                        GenerateReqOutput, MetricsOutput, ShutdownReq, TokenizedGenerateReqInput)
@@ -32,6 +33,8 @@ from engine.mem_cache.hiradix_cache import StateDiverged
 from engine.mem_cache.cache_factory import create_tree_cache
 from engine.model_executor.model_runner import ModelRunner
 from engine.server_args import ServerArgs
+
+STATUS_EVERY_S = 5.0  # a one-line state summary in the rank's log
 
 
 class Scheduler:
@@ -60,11 +63,11 @@ class Scheduler:
             self.disagg_decode = DecodeQueues(self)
         self.state_digest = StateDigest(args.run_dir, tp_rank) if args.state_digest else None
         self.aborting: set[str] = set()  # rank 0: rids whose abort it has sent
-        self.check_integrity_each_tick = os.environ.get("HCTOOL_CHECK_INTEGRITY") == "1"
+        self.check_integrity_each_tick = os.environ.get(CHECK_INTEGRITY_ENV) == "1"
         self.did_work = True
         self.ticks = 0
         self.last_status = time.monotonic()
-        self._debug_broken = False
+        self.snapshot: TickSnapshot | None = None  # this tick's, when observe_tick took one
 
     # -- the tick ----------------------------------------------------------------------
     def event_loop(self) -> None:
@@ -75,20 +78,17 @@ class Scheduler:
                 return
             self.ticks += 1
             self.abort_on_waiting_timeout()
+            self.observe_tick()                                          # the snapshot, if anyone looks
             self.check_hicache_events()                                  # agree (cache events)
             if self.disagg_decode is not None:
                 self.disagg_decode.process_decode_queue()                # PD: prealloc, agreed poll
-            batch = None if self._debug_stop_admitting() else self.prefill.get_new_batch_prefill(  # schedule
+            batch = self.prefill.get_new_batch_prefill(                  # schedule
                 len(self.decode.running), self.resources.reserved_decode_tokens(self.decode.running))
             ran_prefill = bool(batch) and self.run_prefill(batch)        # run
             if not ran_prefill and self.decode.running:
                 self.run_decode()  # also when no admitted request could get L1 pages
             self.did_work = ran_prefill or bool(self.decode.running)
-            if self.check_integrity_each_tick:
-                self.check_integrity()
             self.io.flush(self.metrics)                                  # output
-            if time.monotonic() - self.last_status > 5.0:
-                self.log_status()
 
     def process_input_requests(self, msgs: list) -> bool:
         """Returns False on shutdown. Every rank sees the same messages in order."""
@@ -112,7 +112,7 @@ class Scheduler:
         now; a request near the deadline is dropped on one rank a tick before another,
         and the ranks admit different batches. rank0 (#27164): rank 0 decides and sends
         the rids with the next tick's broadcast, so every rank drops them in one tick."""
-        limit, local = self.args.req_waiting_timeout, self.args.waiting_timeout_decision == "local"
+        limit, local = self.args.req_waiting_timeout, self.args.variants.waiting_timeout_decision == "local"
         if limit <= 0 or not (local or self.tp_rank == 0):
             return
         now = streams.wall_clock()
@@ -132,11 +132,28 @@ class Scheduler:
             self.prefill.waiting_queue = kept
             self.io.send(ErrorOutput(rid, 408, message))
 
+    def observe_tick(self) -> None:
+        """Take this tick's snapshot (engine/lab/snapshot.py) when something reads it: the state
+        digest, the integrity check, the status line every few seconds, added observers."""
+        observers = tick_observers()
+        status_due = time.monotonic() - self.last_status > STATUS_EVERY_S
+        if not (observers or status_due or self.state_digest or self.check_integrity_each_tick):
+            self.snapshot = None
+            return
+        self.snapshot = snap = take_snapshot(self)
+        if self.check_integrity_each_tick:
+            check_accounting(snap)
+        if status_due:
+            self.last_status = time.monotonic()
+            print(status_line(snap), file=sys.stderr, flush=True)
+        for observe in observers:
+            observe(snap)
+
     def check_hicache_events(self) -> None:
         if self.state_digest is None:
             self.tree_cache.check_hicache_events()
             return
-        d = self.state_digest.digest(self.prefill.waiting_queue, self.decode.running, self.tree_cache)
+        d = self.state_digest.digest(self.snapshot.replicated)
         try:
             self.tree_cache.check_hicache_events(d)
         except StateDiverged as exc:  # every rank is here in the same tick
@@ -157,7 +174,6 @@ class Scheduler:
         self.prefill.requeue_front(requeue)
         if not ready:
             return False
-        self._debug_extra_vote()
         next_ids = self.model_runner.forward(items, ready, wait_layer=self.tree_cache.ready_to_load_host_cache())
         for req, tok in zip(ready, next_ids):
             req.kv_len = len(req.fill_ids)
@@ -199,7 +215,7 @@ class Scheduler:
             self.finish(req)
 
     def finish(self, req: Req) -> None:
-        output_ids = self._debug_break_finish(req)
+        output_ids = list(req.output_ids)
         self.resources.cache_finished_req(req)
         req.finished = True
         self.counters.requests += 1
@@ -228,43 +244,7 @@ class Scheduler:
         return FlushCacheReqOutput(msg.id, True, "flushed")
 
     def check_integrity(self) -> None:
-        self.tree_cache.check_integrity(self.resources.pages_in_use(self.decode.running))
-
-    def log_status(self) -> None:
-        """A one-line state summary in the rank's log, every few seconds."""
-        self.last_status = time.monotonic()
-        a = self.model_runner.token_to_kv_pool_allocator
-        print(f"[rank {self.tp_rank}] tick {self.ticks}: waiting {len(self.prefill.waiting_queue)} "
-              f"running {len(self.decode.running)} prefetching {len(self.tree_cache.ongoing_prefetch)} "
-              f"L1 free {a.available_size()} (logical {a.logical_available_size()}) "
-              f"evictable {self.tree_cache.evictable_size()} admission trimmed {self.prefill.admission_trimmed}x",
-              file=sys.stderr, flush=True)
-
-    # -- TEST ONLY: --debug-break INVARIANT breaks that invariant and no other, so
-    # hctool chaos's tests can show each checker report (tests/chaos/test_broken_engine.py).
-    def _debug_stop_admitting(self) -> bool:
-        """liveness: after 4 answers, nothing is admitted again (every rank alike)."""
-        return self.args.debug_break == "liveness" and self.counters.requests >= 4
-
-    def _debug_extra_vote(self) -> None:
-        """consensus: after 2 answers the last rank votes once more than its peers."""
-        if (self.args.debug_break == "consensus" and self.counters.requests >= 2 and not self._debug_broken
-                and self.tp_rank == self.sync.world_size - 1):
-            self._debug_broken = True
-            dist.all_reduce(torch.zeros(2, dtype=torch.int64), op=dist.ReduceOp.MAX, group=self.sync.group)
-
-    def _debug_break_finish(self, req: Req) -> list[int]:
-        """correctness: answers that used the cache come back one token off;
-        accounting: the first finished request leaves a lock on its prefix;
-        metrics: /metrics counts one device-cached token too many per answer."""
-        out, mode = list(req.output_ids), self.args.debug_break
-        if mode == "correctness" and req.cached and sum(req.cached.values()) and out:
-            out[-1] = (out[-1] + 1) % self.args.model.vocab_size
-        elif mode == "accounting" and self.counters.requests == 0:
-            self.tree_cache.inc_lock_ref(req.last_node)
-        elif mode == "metrics":
-            self.counters.cached_tokens["device"] += 1
-        return out
+        check_accounting(take_snapshot(self))
 
     def close(self) -> None:
         self.tree_cache.close()

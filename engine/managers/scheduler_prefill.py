@@ -29,6 +29,9 @@ class PrefillManager:
         self.req_to_token_pool = req_to_token_pool
         self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
         self.waiting_queue: list[Req] = []
+        # SGLang's enable_hicache_storage: only a storage tier has prefetches to wait for.
+        self.enable_hicache_storage = (args.enable_hierarchical_cache and args.hicache_storage_backend is not None
+                                       and not args.decode_radix_disabled)
         self.admission_trimmed = 0  # ticks this rank admitted more than its peers
 
     def add_request(self, msg: TokenizedGenerateReqInput) -> ErrorOutput | None:
@@ -52,8 +55,8 @@ class PrefillManager:
                                    self.req_to_token_pool.available_size())
         if num_allocatable_reqs <= 0:
             return None
-        vote = self.args.prefetch_vote
-        if vote == "bulk":
+        vote = self.args.variants.prefetch_vote
+        if self.enable_hicache_storage and vote == "bulk":
             self.tree_cache.check_prefetch_progress_bulk([r.rid for r in self.waiting_queue])
         adder = PrefillAdder(self.args.page_size,
                              self.token_to_kv_pool_allocator.available_size() + self.tree_cache.evictable_size()
@@ -62,12 +65,13 @@ class PrefillManager:
         for req in self.waiting_queue:
             if len(adder.can_run_list) >= num_allocatable_reqs:
                 break  # batch_is_full
-            if vote == "per-poll":
-                ready = self.tree_cache.check_prefetch_progress(req.rid)
-            else:
-                ready = self.tree_cache.prefetch_ready(req.rid)
-            if not ready:
-                continue
+            if self.enable_hicache_storage:
+                if vote == "per-poll":  # a vote inside this loop, whose exit is rank-local (SGLang #30760)
+                    ready = self.tree_cache.check_prefetch_progress(req.rid)
+                else:
+                    ready = self.tree_cache.prefetch_ready(req.rid)
+                if not ready:
+                    continue
             device, host, unlocked = self.tree_cache.peek_prefix(req.fill_ids[:-1])
             res = adder.add_one_req(req, len(req.fill_ids) - device - host, host, req.remaining_tokens, unlocked)
             if res == AddReqResult.NO_TOKEN:

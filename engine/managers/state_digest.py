@@ -20,40 +20,27 @@ import hashlib
 import json
 import os
 
+from engine.lab.snapshot import Replicated
+
 # The order hctool compares fields in: queues, then the LRU order (a cause), then
 # the tree and the allocators (its effects).
 FIELDS = ("waiting_queue", "running", "ongoing_prefetch", "ack_queues", "lru_order", "radix_tree",
           "device_free", "host_free")
 
 
-def _node_name(node) -> str:
-    # The chain hash of a node's last page names its whole prefix on every rank.
-    return node.hash_value[-1][:12] if node.hash_value else "root"
-
-
-def state_record(waiting, running, tree) -> dict[str, list]:
-    """The replicated state of one rank, as JSON-able lists."""
-    nodes = []
-    stack = [(tree.root, 0)]
-    while stack:  # canonical order: children sorted by their first page
-        node, depth = stack.pop()
-        if node is not tree.root:
-            nodes.append((node, depth))
-        stack.extend((c, depth + 1) for _, c in sorted(node.children.items(), reverse=True))
-    c = tree.cache_controller
-    acks = [len(c.ack_write_queue), len(c.ack_load_queue),
-            len(tree.storage_io.ack_backup_queue) if tree.storage_io else 0]
+def state_record(rep: Replicated) -> dict[str, list]:
+    """The replicated part of a tick's snapshot (engine/lab/snapshot.py), as JSON-able lists."""
     return {
-        "waiting_queue": [r.rid for r in waiting],
-        "running": [r.rid for r in running],
-        "ongoing_prefetch": list(tree.ongoing_prefetch),
-        "ack_queues": acks,
-        "lru_order": [_node_name(n) for n, _ in sorted(nodes, key=lambda x: (x[0].last_access, x[0].id))],
-        "radix_tree": [f"{'  ' * d}{_node_name(n)} tokens={len(n.key)} device={int(not n.evicted)} "
-                       f"host={int(n.host_value is not None)} backuped={int(n.backuped)} writing={int(n.writing)} "
-                       f"lock={n.lock_ref} host_ref={n.host_ref}" for n, d in nodes],
-        "device_free": [tree.allocator.logical_available_size()],
-        "host_free": [tree.host_allocator.logical_available_size()],
+        "waiting_queue": list(rep.waiting),
+        "running": list(rep.running),
+        "ongoing_prefetch": list(rep.ongoing_prefetch),
+        "ack_queues": list(rep.ack_queues),
+        "lru_order": [n.name for n in sorted(rep.nodes, key=lambda n: (n.last_access, n.id))],
+        "radix_tree": [f"{'  ' * n.depth}{n.name} tokens={n.tokens} device={int(n.device_pages is not None)} "
+                       f"host={int(n.host_pages is not None)} backuped={int(n.backuped)} writing={int(n.writing)} "
+                       f"lock={n.lock_ref} host_ref={n.host_ref}" for n in rep.nodes],
+        "device_free": [rep.device_free_logical],
+        "host_free": [rep.host_free_logical],
     }
 
 
@@ -63,9 +50,9 @@ class StateDigest:
         self.rank = rank
         self.record: dict | None = None
 
-    def digest(self, waiting, running, tree) -> int:
-        """Builds this tick's record and returns its digest (< 2**56, so -d fits int64)."""
-        self.record = state_record(waiting, running, tree)
+    def digest(self, rep: Replicated) -> int:
+        """This tick's record (the snapshot's replicated part) and its digest (< 2**56, so -d fits int64)."""
+        self.record = state_record(rep)
         text = json.dumps([self.record[f] for f in FIELDS], separators=(",", ":"))
         return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=7).digest(), "little")
 

@@ -2,7 +2,9 @@
 
 What the scheduler may ask of a prefix cache. The HiCache hooks are no-ops
 here, so the scheduler calls them unconditionally and never asks which cache it
-has; `HiRadixCache` overrides them. Every method that mutates the tree must be
+has; `HiRadixCache` overrides them. The storage-prefetch polls (`check_prefetch_progress`
+and its variants) exist on HiRadixCache only: as in SGLang, admission asks them only when
+a storage tier is configured (`enable_hicache_storage`). Every method that mutates the tree must be
 called at the same point of the replicated schedule on every rank.
 """
 
@@ -66,17 +68,6 @@ class BasePrefixCache(ABC):
 
     def prefetch_kvcache(self, rid: str, key) -> None:
         """Start fetching the prefix of a new request from storage (L3 -> L2)."""
-
-    def check_prefetch_progress(self, rid: str) -> bool:
-        """per-poll vote: may `rid` be admitted? (True: no prefetch to wait for)."""
-        return True
-
-    def prefetch_ready(self, rid: str) -> bool:
-        """Read-only poll: True when `rid` has no live prefetch."""
-        return True
-
-    def check_prefetch_progress_bulk(self, rids: list[str]) -> None:
-        """bulk vote: every live prefetch of the waiting queue, before admission."""
 
     def pop_prefetched_tokens(self, rid: str) -> int:
         """Tokens `rid`'s storage prefetch put in the tree (0 after the first call)."""

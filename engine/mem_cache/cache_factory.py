@@ -12,7 +12,7 @@ import os
 
 import torch
 
-from engine import streams
+from engine.lab.seams import SEAMS
 from engine.mem_cache.base_prefix_cache import BasePrefixCache
 from engine.mem_cache.hicache_page import writer_identity
 from engine.mem_cache.hicache_storage import HiCacheFile, StorageIO
@@ -27,8 +27,8 @@ def host_pool_pages(args: ServerArgs, device_pool: KVPool) -> int:
         pages = max(1, int(args.hicache_size * 1e9) // device_pool.page_bytes())
     else:
         pages = int(args.max_total_tokens // args.page_size * args.hicache_ratio)
-    # Fault host-pool-shrink: this rank's pinned pool came out smaller (a rank-local resource).
-    return max(1, pages - int(streams.FAULT_DELAYS_MS.get("host_pool_shrink", 0)))
+    # A seam: a fault can make this rank's pinned pool come out smaller (a rank-local resource).
+    return max(1, SEAMS.host_pool_pages(pages))
 
 
 def create_tree_cache(args: ServerArgs, allocator: PagedAllocator, device_pool: KVPool, tp_cpu_group,
@@ -36,7 +36,7 @@ def create_tree_cache(args: ServerArgs, allocator: PagedAllocator, device_pool: 
     p, cfg = args.page_size, args.model
     if not args.enable_hierarchical_cache or args.decode_radix_disabled:
         return RadixCache(p, allocator, disable=args.disable_radix_cache or args.decode_radix_disabled,
-                          lru_clock=args.lru_clock)
+                          lru_clock=args.variants.lru_clock)
     host_pages = host_pool_pages(args, device_pool)
     host_pool = KVPool(host_pages, p, cfg.num_layers, cfg.num_heads // tp_size, cfg.head_dim, torch.device("cpu"),
                        pin_memory=device.type == "cuda")
@@ -46,6 +46,6 @@ def create_tree_cache(args: ServerArgs, allocator: PagedAllocator, device_pool: 
         shape = (2, cfg.num_layers, p, cfg.num_heads // tp_size, cfg.head_dim)
         identity = writer_identity(dataclasses.asdict(cfg), "float32", p, tp_size, tp_rank, shape)
         storage_io = StorageIO(HiCacheFile(directory, tp_rank, tp_size, identity), host_pool, io_group, p,
-                               args.storage_hit_sync)
+                               args.variants.storage_hit_sync)
     return HiRadixCache(args, allocator, device_pool, host_pool, PagedAllocator(host_pages, p, "host"), tp_cpu_group,
                         device, storage_io)

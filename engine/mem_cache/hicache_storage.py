@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from engine import streams
+from engine.lab.seams import SEAMS
 from engine.mem_cache import hicache_page
 from engine.mem_cache.memory_pool import KVPool
 
@@ -67,16 +67,12 @@ class HiCacheFile(HiCacheStorage):
             except OSError:
                 n = i
                 break
-        # Fault storage-miss: this rank's store lost its last N pages of every prefix.
-        return max(0, n - int(streams.FAULT_DELAYS_MS.get("storage_miss", 0)))
+        return n
 
     def batch_get(self, keys: list[str], host_pool: KVPool, host_pages: list[int]) -> int:
-        delay = streams.FAULT_DELAYS_MS.get("storage", 0.0)
         shape = (2, host_pool.num_layers, host_pool.page_size, *host_pool.k_buffer.shape[2:])
         size = host_pool.page_bytes()
         for i, (key, page) in enumerate(zip(keys, host_pages)):
-            if delay:
-                time.sleep(delay / 1000.0)
             data = _read_regular(self._path(key), hicache_page.HEADER.size + size + 1)
             if data is None:
                 return i
@@ -139,7 +135,7 @@ class PrefetchOperation:
     token_ids: tuple[int, ...]     # page-aligned tokens after the anchor
     hashes: list[str]
     host_pages: list[int]
-    start_time: float = field(default_factory=time.monotonic)  # rank-local, for the timeout policy
+    start_time: float = field(default_factory=lambda: time.monotonic())  # rank-local; read at creation, so clock faults reach it
     completed_tokens: int = 0      # written by the IO thread
     terminate_flag: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
@@ -173,6 +169,7 @@ class StorageIO:
         self.ack_backup_queue: deque[BackupOperation] = deque()
         self.error: BaseException | None = None      # a bug in an IO thread: every rank stops
         self.write_error: OSError | None = None      # a failed write: every rank turns L3 writes off
+        self.read_errors = 0                         # failed reads, each a miss (prefetch thread only)
         self._threads = [
             threading.Thread(target=self._guard, args=(self.prefetch_thread_func,), name="hicache-prefetch", daemon=True),
             threading.Thread(target=self._guard, args=(self.backup_thread_func,), name="hicache-backup", daemon=True),
@@ -198,14 +195,35 @@ class StorageIO:
             op = self.prefetch_queue.get()
             if op is None:
                 return
-            pages = self._sync_storage_hit_count(self.backend.batch_exists(op.hashes))
+            # A seam: a fault can make this rank's storage answer otherwise (misses).
+            pages = self._sync_storage_hit_count(max(0, SEAMS.storage_exists(self._exists(op.hashes))))
             for i in range(pages):
                 if op.terminate_flag.is_set():
                     break
-                if self.backend.batch_get(op.hashes[i:i + 1], self.host_pool, op.host_pages[i:i + 1]) != 1:
+                if self._get(op.hashes[i:i + 1], self.host_pool, op.host_pages[i:i + 1]) != 1:
                     break
                 op.completed_tokens += self.page_size
             op.done.set()
+
+    def _exists(self, keys: list[str]) -> int:
+        """The backend's hit; an I/O error (a store unreachable from this rank) is a miss."""
+        try:
+            return self.backend.batch_exists(keys)
+        except OSError as exc:
+            self._note_read_error(exc)
+            return 0
+
+    def _get(self, keys: list[str], host_pool: KVPool, host_pages: list[int]) -> int:
+        try:
+            return self.backend.batch_get(keys, host_pool, host_pages)
+        except OSError as exc:
+            self._note_read_error(exc)
+            return 0
+
+    def _note_read_error(self, exc: OSError) -> None:
+        self.read_errors += 1
+        if self.read_errors <= 3 or self.read_errors % 100 == 0:
+            print(f"[storage] read failed ({exc}): a miss ({self.read_errors} so far)", file=sys.stderr, flush=True)
 
     def _sync_storage_hit_count(self, local_hit: int) -> int:
         """Pages every rank fetches: the MIN of each rank's storage hit. Every operation

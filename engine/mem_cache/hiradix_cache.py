@@ -17,7 +17,7 @@ import hashlib
 import heapq
 import sys
 import time
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -31,6 +31,29 @@ from engine.mem_cache.hicache_storage import BackupOperation, PrefetchOperation,
 NO_BOUND = 2**62  # a neutral MIN contribution
 
 
+class TickAgreement(NamedTuple):
+    """What check_hicache_events MIN-reduces once per tick, by name. A MIN of -x is -MAX(x),
+    so [d, -d] pairs test that every rank holds the same d."""
+    write_acks: int          # ready write acks (packed mode; per-queue modes agree them before)
+    load_acks: int
+    backups: int             # finished storage backups
+    prefetch_digest: int     # of the live prefetch set (per-tick vote), else 0
+    neg_prefetch_digest: int
+    state_digest: int        # --state-digest, else 0
+    neg_state_digest: int
+    io_ok: int               # 1: this rank's storage IO threads are healthy
+    writes_ok: int           # 1: its storage writes have not failed
+    neg_corrupt_pages: int   # -(damaged L3 pages it found)
+
+    def pack(self, skip_acks: bool) -> torch.Tensor:
+        """The tensor to MIN-reduce (without the ack counts when they were agreed already)."""
+        return torch.tensor(list(self[2:] if skip_acks else self), dtype=torch.int64)
+
+    def unpack(self, reduced: torch.Tensor, skip_acks: bool) -> TickAgreement:
+        out = [int(x) for x in reduced.tolist()]
+        return TickAgreement(*(list(self[:2]) + out if skip_acks else out))
+
+
 class StateDiverged(RuntimeError):
     """--state-digest: the replicated state differs across ranks (raised on every rank)."""
 
@@ -40,16 +63,16 @@ class HiRadixCache(RadixCache):
                  host_pool: KVPool, host_allocator: PagedAllocator, tp_cpu_group, device: torch.device,
                  storage_io: StorageIO | None = None):
         self.host_allocator = host_allocator
-        super().__init__(args.page_size, allocator, lru_clock=args.lru_clock)
+        super().__init__(args.page_size, allocator, lru_clock=args.variants.lru_clock)
         self.args = args
         self.tp_cpu_group = tp_cpu_group
         self.cache_controller = HiCacheController(device_pool, host_pool, device)
         self.write_policy = args.hicache_write_policy
-        self.prefetch_vote = args.prefetch_vote
+        self.prefetch_vote = args.variants.prefetch_vote
         self.storage_io = storage_io
         self.storage_writes_enabled = storage_io is not None
         self.prefetched_tokens: dict[str, int] = {}  # rid -> tokens its prefetch inserted
-        self.ack_check = args.hicache_ack_check
+        self.ack_check = args.variants.hicache_ack_check
         self._bulk_ready: dict[str, bool] = {}  # bulk: this tick's agreed verdicts
 
     # -- host tier ------------------------------------------------------------------
@@ -176,7 +199,7 @@ class HiRadixCache(RadixCache):
         count, so every rank evicts the same nodes), then load back only if the pages
         are free *now* on this rank. Frees behind a copy arrive per rank, so one rank
         loads the prefix back and another computes it again: the forward's sizes differ."""
-        if self.args.load_back_capacity == "logical":
+        if self.args.variants.load_back_capacity == "logical":
             return True
         need = pages * self.page_size
         self.inc_lock_ref(device_node)  # the matched device prefix must survive the eviction
@@ -204,7 +227,7 @@ class HiRadixCache(RadixCache):
         events = self.cache_controller.layer_done_counter.events[consumer_index]
         if events is not None and not events[-1].query():
             return False
-        if self.args.decode_restore_gate == "event":
+        if self.args.variants.decode_restore_gate == "event":
             self.loading_check()
         return True
 
@@ -228,29 +251,28 @@ class HiRadixCache(RadixCache):
         c = self.cache_controller
         d = self._prefetch_set_digest() if self.prefetch_vote == "per-tick" else 0
         sd = state_digest
-        backups = self.storage_io.backup_ready_count() if self.storage_io else 0
         s = self.storage_io  # its flags and counts are rank-local: agreed below
-        io_ok, writes_ok = int(s is None or s.error is None), int(s is None or s.write_error is None)
-        corrupt = s.backend.corrupt_pages if s else 0
         writes, loads = c.ready_counts()
         if self.ack_check != "packed":  # SGLang's shape: one MIN per queue, then the rest
             writes, loads = self.writing_check(writes), self.loading_check(loads)
-        counts = torch.tensor(([writes, loads] if self.ack_check == "packed" else [])
-                              + [backups, d, -d, sd, -sd, io_ok, writes_ok, -corrupt], dtype=torch.int64)
+        mine = TickAgreement(writes, loads, s.backup_ready_count() if s else 0, d, -d, sd, -sd,
+                             int(s is None or s.error is None), int(s is None or s.write_error is None),
+                             -(s.backend.corrupt_pages if s else 0))
+        skip = self.ack_check != "packed"
+        counts = mine.pack(skip)
         dist.all_reduce(counts, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
-        *acks, backups, dmin, neg_dmax, sd_min, neg_sd_max, all_io_ok, all_writes_ok, neg_corrupt = map(
-            int, counts.tolist())
-        writes, loads = acks if acks else (writes, loads)
-        if not all_io_ok:  # every rank raises in the same tick, none is left in a collective
+        a = mine.unpack(counts, skip)
+        writes, loads, backups = a.write_acks, a.load_acks, a.backups
+        if not a.io_ok:  # every rank raises in the same tick, none is left in a collective
             raise RuntimeError(f"HiCache storage IO thread failed on some rank (here: {self.storage_io.error!r})")
-        if sd_min != -neg_sd_max:
+        if a.state_digest != -a.neg_state_digest:
             raise StateDiverged(f"replicated state differs across ranks (local digest {sd:x})")
-        self.storage_corrupt_pages = -neg_corrupt
-        if not all_writes_ok and self.storage_writes_enabled:  # the same tick on every rank
+        self.storage_corrupt_pages = -a.neg_corrupt_pages
+        if not a.writes_ok and self.storage_writes_enabled:  # the same tick on every rank
             self.storage_writes_enabled = False
             print(f"[rank {dist.get_rank()}] WARNING: storage writes failed on some rank (here: "
                   f"{s.write_error or 'none'}); L3 writes are off, reads go on", file=sys.stderr, flush=True)
-        if dmin != -neg_dmax:
+        if a.prefetch_digest != -a.neg_prefetch_digest:
             raise RuntimeError(f"HiCache live prefetch set diverged across ranks (local digest {d:x}, "
                                f"{len(self.ongoing_prefetch)} prefetches)")
         for ack in c.pop_acks("write", writes):
@@ -263,7 +285,7 @@ class HiRadixCache(RadixCache):
         if self.storage_io is not None:
             for op in self.storage_io.pop_backups(backups):
                 self.dec_host_ref(op.node)
-        if self.args.prefetch_reap == "local":
+        if self.args.variants.prefetch_reap == "local":
             self._reap_completed_prefetches()
         if self.prefetch_vote == "per-tick" and self.ongoing_prefetch:
             self._vote_all_prefetches()
@@ -360,7 +382,7 @@ class HiRadixCache(RadixCache):
         neutral contribution (nothing to wait for, no bound on the completed count)."""
         op = self.ongoing_prefetch.get(rid)
         if op is None:
-            if self.args.prefetch_untracked_poll == "skip":
+            if self.args.variants.prefetch_untracked_poll == "skip":
                 return True
             return self._vote_prefetch(None)
         return self._vote_prefetch(op)
@@ -449,19 +471,6 @@ class HiRadixCache(RadixCache):
     def host_pages_in_use(self) -> int:
         tree = sum(len(n.host_value) for n in self.nodes() if n.host_value is not None)
         return tree + sum(len(op.host_pages) for op in self.ongoing_prefetch.values())
-
-    def check_integrity(self, pages_in_use: int) -> None:
-        super().check_integrity(pages_in_use)
-        total = self.host_allocator.num_pages
-        free = self.host_allocator.logical_available_size() // self.page_size
-        used = self.host_pages_in_use()
-        if free + used != total:
-            raise AssertionError(f"L2 leak: free {free} + used {used} != total {total}")
-        for n in self.nodes():
-            if n.evicted and n.host_value is None:
-                raise AssertionError(f"node {n.id} has neither device nor host copy")
-            if n.host_ref < 0:
-                raise AssertionError(f"node {n.id} host_ref {n.host_ref}")
 
     def flush(self) -> None:
         """Mutates: everything. Callers ensure no request is running or waiting."""

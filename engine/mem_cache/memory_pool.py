@@ -18,6 +18,7 @@ from collections import deque
 import torch
 
 from engine import page_transfer, streams
+from engine.lab.seams import SEAMS
 
 PENDING_FREE_TIMEOUT_S = 120.0
 
@@ -91,7 +92,7 @@ class PagedAllocator:
         """Free pages now, or once `after` (an event) completes."""
         if not pages:
             return
-        delay = streams.FAULT_DELAYS_MS.get("free", 0.0) if self.name == "device" else 0.0
+        delay = SEAMS.free_delay_ms() if self.name == "device" else 0.0  # a fault: frees lag on this rank
         if delay:
             after = streams.TimedEvent(after or streams.DoneEvent(), delay)
         if after is None:

@@ -16,6 +16,7 @@ import itertools
 from typing import NamedTuple
 
 from engine import streams
+from engine.lab.snapshot import cache_state, check_accounting
 from engine.mem_cache.base_prefix_cache import BasePrefixCache
 
 _node_ids = itertools.count()
@@ -289,18 +290,6 @@ class RadixCache(BasePrefixCache):
 
     # -- checks ----------------------------------------------------------------------
     def check_integrity(self, pages_in_use: int) -> None:
-        """free + cached + in use == total, and structural invariants of the tree."""
-        total = self.allocator.num_pages
-        free = self.allocator.logical_available_size() // self.page_size
-        cached = self.device_pages_in_tree()
-        if free + cached + pages_in_use != total:
-            raise AssertionError(f"L1 leak: free {free} + cached {cached} + in use {pages_in_use} != total {total}")
-        for n in self.nodes():
-            if len(n.key) % self.page_size or not n.key:
-                raise AssertionError(f"node {n.id} key not page aligned")
-            if n.value is not None and len(n.value) * self.page_size != len(n.key):
-                raise AssertionError(f"node {n.id} device pages do not match its key")
-            if n.evicted and any(not c.evicted for c in n.children.values()):
-                raise AssertionError(f"node {n.id} evicted above a device child")
-            if n.lock_ref < 0 or (n.lock_ref and n.evicted):
-                raise AssertionError(f"node {n.id} bad lock_ref {n.lock_ref} (evicted={n.evicted})")
+        """free + cached + in use == total per tier, and the tree's structural invariants
+        (one check for every cache: engine/lab/snapshot.py check_accounting)."""
+        check_accounting(cache_state(self, pages_in_use=pages_in_use), self.page_size)
