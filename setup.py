@@ -3,4 +3,4 @@ Without a C compiler the build goes on and hctool records through its Python pat
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("hctool.consensus._fastpath", ["hctool/consensus/_fastpath.c"], optional=True)])
+setup(ext_modules=[Extension("hctool.agent.capture._fastpath", ["hctool/agent/capture/_fastpath.c"], optional=True)])

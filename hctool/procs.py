@@ -19,7 +19,9 @@ from pathlib import Path
 
 import psutil
 
-INJECT_DIR = Path(__file__).resolve().parent / "inject" / "site"  # holds sitecustomize.py only
+from hctool.protocol import env as protocol_env
+
+AGENT_SITE_DIR = Path(__file__).resolve().parent / "agent" / "site"  # holds sitecustomize.py only
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -70,11 +72,12 @@ def torchrun_env(rank: int, world_size: int, master_addr: str, master_port: int,
 
 
 def inject_env(env: dict[str, str], **hctool_vars: str) -> dict[str, str]:
-    """Put hctool's inject/site/ first on PYTHONPATH so its sitecustomize loads in every
-    Python process started with this environment, and set HCTOOL_* variables."""
+    """Put hctool's agent/site/ first on PYTHONPATH so its sitecustomize loads in every
+    Python process started with this environment, and set HCTOOL_* variables
+    (hctool/protocol/env.py; a key without the prefix gets it: TRACE_DIR=...)."""
     env = dict(env)
-    env["HCTOOL_SUPERVISOR_PID"] = str(os.getpid())  # children exit when we die (inject/lifeline.py)
-    parts = [str(INJECT_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env[protocol_env.SUPERVISOR_PID] = str(os.getpid())  # children exit when we die (agent/lifeline.py)
+    parts = [str(AGENT_SITE_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
     for key, value in hctool_vars.items():
         env[key if key.startswith("HCTOOL_") else f"HCTOOL_{key.upper()}"] = str(value)

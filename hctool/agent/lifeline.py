@@ -20,7 +20,9 @@ import sys
 import threading
 import time
 
-ENV = "HCTOOL_SUPERVISOR_PID"
+from hctool.protocol import env as protocol_env
+
+ENV = protocol_env.SUPERVISOR_PID
 GRACE_S = 3.0        # SIGTERM first (lets torchrun's agent stop its workers), then SIGKILL
 FALLBACK_POLL_S = 0.5
 

@@ -19,9 +19,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import engine
-
-ENGINE_ROOT = Path(engine.__file__).resolve().parent
+from engine.lab import ENGINE_ROOT
 
 
 def cache_root() -> Path | None:

@@ -18,15 +18,15 @@ import requests
 
 from hctool.chaos.history import History
 from hctool.chaos.schedule import Schedule
-from hctool.inject.faults import CONTROLLER, Fault
+from hctool.protocol.faults import CONTROLLER, Fault
 
-QUIESCE_S = 3.0  # the probe rewrites its record every 0.25 s while a rank is idle
+QUIESCE_S = 3.0  # the chaos observer rewrites its record every 0.25 s while a rank is idle
 
 
 class Controller:
     """The harness hooks of one chaos run."""
 
-    probes = ("hctool.chaos.probe",)
+    probes = ("hctool.agent.chaos_observer",)
 
     def __init__(self, schedule: Schedule, faults: list[Fault], prompts: list[tuple], history: History, starve_ticks: int):
         self.schedule, self.faults, self.history = schedule, faults, history

@@ -10,7 +10,7 @@ from typing import Callable, NamedTuple
 
 from hctool.chaos.runner import ChaosRunner, RunResult
 from hctool.chaos.schedule import DEFAULT_KINDS, Schedule, generate
-from hctool.inject.faults import Fault
+from hctool.protocol.faults import Fault
 
 
 def log(msg: str) -> None:

@@ -16,7 +16,7 @@ from hctool.chaos.history import History
 from hctool.chaos.invariants import CHECKERS, Anomaly, RunRecord, check_all
 from hctool.chaos.schedule import Schedule
 from hctool.chaos.target import Target
-from hctool.inject.faults import IN_RANK
+from hctool.protocol.faults import IN_RANK
 from hctool.launch import TopologyError
 from hctool.repro.harness import HarnessOptions, ReproHarness
 
@@ -68,14 +68,14 @@ class ChaosRunner:
             return RunResult(name, "unknown", [], list(self.checkers), round(time.monotonic() - t0, 2), name)
         finally:
             ctl.release()
-        rec = self._record(ctl, Path(report["artifacts"]))
+        rec = self._record(ctl, Path(report.artifacts))
         anomalies, blind = check_all(rec, self.checkers) if rec else ([], list(self.checkers))
         verdict = "invalid" if anomalies else "unknown" if (ctl.killed or rec is None) else "valid"
-        result = RunResult(name, verdict, anomalies, blind, round(time.monotonic() - t0, 2), report["artifacts"])
+        result = RunResult(name, verdict, anomalies, blind, round(time.monotonic() - t0, 2), report.artifacts)
         for a in anomalies:
             self.history.add("anomaly", run=name, invariant=a.invariant, evidence=a.evidence)
-        self.history.add("verdict", run=name, verdict=verdict, harness=report["verdict"], reason=report["reason"],
-                         requests=report["requests"], blind=blind, seconds=result.seconds)
+        self.history.add("verdict", run=name, verdict=verdict, harness=report.verdict, reason=report.reason,
+                         requests=report.requests, blind=blind, seconds=result.seconds)
         return result
 
     def _record(self, ctl: Controller, run_dir: Path) -> RunRecord | None:

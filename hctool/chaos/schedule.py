@@ -22,7 +22,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from hctool.inject.faults import FAULT_KINDS, Fault, parse_fault
+from hctool.protocol.faults import FAULT_KINDS, Fault, parse_fault
 
 # Kinds explore draws by default: all but rank-kill (a killed rank ends the run;
 # ask for it with --kinds). Magnitude ranges (ms or n) per kind.

@@ -14,7 +14,6 @@ import typer
 
 from hctool.errors import UsageError
 
-RUN_INFO = "hctool-run.json"  # exit codes of a run, so `analyze` later gives the same verdict
 
 
 def _err(msg: str) -> None:
@@ -71,7 +70,7 @@ def run(
         raise UsageError(f"trace folder already holds traces: {trace_dir}", "pass a new --trace-dir or remove the old one")
     trace_dir.mkdir(parents=True, exist_ok=True)
     _err(f"hctool: traces in {trace_dir}")
-    if importlib.util.find_spec("hctool.consensus._fastpath") is None:
+    if importlib.util.find_spec("hctool.agent.capture._fastpath") is None:
         _err("hctool: the recorder's C hot path is not built (no C compiler at `pip install`?): "
              "recording through Python adds ~5-15 us per collective")
     from hctool.consensus.trace import TraceError
@@ -101,7 +100,7 @@ def analyze(
         raise UsageError(f"empty folder: {path}", "give a folder with rank*.jsonl traces or Flight Recorder dumps")
     from hctool.consensus.trace import TraceError
 
-    exit_codes, command_exit = _run_info(path / RUN_INFO)
+    exit_codes, command_exit = _run_info(path)
     try:
         report = analyze_dir(path, exit_codes=exit_codes, command_exit=command_exit)
     except TraceError as exc:
@@ -112,23 +111,15 @@ def analyze(
     raise typer.Exit(_exit_code(report))
 
 
-def _run_info(info: Path) -> tuple[dict[int, int | None] | None, int | None]:
+def _run_info(folder: Path) -> tuple[dict[int, int | None] | None, int | None]:
     """Exit codes a `run` left beside its traces (checked: the folder may come from anyone)."""
-    if not info.exists():
-        return None, None
-    hint = "remove it to analyze the traces alone"
-    if not info.is_file() or info.is_symlink() or info.stat().st_size > 1 << 20:
-        raise UsageError(f"{info}: not a small regular file", hint)
+    from hctool.protocol.runrecord import RunRecord, RunRecordError
+
     try:
-        data = json.loads(info.read_bytes())
-        codes = {int(r): c for r, c in (data.get("exit_codes") or {}).items()}
-        command_exit = data.get("command_exit_code")
-        ok = all(0 <= r < 1 << 16 and (c is None or isinstance(c, int)) for r, c in codes.items())
-        if not ok or len(codes) > 1 << 16 or not (command_exit is None or isinstance(command_exit, int)):
-            raise ValueError("bad exit codes")
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise UsageError(f"{info}: not a run record ({exc})", hint) from None
-    return codes, command_exit
+        record = RunRecord.read(folder)
+    except RunRecordError as exc:
+        raise UsageError(str(exc), "remove it to analyze the traces alone") from None
+    return (None, None) if record is None else (record.exit_codes, record.command_exit_code)
 
 
 def register(app: typer.Typer) -> None:

@@ -33,7 +33,7 @@ LAUNCH_OWNED = ("--device", "--run-dir")
 
 
 def _engine_flags_help() -> str:
-    from engine.server_args import ServerArgs
+    from engine.lab import ServerArgs
 
     text = ServerArgs.cli_help()
     lines, skipping = [], False
@@ -64,7 +64,7 @@ def _detect_device(cuda: bool | None, tp: int) -> str:
 def _validate_faults(specs: list[str]) -> None:
     if not specs:
         return
-    from hctool.inject.faults import parse_fault
+    from hctool.protocol.faults import parse_fault
 
     for spec in specs:
         try:
@@ -76,7 +76,7 @@ def _validate_faults(specs: list[str]) -> None:
 def _validate_storage(server_args, run_dir: Path) -> None:
     if server_args.hicache_storage_backend != "file":
         return
-    from engine.mem_cache.hicache_page import StorageDirError, check_storage_dir
+    from engine.lab import StorageDirError, check_storage_dir
 
     try:
         check_storage_dir(server_args.hicache_storage_dir or run_dir / "storage")
@@ -102,7 +102,7 @@ def launch(
     bootstrap: str = typer.Option(None, "--bootstrap", help="--pd-role router: the prefill's bootstrap HOST:PORT."),
     decode_url: str = typer.Option(None, "--decode-url", help="--pd-role router: the decode server's URL."),
 ) -> None:
-    from engine.server_args import ServerArgs
+    from engine.lab import ServerArgs
     from hctool.launch import PDTopology, Topology, TopologyError
     from hctool.launch.pd import RouterTopology
     from hctool.procs import sigterm_as_interrupt

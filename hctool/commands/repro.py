@@ -204,15 +204,10 @@ def _site_cell(fd: dict | None) -> str:
                      for r, e in sorted(fd["ranks"].items()))
 
 
-def _render(result: dict) -> None:
-    from rich.console import Console
+def variant_table(result: dict):
+    """The variant table of `hctool repro ID` (README.md shows one: tests/test_readme.py)."""
     from rich.table import Table
-    from rich.text import Text
 
-    from hctool.consensus.report import render
-
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    console.print(Text(f"{result['id']}: {result['title']}", style="bold"))
     table = Table()
     for col in ("variant", "expected", "verdict", "ok", "mechanism", "requests", "seconds", "first divergence"):
         table.add_column(col, overflow="fold")
@@ -221,7 +216,18 @@ def _render(result: dict) -> None:
         table.add_row(v["name"], " | ".join(v["expected"]), _verdict_cell(v), "yes" if v["ok"] else "NO",
                       _mechanism_cell(v), f"{req['succeeded']}/{req['sent']}", f"{v['seconds']:.1f}",
                       _site_cell(v["first_divergence"]), style=None if v["ok"] else "red")
-    console.print(table)
+    return table
+
+
+def _render(result: dict) -> None:
+    from rich.console import Console
+    from rich.text import Text
+
+    from hctool.consensus.report import render
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    console.print(Text(f"{result['id']}: {result['title']}", style="bold"))
+    console.print(variant_table(result))
     for v in result["variants"]:
         sd = v.get("state_divergence")
         if sd:

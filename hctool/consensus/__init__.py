@@ -1,23 +1,18 @@
-"""check-consensus: record every collective on every rank, name the first divergence.
+"""check-consensus: name the first divergent collective of a job from every rank's trace.
 
-Modules: recorder (inside ranks: record_collective/record_complete), tracefile
-(its files and interned names), wrappers (the torch.distributed capture route),
-capture_c10d (C++-issued and functional collectives), records (the trace format),
-trace (reading traces), flight_recorder (reading FR dumps safely), align
-(per-group alignment and the first divergence), waits (who waits for whom, wait
-cycles), live (the
-supervisor's incremental watcher), report (rich rendering).
+The analyzer lives here (supervisor side): trace (reading traces), flight_recorder (reading
+FR dumps safely), align (per-group alignment and the first divergence), waits (who waits
+for whom, wait cycles), analyze (the report), live (the incremental watcher), report (rich
+rendering), run (supervising a job), kernel_build (the C++ capture kernel). The recorder
+runs inside the ranks: hctool/agent/capture.
 
-Public API (kept light to import: the analyzer loads on first use):
+Public API (light to import):
   analyze_dir(path, exit_codes=None, stacks=None) -> report dict (docs/contracts.md)
-  assert_same(label, value)        record a value that must agree across ranks
+  assert_same(label, value)        record a value that must agree across ranks (in a rank)
   @rank_consensus(same_params=..., same_results=...)
 """
 
 from __future__ import annotations
-
-import functools
-import inspect
 
 
 def analyze_dir(path, exit_codes=None, stacks=None, command_exit=None) -> dict:
@@ -27,38 +22,9 @@ def analyze_dir(path, exit_codes=None, stacks=None, command_exit=None) -> dict:
     return _analyze(path, exit_codes=exit_codes, stacks=stacks, command_exit=command_exit)
 
 
-def assert_same(label: str, value) -> None:
-    """Record `value` under `label`; the analyzer checks every rank recorded the
-    same digest at the same position of the "labels" sequence. Issues no collective;
-    a no-op unless the recorder is installed (HCTOOL_TRACE_DIR)."""
-    from hctool.consensus import recorder
+def __getattr__(name: str):
+    if name in ("assert_same", "rank_consensus"):  # in-rank API, implemented by the agent
+        from hctool.agent import api
 
-    recorder.record_label(label, value, depth=2)
-
-
-def rank_consensus(same_params=True, same_results=False):
-    """Decorator: record the call's parameters (True, or an iterable of parameter
-    names) and/or its result as labelled events named after the function."""
-    def decorate(fn):
-        sig = inspect.signature(fn)
-        name = fn.__qualname__
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            from hctool.consensus import recorder
-
-            if recorder.enabled() and same_params:
-                bound = sig.bind(*args, **kwargs)
-                bound.apply_defaults()
-                params = {k: v for k, v in bound.arguments.items() if k not in ("self", "cls")}
-                if same_params is not True:
-                    params = {k: params[k] for k in same_params}
-                recorder.record_label(f"{name}(params)", params, depth=2)
-            result = fn(*args, **kwargs)
-            if recorder.enabled() and same_results:
-                recorder.record_label(f"{name}(result)", result, depth=2)
-            return result
-
-        return wrapper
-
-    return decorate
+        return getattr(api, name)
+    raise AttributeError(f"module 'hctool.consensus' has no attribute {name!r}")

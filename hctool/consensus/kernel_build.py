@@ -1,13 +1,14 @@
-"""Building and loading the C++ capture kernel (_c10d_kernel.cpp; docs/consensus.md, "Coverage").
+"""Building the C++ capture kernel (hctool/agent/capture/_c10d_kernel.cpp; docs/consensus.md,
+"Coverage"), on the supervisor's side.
 
 `check-consensus run` builds it once per (source, torch, Python, compiler) into a cache
 folder before it starts the ranks, in a child process (the CLI never imports torch), and
 passes its path in HCTOOL_C10D_KERNEL; each rank loads it when torch.distributed is
-imported (capture_c10d.load_kernel). Without a C++ compiler, or with HCTOOL_C10D_KERNEL=0,
-C++-issued calls go through capture_c10d.py's Python kernel: the same records, at a higher
-cost per call.
+imported (agent/capture/cxx_kernel.py). Without a C++ compiler, or with HCTOOL_C10D_KERNEL=0,
+C++-issued calls go through agent/capture/c10d.py's Python kernel: the same records, at a
+higher cost per call.
 
-    python -m hctool.consensus.cxx_kernel OUT.so   # the build itself (imports torch)
+    python -m hctool.consensus.kernel_build OUT.so   # the build itself (imports torch)
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -24,9 +24,10 @@ import tempfile
 import warnings
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("_c10d_kernel.cpp")
-MODULE = "hctool.consensus._c10d_kernel"
-ENV = "HCTOOL_C10D_KERNEL"
+from hctool.protocol import env as protocol_env
+
+SOURCE = Path(__file__).resolve().parents[1] / "agent" / "capture" / "_c10d_kernel.cpp"
+ENV = protocol_env.C10D_KERNEL
 BUILD_TIMEOUT_S = 600.0
 
 
@@ -35,7 +36,7 @@ def compiler() -> str | None:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("HCTOOL_CACHE_DIR") or Path.home() / ".cache" / "hctool")
+    return Path(os.environ.get(protocol_env.CACHE_DIR) or Path.home() / ".cache" / "hctool")
 
 
 def _torch_dir() -> Path | None:
@@ -71,7 +72,7 @@ def ensure_built(log=None) -> tuple[Path | None, str]:
     if log is not None:
         log(f"building the C++ capture kernel for this torch (once; cached in {out.parent})")
     try:
-        proc = subprocess.run([sys.executable, "-m", "hctool.consensus.cxx_kernel", str(out)], capture_output=True,
+        proc = subprocess.run([sys.executable, "-m", "hctool.consensus.kernel_build", str(out)], capture_output=True,
                               text=True, timeout=BUILD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return None, f"the build took over {BUILD_TIMEOUT_S:.0f} s"
@@ -119,33 +120,7 @@ def build(out: Path) -> None:
             os.unlink(tmp)
 
 
-def load():
-    """The module at $HCTOOL_C10D_KERNEL, or None (not set, or not loadable here: said on stderr)."""
-    path = os.environ.get(ENV)
-    if not path or path == "0":
-        return None
-    try:
-        import torch
-
-        spec = importlib.util.spec_from_file_location(MODULE, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        if module.torch_version != torch.__version__.split("+")[0]:
-            raise ImportError(f"built for torch {module.torch_version}, this is {torch.__version__}")
-        return module
-    except Exception as exc:
-        sys.stderr.write(f"hctool: the C++ capture kernel is not used here ({type(exc).__name__}: {exc}); "
-                         "C++-issued collectives go through the Python kernel\n")
-        return None
-
-
-def counter_value(counter) -> int:
-    """The next value of an itertools.count or Counter, without taking it."""
-    m = re.search(r"\((-?\d+)", repr(counter))
-    return int(m.group(1)) if m else 0
-
-
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        raise SystemExit("usage: python -m hctool.consensus.cxx_kernel OUT.so")
+        raise SystemExit("usage: python -m hctool.consensus.kernel_build OUT.so")
     build(Path(sys.argv[1]))

@@ -4,7 +4,6 @@ end the job and analyze. Every process is reaped on every path."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -12,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hctool import procs
-from hctool.consensus import cxx_kernel
+from hctool.consensus import kernel_build
 from hctool.consensus.analyze import analyze_dir
 from hctool.consensus.live import LiveWatcher, _alive
+from hctool.protocol.runrecord import RunRecord
 from hctool.stacks import dump_stacks, ranks_in_tree
 
 POLL_S = 0.2
-RUN_INFO = "hctool-run.json"
 
 
 @dataclass
@@ -38,12 +37,12 @@ def _log(msg: str) -> None:
 
 def _c10d_kernel() -> dict[str, str]:
     """HCTOOL_C10D_KERNEL for the ranks: the C++ capture kernel, built for this torch if need be."""
-    path, why = cxx_kernel.ensure_built(log=_log)
+    path, why = kernel_build.ensure_built(log=_log)
     if path is None:
-        if why != f"{cxx_kernel.ENV}=0":
+        if why != f"{kernel_build.ENV}=0":
             _log(f"C++-issued collectives (DDP's reducer) go through the Python kernel, ~100 us a call: {why}")
         return {}
-    return {cxx_kernel.ENV: str(path)}
+    return {kernel_build.ENV: str(path)}
 
 
 def _start(opts: RunOptions, ps: procs.ProcessSet) -> dict[int, procs.Child]:
@@ -131,8 +130,7 @@ def run_job(opts: RunOptions) -> tuple[dict, float | None]:
         ps.terminate_all()
     if command_exit and not codes:
         _log(f"the command failed ({procs.describe_exit(command_exit)}) before any rank recorded a collective")
-    (opts.trace_dir / RUN_INFO).write_text(json.dumps({"command": opts.command, "exit_codes": codes,
-                                                       "command_exit_code": command_exit}))
+    RunRecord(list(opts.command), codes, command_exit).write(opts.trace_dir)
     report = analyze_dir(opts.trace_dir, exit_codes=codes, stacks=stacks, command_exit=command_exit)
     if report["verdict"] == "consistent" and finding is not None:
         # the live finding stands if the final data lost it

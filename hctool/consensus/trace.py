@@ -16,7 +16,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 
-from hctool.consensus.records import (CALL, FLAG_ASYNC, INTERNED, KIND_CALL, KIND_EMPTY, KIND_VOID, NO_ROOT,
+from hctool.protocol.records import (CALL, FLAG_ASYNC, INTERNED, KIND_CALL, KIND_EMPTY, KIND_VOID, NO_ROOT,
                                       RECORD_SIZE, STATE_COMPLETED, STATE_ENTERED, STATE_FAILED, CallRecord,
                                       Event, Site)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import requests
 
-from engine.server_args import ServerArgs
+from engine.lab import ServerArgs, contract
 from hctool.launch.topology import SOURCE_ROOT, Death, Topology, TopologyError, _distinct_free_ports, _url_host
 from hctool.procs import inject_env, python_cmd
 
@@ -117,7 +117,7 @@ def spawn_router(owner: Topology, host: str, port: int, prefill_url: str, bootst
     env = inject_env({**os.environ, "PYTHONUNBUFFERED": "1", **extra_env,
                       "PYTHONPATH": os.pathsep.join(p for p in (SOURCE_ROOT, os.environ.get("PYTHONPATH")) if p)},
                      HCTOOL_RUN_DIR=str(owner.run_dir))
-    cmd = python_cmd("-m", "engine.disaggregation.mini_lb", "--host", host, "--port", str(port),
+    cmd = python_cmd("-m", contract.ROUTER_MODULE, "--host", host, "--port", str(port),
                      "--prefill", prefill_url, bootstrap, "--decode", decode_url)
     owner.run_dir.mkdir(parents=True, exist_ok=True)
     owner.log_paths["router"] = owner.run_dir / "router.log"

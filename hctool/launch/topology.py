@@ -20,8 +20,9 @@ from pathlib import Path
 import psutil
 import requests
 
-from engine.server_args import ServerArgs
-from hctool.procs import Child, ProcessSet, describe_exit, free_port, inject_env, kill_tree, python_cmd, torchrun_env
+from engine.lab import ServerArgs, contract
+from hctool.protocol import env as protocol_env
+from hctool.procs import Child, ProcessSet, describe_exit, free_port, inject_env, kill_tree, python_cmd
 
 
 SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -51,7 +52,7 @@ class Topology:
 
     def __init__(self, server_args: ServerArgs, run_dir: str | Path, faults: list[str] = (),
                  probes: list[str] = (), extra_env: dict[str, str] | None = None,
-                 host: str = "127.0.0.1", port: int | None = None, rank_module: str = "engine.rank",
+                 host: str = "127.0.0.1", port: int | None = None, rank_module: str = contract.RANK_MODULE,
                  label: str = "", death_event: threading.Event | None = None, local_rank_offset: int = 0):
         self.label = label  # "prefill" / "decode" in a PD topology: names deaths and logs
         self.local_rank_offset = local_rank_offset  # PD on one host: decode's GPUs follow prefill's
@@ -115,22 +116,21 @@ class Topology:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.extra_env}
         # Children import the same engine/ and hctool/ as this process, installed or not.
         env["PYTHONPATH"] = os.pathsep.join(p for p in (SOURCE_ROOT, env.get("PYTHONPATH")) if p)
-        hctool_vars = {"HCTOOL_RUN_DIR": str(self.run_dir)}
+        hctool_vars = {protocol_env.RUN_DIR: str(self.run_dir)}
         if self.faults:
-            hctool_vars["HCTOOL_FAULTS"] = ";".join(self.faults)
-        if self.probes:
-            hctool_vars["HCTOOL_PROBES"] = ",".join(self.probes)
+            hctool_vars[protocol_env.FAULTS] = ";".join(self.faults)
+        inherited = [p for p in env.get(protocol_env.PROBES, "").split(",") if p]
+        if self.probes or inherited:  # probes set in the environment load too (tests' own)
+            hctool_vars[protocol_env.PROBES] = ",".join(dict.fromkeys([*inherited, *self.probes]))
         env = inject_env(env, **hctool_vars)
-        common = {"HCTOOL_ENGINE_ARGS": self.server_args.to_json(),
-                  "HCTOOL_IPC_PORT": str(ipc_port), "HCTOOL_IPC_AUTHKEY": authkey}
-
-        self._spawn("frontend", "engine.entrypoints.http_server", {
-            **env, **common, "HCTOOL_HTTP_HOST": self.host, "HCTOOL_HTTP_PORT": str(self.port)})
+        args_json = self.server_args.to_json()
+        self._spawn("frontend", contract.FRONTEND_MODULE,
+                    {**env, **contract.frontend_env(args_json, ipc_port, authkey, self.host, self.port)})
         world = self.server_args.tp_size
         for rank in range(world):
             self._spawn(f"rank {rank}", self.rank_module, {
-                **env, **common, **torchrun_env(rank, world, "127.0.0.1", master_port, rank + self.local_rank_offset),
-                "HCTOOL_IPC_HOST": "127.0.0.1", "HCTOOL_ROLE": self.label or "null"})
+                **env, **contract.rank_env(args_json, ipc_port, authkey, rank, world, "127.0.0.1", master_port,
+                                           rank + self.local_rank_offset), protocol_env.ROLE: self.label or "null"})
 
     def wait_healthy(self, timeout: float) -> str:
         connect_host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host

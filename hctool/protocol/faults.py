@@ -1,65 +1,83 @@
-"""The fault vocabulary: timing and rank-local faults for engine runs, from
-`--inject` specs, a repro scenario or a chaos schedule.
+"""The fault vocabulary: `KIND:key=value,...`, shared by every runner (repro scenarios,
+`--inject`, chaos schedules) and the agent that applies it inside the ranks.
 
-A fault perturbs timing or rank-local resources only (a late copy stream, a late
-free, slow or failing storage, a skewed clock, a paused rank, extra client
-load); it never issues a collective, so any divergence it provokes is the
-program's own.
+A fault perturbs timing or rank-local resources only; it never issues a collective, so any
+divergence it provokes is the program's own. Kinds come in three families:
+- generic in-rank kinds need no knowledge of the program (clocks, non-main threads, the
+  rank's collectives, file I/O, its CUDA stream) and act on any torch.distributed program;
+- by-name kinds act at the entry (or exit) of a function named `pkg.mod:Qual.name`
+  (`__main__:fn` for the script run): `delay`, `raise`, and `cuda-sleep` with `fn=`;
+- engine kinds act through the seams the engine declares (engine/lab/seams.py);
+- controller kinds are carried out by the supervisor from outside the ranks.
 
-Text form: `KIND:key=value,...`, e.g. `h2d-sleep:rank=1,ms=30` or
-`storage-error:target=one,p=0.3,start_s=2,duration_s=5`. Keys: `rank=K` (same as
-`target=rank:K`), `target=all|one|rank:K` (default all), `ms` (magnitude),
-`p` (probability per operation, default 1), `start_s` and `duration_s` (the
-active window, seconds after the workload starts; no duration: until the
-heal), `pages` (the magnitude of host-pool-shrink and storage-miss), `n` (requests, for bursts and cancellations), `role=prefill|decode` (in a
-PD topology, the side; each side numbers its ranks from 0, e.g.
-`h2d-sleep:role=decode,rank=1,ms=30`). In-rank kinds travel to
-the ranks as HCTOOL_FAULTS (';'-joined) and are applied by fault_hooks.py;
-controller kinds are carried out by the chaos runner from outside the ranks.
+Keys: `rank=K` (same as `target=rank:K`), `target=all|one|rank:K` (default all), `ms` (the
+magnitude; `pages=N` for the page-count kinds), `p` (probability per operation, default 1),
+`start_s`/`duration_s` (the window in seconds after the workload starts; no duration: until
+the heal), `n` (requests), `role=prefill|decode` (a PD side), and per kind: `fn`, `when`
+(entry|exit), `exc` (an exception name), `op`/`group` (collective filters), `path` (a glob)
+and `thread` (a thread-name glob). In-rank kinds travel as HCTOOL_FAULTS (';'-joined).
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
-import os
-import sys
+import builtins
+import fnmatch
+import re
 import zlib
 from dataclasses import asdict, dataclass, replace
 
-# kind -> (what it does, its magnitude's meaning). In-rank kinds first.
-IN_RANK = {
-    "h2d-sleep": "sleep ms before a host->device copy (load-back)",
-    "d2h-sleep": "sleep ms before a device->host copy (backup)",
-    "free-delay": "device pages return to the free list ms later",
-    "storage-latency": "each L3 page read takes ms longer",
-    "storage-error": "an L3 read or existence query fails (a miss)",
-    "storage-timeout": "an L3 read hangs ms, then fails as timed out",
-    "storage-partial": "an L3 existence query reports only half of the pages",
-    "clock-skew": "the rank's engine clock gains ms per second while active",
-    "clock-jump": "the rank's engine clock jumps ms ahead when the fault starts",
-    "clock-jitter": "each wall-clock reading on the rank is off by up to +-ms",
-    "host-pool-shrink": "the rank's host (L2) pool comes out pages=N pages smaller",
-    "storage-miss": "the rank's L3 existence queries report pages=N fewer pages",
-    "kv-send-delay": "PD prefill rank: each KV push starts ms later",
-    "kv-drop": "PD prefill rank: its KV parts are never sent",
-    "bootstrap-delay": "PD decode rank: each bootstrap registration is ms late",
+# kind -> what it does. In-rank kinds first: generic, by name, then the engine's seams.
+GENERIC = {
+    "clock-skew": "the rank's clocks (time.time/monotonic/perf_counter and _ns) gain ms per second while active",
+    "clock-jump": "the rank's clocks jump ms ahead when the fault starts",
+    "clock-jitter": "each wall-clock reading (time.time) on the rank is off by up to +-ms",
+    "thread-slow": "the rank's non-main Python threads (thread=GLOB: those named so) wake ms late from every wait",
+    "collective-delay": "sleep ms before each of the rank's collectives (op=NAME, group=INDEX: only those)",
+    "io-delay": "each read and write of a file whose path matches path=GLOB takes ms longer",
+    "cuda-sleep": "CUDA: a ms sleep on the rank's current stream before each collective (fn=: at that function)",
 }
+BY_NAME = {
+    "delay": "sleep ms at the entry (when=exit: the return) of fn=pkg.mod:Qual.name",
+    "raise": "raise exc=Name at the entry of fn=pkg.mod:Qual.name",
+}
+ENGINE = {
+    "h2d-sleep": "engine: sleep ms before a host->device copy (load-back)",
+    "d2h-sleep": "engine: sleep ms before a device->host copy (backup)",
+    "free-delay": "engine: device pages return to the free list ms later",
+    "storage-latency": "engine: each L3 page read takes ms longer",
+    "storage-error": "engine: an L3 read or existence query fails (a miss)",
+    "storage-timeout": "engine: an L3 read hangs ms, then fails as timed out",
+    "storage-partial": "engine: an L3 existence query reports only half of the pages",
+    "host-pool-shrink": "engine: the rank's host (L2) pool comes out pages=N pages smaller",
+    "storage-miss": "engine: the rank's L3 existence queries report pages=N fewer pages",
+    "kv-send-delay": "engine, PD prefill rank: each KV push starts ms later",
+    "kv-drop": "engine, PD prefill rank: its KV parts are never sent",
+    "bootstrap-delay": "engine, PD decode rank: each bootstrap registration is ms late",
+}
+IN_RANK = {**GENERIC, **BY_NAME, **ENGINE}
 CONTROLLER = {
     "rank-pause": "SIGSTOP the rank for ms, then SIGCONT",
     "rank-kill": "SIGKILL the rank",
-    "request-burst": "send n extra workload requests at once",
-    "request-cancel": "send n workload requests and disconnect after ms",
+    "request-burst": "engine: send n extra workload requests at once",
+    "request-cancel": "engine: send n workload requests and disconnect after ms",
 }
 FAULT_KINDS = {**IN_RANK, **CONTROLLER}
+ENGINE_ONLY = set(ENGINE) | {"request-burst", "request-cancel"}  # need hctool's engine as the target
 NEEDS_MS = {"h2d-sleep", "d2h-sleep", "free-delay", "storage-latency", "storage-timeout", "clock-skew",
             "clock-jump", "rank-pause", "request-cancel", "kv-send-delay", "bootstrap-delay", "clock-jitter",
-            "host-pool-shrink", "storage-miss"}
+            "host-pool-shrink", "storage-miss", "thread-slow", "collective-delay", "io-delay", "cuda-sleep", "delay"}
 BY_PAGES = {"host-pool-shrink", "storage-miss"}  # magnitude written pages=N; held in ms
 NEEDS_N = {"request-burst", "request-cancel"}
 PER_RANK = set(IN_RANK) | {"rank-pause", "rank-kill"}   # kinds a target applies to
-_KEYS = ("rank", "target", "ms", "p", "start_s", "duration_s", "n", "role")
+# The string keys each kind takes, and the ones it needs.
+TEXT_KEYS = {"delay": ("fn", "when"), "raise": ("fn", "exc"), "cuda-sleep": ("fn", "op", "group"),
+             "collective-delay": ("op", "group"), "io-delay": ("path",), "thread-slow": ("thread",)}
+NEEDS_TEXT = {"delay": ("fn",), "raise": ("fn", "exc"), "io-delay": ("path",)}
+_KEYS = ("rank", "target", "ms", "p", "start_s", "duration_s", "n", "role", "fn", "when", "exc", "op", "group",
+         "path", "thread")
 ROLES = ("prefill", "decode")
+TEXT_FIELDS = ("fn", "when", "exc", "op", "group", "path", "thread")
+_FN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
 @dataclass(frozen=True)
@@ -73,6 +91,13 @@ class Fault:
     duration_s: float | None = None  # None: until the schedule's heal
     n: int = 0
     role: str | None = None          # PD: only this side's ranks (None: every side)
+    fn: str | None = None            # pkg.mod:Qual.name (by-name kinds)
+    when: str | None = None          # delay: entry (default) or exit
+    exc: str | None = None           # raise: a builtin exception name or pkg.mod:Name
+    op: str | None = None            # collective-delay / cuda-sleep: only this collective
+    group: str | None = None         # ... only the group of this creation index (0: the default group)
+    path: str | None = None          # io-delay: a glob over absolute paths
+    thread: str | None = None        # thread-slow: a glob over thread names
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
@@ -83,6 +108,10 @@ class Fault:
             object.__setattr__(self, "rank", _int(self.target[5:], "target rank"))
         elif self.target not in ("all", "one"):
             raise ValueError(f"fault {self.kind}: target must be all, one or rank:K, got {self.target!r}")
+        for key in ("ms", "p", "start_s", "duration_s"):  # NaN and infinity pass every comparison below
+            value = getattr(self, key)
+            if value is not None and not (value == value and abs(value) != float("inf")):
+                raise ValueError(f"fault {self.kind}: {key} must be a finite number, got {value!r}")
         if self.ms < 0 or (self.rank is not None and self.rank < 0) or self.n < 0 or self.start_s < 0:
             raise ValueError(f"fault {self.kind}: rank, ms, n and start_s must not be negative")
         if not 0.0 <= self.p <= 1.0:
@@ -91,11 +120,29 @@ class Fault:
             raise ValueError(f"fault {self.kind}: role must be prefill or decode, got {self.role!r}")
         if self.duration_s is not None and self.duration_s <= 0:
             raise ValueError(f"fault {self.kind}: duration_s must be positive")
+        allowed = TEXT_KEYS.get(self.kind, ())
+        for key in ("fn", "when", "exc", "op", "group", "path", "thread"):
+            if getattr(self, key) is not None and key not in allowed:
+                raise ValueError(f"fault {self.kind} takes no {key}=; its keys: {', '.join(_keys(self.kind))}")
+        for key in NEEDS_TEXT.get(self.kind, ()):
+            if not getattr(self, key):
+                raise ValueError(f"fault {self.kind} needs {key}=" + ("pkg.mod:Qual.name" if key == "fn" else "..."))
+        if self.fn is not None and not _FN.match(self.fn):
+            raise ValueError(f"fault {self.kind}: fn must be pkg.mod:Qual.name (or __main__:name), got {self.fn!r}")
+        if self.when not in (None, "entry", "exit"):
+            raise ValueError(f"fault {self.kind}: when must be entry or exit, got {self.when!r}")
+        if self.exc is not None and not (_builtin_exception(self.exc) or _FN.match(self.exc)):
+            raise ValueError(f"fault {self.kind}: exc must name an exception (TimeoutError, OSError, "
+                             f"pkg.mod:Name), got {self.exc!r}")
+        if self.group is not None and not self.group.isdigit():
+            raise ValueError(f"fault {self.kind}: group must be a creation index (0: the default group)")
 
     def spec(self) -> str:
         """The text form; defaults are left out, so old specs print as they were written."""
         parts = [] if self.role is None else [f"role={self.role}"]
         parts += [] if self.target == "all" else [f"rank={self.rank}" if self.rank is not None else "target=one"]
+        parts += [f"{k}={getattr(self, k)}" for k in ("fn", "when", "exc", "op", "group", "path", "thread")
+                  if getattr(self, k) is not None]
         if self.ms or self.kind in NEEDS_MS:
             parts.append(f"{'pages' if self.kind in BY_PAGES else 'ms'}={self.ms:g}")
         for key, default in (("p", 1.0), ("start_s", 0.0), ("duration_s", None), ("n", 0)):
@@ -105,7 +152,7 @@ class Fault:
         return f"{self.kind}:{','.join(parts)}" if parts else self.kind
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = {k: v for k, v in asdict(self).items() if v is not None or k not in TEXT_FIELDS}
         d.pop("rank")
         return d
 
@@ -131,10 +178,20 @@ class Fault:
     def active(self, t: float) -> bool:
         return self.start_s <= t and (self.duration_s is None or t < self.start_s + self.duration_s)
 
+    def matches_path(self, path: str) -> bool:
+        return self.path is not None and fnmatch.fnmatchcase(path, self.path)
+
+
+def _builtin_exception(name: str) -> bool:
+    value = getattr(builtins, name, None)
+    return isinstance(value, type) and issubclass(value, BaseException)
+
 
 def _keys(kind: str) -> tuple[str, ...]:
-    """The text form's keys; a page-count kind writes its magnitude pages=N (kept in .ms)."""
-    return tuple("pages" if k == "ms" and kind in BY_PAGES else k for k in _KEYS)
+    """The text form's keys for a kind; a page-count kind writes its magnitude pages=N (kept in .ms)."""
+    text = TEXT_KEYS.get(kind, ())
+    keys = [k for k in _KEYS if k not in ("fn", "when", "exc", "op", "group", "path", "thread") or k in text]
+    return tuple("pages" if k == "ms" and kind in BY_PAGES else k for k in keys)
 
 
 def _int(text: str, what: str) -> int:
@@ -142,6 +199,9 @@ def _int(text: str, what: str) -> int:
         return int(text)
     except ValueError:
         raise ValueError(f"{what} must be an integer, got {text!r}") from None
+
+
+_NUMERIC = ("ms", "p", "start_s", "duration_s")
 
 
 def parse_fault(spec: str) -> Fault:
@@ -152,6 +212,7 @@ def parse_fault(spec: str) -> Fault:
     values: dict = {}
     for item in filter(None, params.split(",")):
         key, eq, value = item.partition("=")
+        key = key.strip()
         if not eq or key not in _keys(kind):
             raise ValueError(f"bad parameter {item!r} in {spec!r}; keys: {', '.join(_keys(kind))}")
         values["ms" if key == "pages" else key] = value.strip()
@@ -162,8 +223,7 @@ def parse_fault(spec: str) -> Fault:
     if kind in NEEDS_N and "n" not in values:
         raise ValueError(f"fault {spec!r} needs n=N")
     try:
-        kw = {k: (float(v) if k in ("ms", "p", "start_s", "duration_s") else int(v) if k in ("rank", "n") else v)
-              for k, v in values.items()}
+        kw = {k: (float(v) if k in _NUMERIC else int(v) if k in ("rank", "n") else v) for k, v in values.items()}
     except ValueError:
         raise ValueError(f"fault {spec!r}: rank and n must be integers, ms, p, start_s, duration_s numbers") from None
     try:
@@ -174,44 +234,3 @@ def parse_fault(spec: str) -> Fault:
 
 def parse_faults(text: str) -> list[Fault]:
     return [parse_fault(s) for s in text.split(";") if s.strip()]
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs a callback right after one module is executed (without importing it early)."""
-
-    def __init__(self, name: str, callback):
-        self.name, self.callback = name, callback
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        original = spec.loader.exec_module
-
-        def exec_module(module):
-            original(module)
-            self.callback(module)
-        spec.loader.exec_module = exec_module
-        return spec
-
-
-def when_imported(name: str, callback) -> None:
-    if name in sys.modules:
-        callback(sys.modules[name])
-    else:
-        sys.meta_path.insert(0, _AfterImport(name, callback))
-
-
-def install_from_env() -> list[Fault]:
-    """Apply the in-rank faults of HCTOOL_FAULTS for this process's RANK."""
-    faults = parse_faults(os.environ.get("HCTOOL_FAULTS", ""))
-    rank, role = int(os.environ.get("RANK", "0")), os.environ.get("HCTOOL_ROLE")
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    mine = [f for f in (f.resolved(world) for f in faults) if f.kind in IN_RANK and f.applies_to(rank, role)]
-    if mine:
-        from hctool.inject import fault_hooks
-        fault_hooks.install(mine, rank)
-    return faults

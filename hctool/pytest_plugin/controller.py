@@ -6,7 +6,6 @@ every process), then turn what the ranks did into this test's outcome."""
 from __future__ import annotations
 
 import io
-import json
 import re
 import shutil
 import tempfile
@@ -21,7 +20,7 @@ _FRAME = re.compile(r"\.py:\d+\)")
 
 
 def _marker_args(item: pytest.Function, marker) -> tuple[int, float, float, str]:
-    from hctool.pytest_plugin import settings
+    from hctool.pytest_plugin.options import settings
 
     backend, timeout, hang_after = settings(item.config)
     n = marker.args[0] if marker.args else marker.kwargs.get("n")
@@ -75,7 +74,8 @@ class Outcome(NamedTuple):
 
 
 def run_on_ranks(item: pytest.Function, marker) -> None:
-    from hctool.consensus.run import RUN_INFO, RunOptions, run_job
+    from hctool.consensus.run import RunOptions, run_job
+    from hctool.protocol.runrecord import RunRecord
 
     n, timeout, hang_after, backend = _marker_args(item, marker)
     if backend == "nccl" and _gpus(n) < n:
@@ -84,7 +84,7 @@ def run_on_ranks(item: pytest.Function, marker) -> None:
     opts = RunOptions(command=_rank_command(item, trace_dir, backend, timeout, hang_after), nproc=n,
                       timeout=timeout, hang_after=hang_after, abort=True, trace_dir=Path(trace_dir), script_mode=True)
     report, latency = run_job(opts)
-    codes = {int(r): c for r, c in json.loads((Path(trace_dir) / RUN_INFO).read_text())["exit_codes"].items()}
+    codes = RunRecord.read(Path(trace_dir)).exit_codes
     outcome = _outcome(report, read_outcomes(trace_dir), codes, trace_dir, n, timeout)
     if outcome.status != "failed":
         shutil.rmtree(trace_dir, ignore_errors=True)

@@ -18,7 +18,7 @@ OUTCOMES = "outcome-rank{rank}.jsonl"
 
 class RankWorker:
     def __init__(self, config: pytest.Config):
-        from hctool.pytest_plugin import settings
+        from hctool.pytest_plugin.options import settings
 
         self.dir = config.getoption("hctool_worker")
         self.rank = int(os.environ.get("RANK", "0"))
@@ -53,10 +53,10 @@ class RankWorker:
         """The one test is done and reported: leave now. pytest's session end (terminal
         summary hooks of other plugins, repeated gc passes over torch's objects) and
         interpreter teardown cost seconds per rank and tell the controller nothing."""
-        from hctool.consensus import recorder
+        from hctool.agent.capture import state, tracefile
 
-        if recorder.enabled():
-            recorder.write_end()  # the end record atexit would have written
+        if state.enabled():
+            tracefile.write_end()  # the end record atexit would have written
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1 if self.failed else 0)

@@ -19,14 +19,13 @@ import psutil
 
 import requests
 
-from engine.server_args import ServerArgs
+from engine.lab import ServerArgs, Variants
 from hctool.consensus import analyze_dir
 from hctool.consensus.live import LiveWatcher
 from hctool.launch import PDTopology, Topology
-from hctool.repro.mechanism import check_mechanism
 from hctool.repro.scenario import Scenario, Variant
 from hctool.repro.state import find_state_divergence
-from hctool.repro.verdict import Observation, derive_verdict
+from hctool.repro.verdict import Observation, VariantReport, judge
 from hctool.repro.workload import WorkloadDriver, build_prompts, run_to_completion
 from hctool.stacks import dump_stacks
 
@@ -74,7 +73,7 @@ class ReproHarness:
                 requests.post(f"{url}/flush_cache", timeout=self.s.deadline).raise_for_status()  # waits for backups
                 topo.shutdown()
         ref_args = dataclasses.replace(first, enable_hierarchical_cache=False, hicache_storage_backend=None,
-                                       disable_radix_cache=True, run_dir="", debug_break="", state_digest=False,
+                                       disable_radix_cache=True, run_dir="", variants=Variants(), state_digest=False,
                                        req_waiting_timeout=0.0,
                                        max_total_tokens=max(first.max_total_tokens, 16384))
         log("reference: answering every prompt without any cache")
@@ -85,7 +84,7 @@ class ReproHarness:
 
     # -- one variant run -------------------------------------------------------------------
     def run_variant(self, variant: Variant, index: int = 0, faults: list[str] | None = None, hooks=None,
-                    name: str | None = None) -> dict:
+                    name: str | None = None) -> VariantReport:
         """One run. `faults` replaces the scenario's; `hooks` (chaos) is told when the
         workload starts (`started(topo, url, driver, t0)`), may act while it runs
         (`tick()`), sees the engine at quiesce before teardown (`quiesce(topo, url,
@@ -137,35 +136,19 @@ class ReproHarness:
         differing = self._outputs_differing(driver)
         obs = Observation(outcome, death, live, final, driver.sent, driver.succeeded, not differing,
                           driver.aborted, differing)
-        verdict, reason = derive_verdict(obs)
         if hooks:
             hooks.finished(obs, driver, topo, codes)
         per_round = [b - a for a, b in zip([0, *load_back], load_back)]
         first = _first_divergence(outcome, live, final)
         state = find_state_divergence(vdir / "state")  # written by ranks run with --state-digest
-        ok, mechanism = verdict in variant.expected, None
-        if ok and verdict == "healthy" and self.s.require_load_back and not all(x > 0 for x in per_round[1:]):
-            ok, reason = False, f"{reason}; but decode L2 load-backs per round were {per_round} (want > 0 after round 1)"
-        if variant.mechanism is not None:  # `ok` means THIS bug, not any failure
-            seen, evidence = check_mechanism(variant.mechanism, first, state, obs.outputs_match)
-            after = final.get("first_divergence")
-            if not seen and after and after != first:
-                # The live check reports the first mismatch it sees, which can be a consequence in
-                # another group; the post-run analysis of every trace is the other finding.
-                seen, more = check_mechanism(variant.mechanism, after, state, obs.outputs_match)
-                evidence += [f"post-run trace analysis: {e}" for e in more]
-            mechanism = {"declared": variant.mechanism.describe(), "seen": seen, "evidence": evidence}
-            if ok and not seen:
-                reason += "; but not by the declared mechanism"
-            ok = ok and seen
-        report = {"name": variant.name, "expected": list(variant.expected), "verdict": verdict,
-                  "ok": ok, "seconds": round(time.monotonic() - t0, 2), "load_back_tokens_by_round": per_round,
-                  "requests": driver.counts(), "reason": reason, "mechanism": mechanism, "state_divergence": state,
-                  "first_divergence": first, "stacks": stacks or final.get("stacks") or {}, "artifacts": str(vdir)}
-        (vdir / "report.json").write_text(json.dumps(report, indent=2))
+        j = judge(obs, variant.expected, per_round, self.s.require_load_back, variant.mechanism, first, state)
+        report = VariantReport(variant.name, list(variant.expected), j.verdict, j.ok, round(time.monotonic() - t0, 2),
+                               per_round, driver.counts(), j.reason, j.mechanism, state, first,
+                               stacks or final.get("stacks") or {}, str(vdir))
+        (vdir / "report.json").write_text(json.dumps(report.to_json(), indent=2))
         if stacks:
             (vdir / "stacks.txt").write_text("".join(f"== rank {r} ==\n{t}\n" for r, t in sorted(stacks.items())))
-        log(f"{name}: {verdict} ({reason}) in {report['seconds']} s")
+        log(f"{name}: {j.verdict} ({j.reason}) in {report.seconds} s")
         return report
 
     def _watch(self, topo: Topology | PDTopology, watcher: LiveWatcher, driver: WorkloadDriver, started: float,
@@ -203,23 +186,10 @@ class ReproHarness:
         results = []
         for v in variants:
             runs = [self.run_variant(v, k) for k in range(self.opts.runs)]
-            results.append(_summarize(runs) if len(runs) > 1 else runs[0])
+            results.append((VariantReport.summarize(runs) if len(runs) > 1 else runs[0]).to_json())
         out = {"id": self.s.id, "title": self.s.title, "variants": results, "artifacts": str(self.root)}
         (self.root / "report.json").write_text(json.dumps(out, indent=2))
         return out
-
-
-def _summarize(runs: list[dict]) -> dict:
-    """--runs K: the last run's details, with every run's verdict and the count that
-    came out as expected; ok only if all did."""
-    last = dict(runs[-1])
-    verdicts = [r["verdict"] for r in runs]
-    last.update(verdict=max(set(verdicts), key=verdicts.count), runs=len(runs),
-                ok_runs=sum(r["ok"] for r in runs), verdicts=verdicts,
-                seconds=round(sum(r["seconds"] for r in runs), 2), ok=all(r["ok"] for r in runs))
-    if last.get("mechanism") is not None:
-        last["mechanism"] = dict(last["mechanism"], seen_runs=sum(bool((r["mechanism"] or {}).get("seen")) for r in runs))
-    return last
 
 
 def _first_divergence(outcome: str, live: dict | None, final: dict) -> dict | None:

@@ -9,8 +9,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.server_args import ServerArgs
-from hctool.inject.faults import parse_fault
+from engine.lab import ServerArgs
+from hctool.protocol.faults import parse_fault
 from hctool.repro.mechanism import Mechanism, MechanismError, parse_mechanism
 
 VERDICTS = ("deadlocked", "crashed", "diverged", "healthy")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -51,3 +51,86 @@ def derive_verdict(obs: Observation) -> tuple[str, str]:
     if final not in (None, "consistent"):
         return "diverged", f"trace analysis says {final}"
     return "healthy", "every request answered, outputs equal the reference, traces consistent"
+
+
+@dataclass
+class Judgement:
+    """The verdict of one variant run and whether it is the one the scenario expects."""
+
+    verdict: str
+    ok: bool
+    reason: str
+    mechanism: dict | None = None   # {"declared", "seen", "evidence"} when the variant declares one
+
+
+def judge(obs: Observation, expected: tuple[str, ...], load_back_by_round: list[int], require_load_back: bool,
+          mechanism=None, first_divergence: dict | None = None, state: dict | None = None) -> Judgement:
+    """The one place a variant's outcome is decided: the verdict from what the processes did,
+    `ok` when it is an expected one, a healthy run that never loaded back when the scenario
+    needs load-backs is not ok, and a declared mechanism must be seen in the evidence (a
+    buggy variant's `ok` means THIS bug, not any failure)."""
+    from hctool.repro.mechanism import check_mechanism
+
+    verdict, reason = derive_verdict(obs)
+    ok = verdict in expected
+    if ok and verdict == "healthy" and require_load_back and not all(x > 0 for x in load_back_by_round[1:]):
+        ok, reason = False, f"{reason}; but decode L2 load-backs per round were {load_back_by_round} (want > 0 after round 1)"
+    seen_mechanism = None
+    if mechanism is not None:
+        seen, evidence = check_mechanism(mechanism, first_divergence, state, obs.outputs_match)
+        after = (obs.final_report or {}).get("first_divergence")
+        if not seen and after and after != first_divergence:
+            # The live check reports the first mismatch it sees, which can be a consequence in
+            # another group; the post-run analysis of every trace is the other finding.
+            seen, more = check_mechanism(mechanism, after, state, obs.outputs_match)
+            evidence += [f"post-run trace analysis: {e}" for e in more]
+        seen_mechanism = {"declared": mechanism.describe(), "seen": seen, "evidence": evidence}
+        if ok and not seen:
+            reason += "; but not by the declared mechanism"
+        ok = ok and seen
+    return Judgement(verdict, ok, reason, seen_mechanism)
+
+
+@dataclass
+class VariantReport:
+    """One variant run (or K runs, summarized): the JSON of `hctool repro --json` is to_json()."""
+
+    name: str
+    expected: list[str]
+    verdict: str
+    ok: bool
+    seconds: float
+    load_back_tokens_by_round: list[int]
+    requests: dict
+    reason: str
+    mechanism: dict | None
+    state_divergence: dict | None
+    first_divergence: dict | None
+    stacks: dict
+    artifacts: str
+    runs: int | None = None              # --runs K: K, with every run's verdict
+    ok_runs: int | None = None
+    verdicts: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        out = {k: getattr(self, k) for k in ("name", "expected", "verdict", "ok", "seconds",
+                                             "load_back_tokens_by_round", "requests", "reason", "mechanism",
+                                             "state_divergence", "first_divergence", "stacks", "artifacts")}
+        if self.runs is not None:
+            out.update(runs=self.runs, ok_runs=self.ok_runs, verdicts=list(self.verdicts))
+        return out
+
+    @classmethod
+    def summarize(cls, runs: list[VariantReport]) -> VariantReport:
+        """--runs K: the last run's details, with every run's verdict and the count that came
+        out as expected; ok only if all did."""
+        from dataclasses import replace
+
+        verdicts = [r.verdict for r in runs]
+        last = runs[-1]
+        mechanism = last.mechanism
+        if mechanism is not None:
+            mechanism = dict(mechanism, seen_runs=sum(bool((r.mechanism or {}).get("seen")) for r in runs))
+        return replace(last, verdict=max(set(verdicts), key=verdicts.count), runs=len(runs),
+                       ok_runs=sum(r.ok for r in runs), verdicts=verdicts,
+                       seconds=round(sum(r.seconds for r in runs), 2), ok=all(r.ok for r in runs), mechanism=mechanism)

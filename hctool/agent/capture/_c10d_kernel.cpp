@@ -1,7 +1,7 @@
 // The c10d capture kernel in C++: how C++-issued collectives are seen without
 // taking the GIL on the thread that issues them (docs/consensus.md, "Coverage").
 //
-// Built at run time against the torch in use (cxx_kernel.py) and registered at the
+// Built at run time against the torch in use (hctool/consensus/kernel_build.py) and registered at the
 // Autograd key of the c10d ops in place of capture_c10d.py's Python kernel, which
 // it calls for every case but one: a call on a thread that runs no Python (DDP's
 // reducer on autograd's device thread) while the main thread is in a backward call
@@ -331,8 +331,8 @@ void forget_all() {
 
 PYBIND11_MODULE(_c10d_kernel, m) {
   m.doc() = "hctool's c10d capture kernel in C++ (see the source's head).";
-  m.attr("torch_version") = HCTOOL_TORCH_VERSION;  // -D by cxx_kernel.py: the torch it was built against
-  CounterType.tp_name = "hctool.consensus._c10d_kernel.Counter";
+  m.attr("torch_version") = HCTOOL_TORCH_VERSION;  // -D by kernel_build.py: the torch it was built against
+  CounterType.tp_name = "hctool.agent.capture._c10d_kernel.Counter";
   CounterType.tp_basicsize = sizeof(CounterObject);
   CounterType.tp_flags = Py_TPFLAGS_DEFAULT;
   CounterType.tp_doc = "0, 1, 2, ... taken atomically (next() from Python, or from C++ without the GIL).";

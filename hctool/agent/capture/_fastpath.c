@@ -502,7 +502,7 @@ static void hook_dealloc(Hook *h) {
 
 static PyTypeObject HookType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "hctool.consensus._fastpath.Hook",
+    .tp_name = "hctool.agent.capture._fastpath.Hook",
     .tp_basicsize = sizeof(Hook),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_vectorcall_offset = offsetof(Hook, vectorcall),

@@ -23,7 +23,7 @@ collective is recorded once, by the outermost layer that sees it):
 2. Functional collectives (`torch.distributed._functional_collectives`):
    DTensor redistribution (clip_grad_norm_ on FSDP2's sharded grads, tensor
    parallel) calls them from inside __torch_dispatch__. Their module functions
-   are wrapped (capture_funcol.py); while torch.compile traces they pass through.
+   are wrapped (funcol.py); while torch.compile traces they pass through.
 
 Completion: a c10d op's record completes when its Work's future is done (gloo:
 the collective finished); on CUDA tensors, at return (NCCL marks its futures
@@ -45,7 +45,7 @@ import sys
 import threading
 import time
 
-from hctool.consensus import recorder, wrappers
+from hctool.agent.capture import cxx_kernel, funcol, recorder, state, tracefile
 
 # dispatcher op -> (recorded op, contributed-tensors arg, group arg, reduce-op arg, root arg, peer?)
 # The recorded name and described argument match what the Python wrapper records for the
@@ -88,24 +88,22 @@ _cxx = None  # the C++ capture kernel's module (_c10d_kernel.cpp), when built an
 
 
 def load_kernel() -> None:
-    """Load the C++ capture kernel (cxx_kernel.py) if check-consensus built one: called by
+    """Load the C++ capture kernel (cxx_kernel.py, built by hctool/consensus/kernel_build.py) if check-consensus built one: called by
     init_process_group before the default group is registered, so every sequence number and
     slot comes from its Counters (taken without the GIL by C++, atomically by Python)."""
     global _cxx
-    from hctool.consensus import cxx_kernel, tracefile
-
     if _cxx is not None:
         return  # a second init_process_group: loaded already
 
     module = cxx_kernel.load()
     if module is None:
         return
-    S = recorder._S
+    S = state.S
     with S.lock:  # no group exists yet, so only the slot counter predates this
-        tracefile.new_counter = module.Counter
+        state.new_counter = module.Counter
         S.slots = module.Counter(cxx_kernel.counter_value(S.slots))
     module.bind(tracefile._grow, lambda token, message: recorder.record_complete(token, ok=False, error=message))
-    tracefile.on_reset.append(module.invalidate)
+    state.on_reset.append(module.invalidate)
     S.c10d_kernel = "c++"
     _cxx = module
 
@@ -113,7 +111,7 @@ def load_kernel() -> None:
 def set_backward_site(site: int) -> int:
     """Publish the site of the main thread's backward call in progress (0: none); returns the
     previous one. Both kernels attribute frameless threads' calls to it."""
-    prev, recorder._S.backward_site = recorder._S.backward_site, site
+    prev, state.S.backward_site = state.S.backward_site, site
     if _cxx is not None:
         _cxx.set_backward_site(site)
     return prev
@@ -124,23 +122,20 @@ def cxx_stats() -> dict | None:
     return None if _cxx is None else dict(_cxx.stats())
 
 
-def _nested() -> bool:
-    return threading.get_ident() in wrappers._inside
-
 
 def _redispatch_once(packet, keyset, args, kwargs, token: int):
     """Run torch's kernel as inside a recorded call: ops it issues through the
     dispatcher (inductor's in-place all_reduce_ calls all_reduce) are not recorded again.
     A kernel that raises completes the record as failed."""
     ident = threading.get_ident()
-    wrappers._inside.add(ident)
+    state.inside.add(ident)
     try:
         return packet.redispatch(keyset, *args, **kwargs)
     except BaseException as exc:
         recorder.record_failed(token, exc)
         raise
     finally:
-        wrappers._inside.discard(ident)
+        state.inside.discard(ident)
 
 
 def _work_of(result):
@@ -235,7 +230,7 @@ def _c10d_kernel(op_name: str, packet):
     red_names = {int(v): k for k, v in dist.ReduceOp.RedOpType.__members__.items()}
 
     def kernel(keyset, *args, **kwargs):
-        if _nested() or not recorder.enabled():
+        if state.nested() or not recorder.enabled():
             return packet.redispatch(keyset & below, *args, **kwargs)
         token, on_gpu = 0, False
         try:
@@ -252,12 +247,14 @@ def _c10d_kernel(op_name: str, packet):
             # This frame, not its caller: on autograd's device threads (DDP's reducer on
             # CUDA) the kernel is the thread's only Python frame. The recorder skips
             # hctool's frames and falls back to the main thread's line.
+            if state.S.before_call is not None:  # an in-rank fault (collective-delay)
+                state.S.before_call(recorded, state.group_index(group))
             token = recorder.record_collective(recorded, group, tensors, reduce_op=ro, root=root,
                                                async_op=True, frame=sys._getframe())
             if token and _cxx is not None:  # the C++ kernel may record the next such call itself
-                g = recorder._S.groups.get(id(group))
+                g = state.S.groups.get(id(group))
                 if g is not None:
-                    _cxx.offer(token, g.seq, recorder._S.slots)
+                    _cxx.offer(token, g.seq, state.S.slots)
         except Exception as exc:
             recorder.note_failure(exc)
         result = _redispatch_once(packet, keyset & below, args, kwargs, token)
@@ -316,7 +313,7 @@ def _functional_kernel(op_name: str, packet):
     def kernel(keyset, *args, **kwargs):
         first = args[t_arg][0] if isinstance(args[t_arg], (list, tuple)) and args[t_arg] else args[t_arg]
         # torch.compile traces the graph with FakeTensor / FunctionalTensor inputs: not a real call
-        if _nested() or not recorder.enabled() or type(first) is not Tensor:
+        if state.nested() or not recorder.enabled() or type(first) is not Tensor:
             return packet.redispatch(keyset & below, *args, **kwargs)
         token = 0
         try:
@@ -346,9 +343,8 @@ def install() -> None:
         return
     _installed = True
     atexit.register(poll_pending)  # registered after the end record's handler, so it runs before it
-    from hctool.consensus.capture_funcol import install_funcol
 
-    for layer in (_install_c10d, _install_functional, install_funcol):
+    for layer in (_install_c10d, _install_functional, funcol.install_funcol):
         try:
             layer()
         except Exception as exc:

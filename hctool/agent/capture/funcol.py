@@ -1,7 +1,7 @@
 """Layer 3 of the capture (docs/consensus.md, "Coverage"): the module functions of
 torch.distributed._functional_collectives. DTensor redistribution (clip_grad_norm_
 on FSDP2's sharded grads, tensor parallel) calls them from inside
-__torch_dispatch__, where the dispatcher kernels of capture_c10d.py are bypassed.
+__torch_dispatch__, where the dispatcher kernels of c10d.py are bypassed.
 While torch.compile traces they pass through untouched; they complete at return
 (the result is waited on later, through wait_tensor).
 """
@@ -13,8 +13,7 @@ import inspect
 import sys
 import threading
 
-from hctool.consensus import recorder, wrappers
-from hctool.consensus.capture_c10d import _nested
+from hctool.agent.capture import recorder, state
 
 # functional collective -> recorded op (named like the torch.distributed call it mirrors)
 FUNCOL_OPS = {
@@ -45,7 +44,7 @@ def _funcol_wrapper(recorded: str, fn):
     def wrapped(*args, **kwargs):
         if torch.compiler.is_compiling():  # first: dynamo must trace through to torch's function
             return fn(*args, **kwargs)
-        if _nested() or not recorder.enabled():
+        if state.nested() or not recorder.enabled():
             return fn(*args, **kwargs)
         token = 0
         try:
@@ -61,14 +60,14 @@ def _funcol_wrapper(recorded: str, fn):
         except Exception as exc:
             recorder.note_failure(exc)
         ident = threading.get_ident()
-        wrappers._inside.add(ident)
+        state.inside.add(ident)
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
             recorder.record_failed(token, exc)
             raise
         finally:
-            wrappers._inside.discard(ident)
+            state.inside.discard(ident)
         recorder.record_complete(token)
         return result
 

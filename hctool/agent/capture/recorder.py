@@ -1,27 +1,26 @@
-"""The collective recorder: runs inside every rank (installed by sitecustomize).
+"""The collective recorder's hot path: runs inside every rank (install.py turns it on).
 
-Every capture route (the torch.distributed wrappers in wrappers.py, and any
-other) calls one hot-path entry, record_collective(), then record_complete().
-A call is one fixed-size binary record written through a MAP_SHARED mmap of
-rank{R}-{pid}.ring; names, call sites, shapes and groups are interned once in
-the JSON side table rank{R}-{pid}.jsonl (tracefile.py; format: records.py). No
-JSON and no system call per collective, and the trace survives SIGKILL and
-gloo's abort. No collective is ever issued by the recorder itself.
+Every capture route (the torch.distributed wrappers in wrappers.py, the dispatcher kernels
+of c10d.py, funcol.py) calls one entry, record_collective(), then record_complete(). A call
+is one fixed-size binary record written through a MAP_SHARED mmap of rank{R}-{pid}.ring;
+names, call sites, shapes and groups are interned once in the JSON side table
+rank{R}-{pid}.jsonl (tracefile.py; format: hctool/protocol/records.py). No JSON and no
+system call per collective, and the trace survives SIGKILL and gloo's abort. No collective
+is ever issued by the recorder itself.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import sys
 import threading
 import time
 
-from hctool.consensus.records import (CALL, DONE, FLAG_ASYNC, KIND_CALL, KIND_VOID, NO_ROOT, PER_SEGMENT,
-                                      RECORD_SIZE, STATE_COMPLETED, STATE_FAILED, T_DONE_OFFSET)
-from hctool.consensus.tracefile import (_HCTOOL_DIR, _S, _desc_id, _grow, _group, _intern, _new_site,  # noqa: F401 - re-exported
-                                        _reduce_id, _side, _site_value, _thread_id, _user_frame, describe,
-                                        enabled, excepthook, note_failure, register_group, write_end)
+from hctool.agent.capture.state import _S, enabled  # noqa: F401 - recorder.enabled() is its API
+from hctool.agent.capture.tracefile import (_desc_id, _grow, _group, _intern, _new_site, _reduce_id, _side,
+                                            _site_value, _thread_id, _user_frame, note_failure)
+from hctool.protocol.records import (CALL, DONE, FLAG_ASYNC, KIND_CALL, KIND_VOID, NO_ROOT, PER_SEGMENT,
+                                     RECORD_SIZE, STATE_COMPLETED, STATE_FAILED, T_DONE_OFFSET)
 
 _monotonic = time.monotonic
 _get_ident = threading.get_ident
@@ -148,12 +147,14 @@ def record_failed(token: int, exc: BaseException) -> None:
 
 # ---------------------------------------------------------------- labelled events
 
-def record_label(label: str, value, depth: int = 2) -> None:
+def record_label(label: str, value, depth: int = 2, frame=None) -> None:
+    """A labelled value at the caller `depth` frames up (or at `frame`, when given)."""
     if _S.trace_dir is None:
         return
     try:
         digest = hashlib.sha1(_canonical(value)).hexdigest()[:16]
-        site = _site_value(_user_frame(sys._getframe(depth)) or sys._getframe(depth))
+        at = frame if frame is not None else sys._getframe(depth)
+        site = _site_value(_user_frame(at) or at)
         _side({"e": next(_S.label_ids), "g": "labels", "s": next(_S.label_seq), "op": "assert_same",
                "label": str(label), "digest": digest, "value": repr(value)[:80], "st": "c", **site,
                "th": threading.current_thread().name, "t": time.monotonic(), "w": time.time()})
@@ -174,12 +175,3 @@ def _canonical(value) -> bytes:
     if isinstance(value, (list, tuple)):
         return b"[" + b",".join(_canonical(v) for v in value) + b"]"
     return repr(value).encode()
-
-
-def install_on_import(trace_dir: str) -> None:
-    """Turn the recorder on and wrap torch.distributed when it is first imported."""
-    from hctool.consensus import wrappers
-
-    _S.trace_dir = os.path.abspath(trace_dir)
-    sys.excepthook = excepthook(sys.excepthook)
-    wrappers.install_on_import()

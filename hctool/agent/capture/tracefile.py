@@ -1,7 +1,7 @@
-"""The recorder's files and interned names: the per-process state, the side
-table (JSON lines, os.write), the mmap'd ring segments, interning of ops, call
-sites, shapes, reduce ops and threads, and process groups. recorder.py holds
-the hot path that uses them; records.py the format.
+"""The recorder's files and interned names: the side table (JSON lines, os.write), the
+mmap'd ring segments, interning of ops, call sites, shapes, reduce ops and threads, and
+process groups. state.py holds the process state, recorder.py the hot path that uses
+these, hctool/protocol/records.py the format.
 """
 
 from __future__ import annotations
@@ -16,71 +16,13 @@ import socket
 import sys
 import threading
 import time
-import weakref
 
-from hctool.consensus.records import FORMAT_VERSION, RECORD_SIZE, SEGMENT
+from hctool.agent.capture.state import _S, _Group
+from hctool.protocol.records import FORMAT_VERSION, RECORD_SIZE, SEGMENT
 
 STACK_DEPTH = 8
-_HCTOOL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _get_ident = threading.get_ident
 _get_native_id = threading.get_native_id
-# Sequence numbers and ring slots. The C++ capture kernel, when loaded, swaps in its Counter,
-# which it takes from without the GIL (capture_c10d.load_kernel).
-new_counter = itertools.count
-on_reset: list = []  # called when _State.reset() renews the tables (the C++ kernel forgets its copies)
-
-
-class _Group:
-    __slots__ = ("id", "key", "ranks", "member", "seq", "pg")
-
-    def __init__(self, gid: int, key: str, ranks: list[int], member: bool, pg) -> None:
-        self.id, self.key, self.ranks, self.member = gid, key, ranks, member
-        self.seq = new_counter()  # next() is atomic (itertools.count: under the GIL)
-        # A weak reference: keeping a destroyed group alive until interpreter exit
-        # makes gloo's threads die in the wrong order (std::terminate). When it
-        # goes, its id may be reused: forget the mapping.
-        self.pg = None if pg is None else weakref.ref(pg, lambda _, k=id(pg): _S.groups.pop(k, None))
-
-
-class _State:
-    def __init__(self) -> None:
-        self.trace_dir: str | None = None
-        self.internal: tuple[str, ...] = (_HCTOOL_DIR, "<frozen")  # torch's folder is added when it is patched
-        self.lock = threading.RLock()
-        # How wrapped calls are recorded: False (Python), "c" (the C hot path), "c+tls" (and it
-        # goes below autograd through c10's dispatch TLS, not the pybind guard); wrappers.py
-        self.fastpath: str | bool = False
-        self.c10d_kernel = "python"  # what sees C++-issued calls: "python" or "c++" (capture_c10d.py)
-        self.reset()
-
-    def reset(self) -> None:
-        self.fd: int | None = None      # side table
-        self.ring_fd: int | None = None
-        self.segs: list[mmap.mmap] = []
-        self.slots = new_counter()
-        self.backward_site = 0  # site id of the main thread's backward call in progress (wrappers.py)
-        self.label_ids = itertools.count(1)
-        self.label_seq = itertools.count()
-        self.rank: int | None = None
-        self.world: _Group | None = None  # the default group
-        self.groups: dict[int, _Group] = {}  # id(pg) -> group
-        self.group_ids = itertools.count(1)   # creation index of new_group (0: the default group)
-        self.group_uids = itertools.count(1)  # the id ring records carry
-        self.interned: dict[str, dict] = {k: {} for k in ("op", "site", "desc", "th", "ro")}
-        self.code_internal: dict = {}
-        self.ro_by_id: dict[int, int] = {}
-        self.keep: list = []  # objects whose id() is part of a key
-        self.error: str | None = None
-        self.dist = None                  # torch.distributed, once imported
-        for forget in on_reset:
-            forget()
-
-
-_S = _State()
-
-
-def enabled() -> bool:
-    return _S.trace_dir is not None
 
 
 # ---------------------------------------------------------------- files

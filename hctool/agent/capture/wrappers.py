@@ -3,12 +3,12 @@ batch_isend_irecv and object collectives of torch.distributed (and
 distributed_c10d), and the group constructors. Each wrapper calls
 recorder.record_collective / record_complete; calls torch makes inside a
 recorded call (the broadcasts of broadcast_object_list) are not recorded again.
+At init_process_group it loads and installs the dispatcher-level routes (c10d.py).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.machinery
 import inspect
 import os
 import sys
@@ -16,7 +16,9 @@ import tempfile
 import threading
 import time
 
-from hctool.consensus import recorder
+from hctool.agent.capture import c10d, recorder, state, tracefile
+from hctool.agent.capture.state import inside as _inside
+from hctool.protocol import env as protocol_env
 
 COLLECTIVES = (
     "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
@@ -33,7 +35,6 @@ _DESCRIBED_ARG = {"all_gather": "tensor", "all_gather_into_tensor": "input_tenso
                   "batch_isend_irecv": "p2p_op_list", "barrier": None, "monitored_barrier": None}
 _ROOT_ARGS = ("src", "dst", "group_src", "group_dst")
 _P2P_PEER_ARGS = ("dst", "src", "group_dst", "group_src")
-_inside: set[int] = set()  # threads inside a recorded call (cheaper than a threading.local)
 
 
 def _extractor(op: str, fn):
@@ -157,23 +158,25 @@ def _recorded_call(op: str, fn):
     the C hook), so the user's frame is two up."""
     extract = _extractor(op, fn)
     record, complete = recorder._record, recorder.record_complete
-    state = recorder._S
+    S = state.S
     get_ident = threading.get_ident
     guards = _below_autograd_guards
 
     def recorded_call(*args, **kwargs):
         ident = get_ident()
-        if state.trace_dir is None or ident in _inside:
+        if S.trace_dir is None or ident in _inside:
             return fn(*args, **kwargs)  # nested inside a recorded call: one event per user call
         try:
             group, tensors, ro, root, async_op = extract(*args, **kwargs)
         except TypeError:
             return fn(*args, **kwargs)  # the call itself is wrong: torch says how
+        if S.before_call is not None:  # an in-rank fault (collective-delay, cuda-sleep)
+            S.before_call(op, state.group_index(group))
         token = record(op, group, tensors, ro, root, async_op, sys._getframe(2), ident)
         _inside.add(ident)
         try:
             # Below autograd, the c10d op goes straight to its backend kernel: the capture
-            # kernel capture_c10d.py puts at the Autograd key (~50 us of boxing and
+            # kernel c10d.py puts at the Autograd key (~50 us of boxing and
             # redispatch) is for C++-issued calls only; this call is recorded already.
             with guards.get(ident) or _new_guard(ident):
                 result = fn(*args, **kwargs)
@@ -216,17 +219,15 @@ def _fast_hook(op: str, fn, slow):
 
 
 def _load_fastpath():
-    if os.environ.get("HCTOOL_FASTPATH", "1") == "0":
+    if os.environ.get(protocol_env.FASTPATH, "1") == "0":
         return None
     try:
-        from hctool.consensus import _fastpath as module
+        from hctool.agent.capture import _fastpath as module
     except ImportError:  # not built (no compiler at install) or built for another Python
         return None
-    from hctool.consensus import tracefile
-
-    module.bind(recorder._S, _inside, _below_autograd_guards, _new_guard, tracefile._grow, recorder.record_failed, _MISSING,
+    module.bind(state.S, _inside, _below_autograd_guards, _new_guard, tracefile._grow, recorder.record_failed, _MISSING,
                 recorder._void)
-    recorder._S.fastpath = "c"
+    state.S.fastpath = "c"
     return module
 
 
@@ -244,31 +245,29 @@ def _wrap_group_creation(name: str, fn):
         finally:
             if not nested:
                 _inside.discard(ident)
-        if recorder._S.trace_dir is None:
+        if state.S.trace_dir is None:
             return result
         try:
-            dist = recorder._S.dist
+            dist = state.S.dist
             if name == "init_process_group":
                 global _is_compiling
                 import torch
 
                 _is_compiling = torch.compiler.is_compiling  # torch is fully imported by now
                 if _fastpath is not None:
-                    recorder._S.fastpath = "c+tls" if _bind_dispatch_tls(torch) else "c"
-                from hctool.consensus import capture_c10d  # C++-issued and functional collectives
-
-                capture_c10d.load_kernel()  # before the first group: its counters are the C++ kernel's
+                    state.S.fastpath = "c+tls" if _bind_dispatch_tls(torch) else "c"
+                c10d.load_kernel()  # before the first group: its counters are the C++ kernel's
                 _patch_backward()
                 pg = dist.distributed_c10d._get_default_group()
-                recorder.register_group(pg, list(range(dist.get_world_size())), default=True)
-                capture_c10d.install()  # here, not at import: torch is fully imported by now
+                tracefile.register_group(pg, list(range(dist.get_world_size())), default=True)
+                c10d.install()  # C++-issued and functional collectives; here, not at import: torch is fully imported by now
             else:
                 ranks = kwargs.get("ranks", args[0] if args else None)
                 ranks = list(ranks) if ranks is not None else list(range(dist.get_world_size()))
                 member = result is not None and result is not dist.GroupMember.NON_GROUP_MEMBER
-                recorder.register_group(result if member else None, ranks)
+                tracefile.register_group(result if member else None, ranks)
         except Exception as exc:
-            recorder.note_failure(exc)
+            tracefile.note_failure(exc)
         return result
 
     created.__hctool_original__ = fn
@@ -280,20 +279,21 @@ def patch_torch_distributed() -> None:
 
     if not dist.is_available() or getattr(dist, "__hctool_patched__", False):
         return
-    recorder._S.dist = dist
+    state.S.dist = dist
     torch_dir = os.path.dirname(os.path.dirname(os.path.abspath(dist.__file__))) + os.sep
     # Generated code is not the user's line either: FX graphs (aot_eager) and inductor's modules.
     inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "torchinductor_")
-    recorder._S.internal = (recorder._HCTOOL_DIR, torch_dir, "<frozen", "<eval_with_key", inductor)
-    c10d = dist.distributed_c10d
+    state.S.internal = (state.HCTOOL_DIR, torch_dir, "<frozen", "<eval_with_key", inductor)
+    module = dist.distributed_c10d
     for op in COLLECTIVES + tuple(P2P) + ("batch_isend_irecv",):
-        fn = getattr(c10d, op, None)
+        fn = getattr(module, op, None)
         if fn is not None:
-            _install(dist, c10d, op, fn, _wrap(op, fn))
+            _install(dist, module, op, fn, _wrap(op, fn))
     for name in ("init_process_group", "new_group"):
-        fn = getattr(c10d, name)
-        _install(dist, c10d, name, fn, _wrap_group_creation(name, fn))
-    _install(dist, c10d, "destroy_process_group", c10d.destroy_process_group, _wrap_destroy(c10d.destroy_process_group))
+        fn = getattr(module, name)
+        _install(dist, module, name, fn, _wrap_group_creation(name, fn))
+    _install(dist, module, "destroy_process_group", module.destroy_process_group,
+             _wrap_destroy(module.destroy_process_group))
     dist.__hctool_patched__ = True
 
 
@@ -307,24 +307,22 @@ def _patch_backward() -> None:
     fn = getattr(graph, "_engine_run_backward", None)
     if fn is None or getattr(fn, "__hctool_original__", None) is not None:
         return
-    from hctool.consensus import capture_c10d
-
-    state = recorder._S
+    S = state.S
 
     @functools.wraps(fn)
     def run_backward(*args, **kwargs):
         # compiling first: dynamo, tracing this, then reads a constant, not threading's calls
-        if _is_compiling() or state.world is None or state.trace_dir is None or threading.get_ident() != threading.main_thread().ident:
+        if _is_compiling() or S.world is None or S.trace_dir is None or threading.get_ident() != threading.main_thread().ident:
             return fn(*args, **kwargs)
         try:
-            prev = capture_c10d.set_backward_site(recorder.site_of(sys._getframe(1)))
+            prev = c10d.set_backward_site(recorder.site_of(sys._getframe(1)))
         except Exception as exc:
-            recorder.note_failure(exc)
+            tracefile.note_failure(exc)
             return fn(*args, **kwargs)
         try:
             return fn(*args, **kwargs)
         finally:
-            capture_c10d.set_backward_site(prev)
+            c10d.set_backward_site(prev)
 
     run_backward.__hctool_original__ = fn
     graph._engine_run_backward = run_backward
@@ -338,53 +336,19 @@ def _wrap_destroy(fn):
     teardown (NCCL) or exits late (the analyzer reads the `end` record)."""
     @functools.wraps(fn)
     def destroy(group=None, *args, **kwargs):
-        if group is None and recorder._S.fd is not None:
+        if group is None and state.S.fd is not None:
             try:
-                from hctool.consensus import capture_c10d
-
-                capture_c10d.poll_pending()  # C++-issued calls that have finished complete before the end
-
-                recorder._side({"end": 1, "t": time.monotonic(), "destroy": 1})
+                c10d.poll_pending()  # C++-issued calls that have finished complete before the end
+                tracefile._side({"end": 1, "t": time.monotonic(), "destroy": 1})
             except Exception as exc:
-                recorder.note_failure(exc)
+                tracefile.note_failure(exc)
         return fn(group, *args, **kwargs)
 
     destroy.__hctool_original__ = fn
     return destroy
 
 
-def _install(dist, c10d, name: str, fn, wrapped) -> None:
-    setattr(c10d, name, wrapped)
+def _install(dist, module, name: str, fn, wrapped) -> None:
+    setattr(module, name, wrapped)
     if getattr(dist, name, None) is fn:
         setattr(dist, name, wrapped)
-
-
-class _PatchOnImport:
-    """Meta-path finder: lets torch.distributed load normally, then patches it."""
-
-    def find_spec(self, name, path, target=None):
-        if name != "torch.distributed":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        real_exec = loader.exec_module
-
-        def exec_module(module):
-            real_exec(module)
-            try:
-                patch_torch_distributed()
-            except Exception as exc:
-                sys.stderr.write(f"hctool: installing the collective recorder failed: {type(exc).__name__}: {exc}\n")
-
-        loader.exec_module = exec_module
-        return spec
-
-
-def install_on_import() -> None:
-    if "torch.distributed" in sys.modules:
-        patch_torch_distributed()
-    else:
-        sys.meta_path.insert(0, _PatchOnImport())

@@ -1,14 +1,14 @@
 """hctool's injection point, loaded by every Python process started with
-hctool/inject/site first on PYTHONPATH (see hctool.procs.inject_env). Nothing
+hctool/agent/site first on PYTHONPATH (see hctool.procs.inject_env). Nothing
 else lives in this folder: every file here shadows a top-level module of the
 user's program (`import faults` must find theirs, not ours).
 
 Reads HCTOOL_TRACE_DIR (collective recorder), HCTOOL_FAULTS (fault injection)
-and HCTOOL_PROBES (modules or .py files to import). It must never break the
-program: a failure prints one line to stderr and the program goes on, except
-for faults: a scenario run without its faults would give a verdict about
-something else, so a process whose faults cannot be installed exits (code 2)
-after saying why.
+and HCTOOL_PROBES (function probes, or modules / .py files to import); the rest
+of the agent (hctool/agent) does the work. It must never break the program: a
+failure prints one line to stderr and the program goes on, except for faults: a
+run without its faults would give a verdict about something else, so a process
+whose faults cannot be installed exits (code 2) after saying why.
 torch is not imported here; the recorder hooks the first import of
 torch.distributed instead (importing torch costs ~1-3 s per process).
 """
@@ -29,7 +29,7 @@ def _here():
 
 
 def _ensure_hctool_importable():
-    # hctool/inject/site/ -> the folder holding the hctool package.
+    # hctool/agent/site/ -> the folder holding the hctool package.
     root = os.path.dirname(os.path.dirname(os.path.dirname(_here())))
     try:
         import hctool  # noqa: F401
@@ -51,20 +51,6 @@ def _chain_shadowed_sitecustomize():
     spec.loader.exec_module(module)
 
 
-def _import_probe(name):
-    import importlib
-    import importlib.util
-
-    if name.endswith(".py"):
-        mod_name = "hctool_probe_" + os.path.splitext(os.path.basename(name))[0]
-        spec = importlib.util.spec_from_file_location(mod_name, name)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[mod_name] = module
-        spec.loader.exec_module(module)
-    else:
-        importlib.import_module(name)
-
-
 def _main():
     try:
         _chain_shadowed_sitecustomize()
@@ -74,7 +60,7 @@ def _main():
     if env.get("HCTOOL_SUPERVISOR_PID"):  # exit with the hctool that started us (lifeline.py)
         try:
             _ensure_hctool_importable()
-            from hctool.inject import lifeline
+            from hctool.agent import lifeline
 
             lifeline.install_from_env(env)
         except Exception as exc:
@@ -88,25 +74,27 @@ def _main():
         return
     if env.get("HCTOOL_TRACE_DIR"):
         try:
-            from hctool.consensus import recorder
+            from hctool.agent.capture import install
 
-            recorder.install_on_import(env["HCTOOL_TRACE_DIR"])
+            install.install_on_import(env["HCTOOL_TRACE_DIR"])
         except Exception as exc:
             _warn("installing the collective recorder", exc)
     if env.get("HCTOOL_FAULTS"):
         try:
-            from hctool.inject import faults
+            from hctool.agent import faults
 
             faults.install_from_env()
         except Exception as exc:
             _warn(f"installing faults {env['HCTOOL_FAULTS']!r} (the process exits rather than run without them)", exc)
             sys.stderr.flush()
             os._exit(2)
-    for name in filter(None, (p.strip() for p in env.get("HCTOOL_PROBES", "").split(","))):
+    if env.get("HCTOOL_PROBES"):
         try:
-            _import_probe(name)
+            from hctool.agent import probes
+
+            probes.install_from_env()
         except Exception as exc:
-            _warn(f"importing probe {name}", exc)
+            _warn("installing probes", exc)
 
 
 _main()

@@ -1,0 +1,84 @@
+"""How often each of this rank's faults fired, and whether a named target was found: written
+beside the traces as faults-rank{R}-{pid}.json (atomically, every 0.5 s while counts change,
+and at exit), so a report can say "fired 12 times on rank 1" or "never fired"."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import tempfile
+import threading
+
+from hctool.agent import names
+from hctool.agent.clock import REAL
+from hctool.protocol import env as protocol_env
+
+FLUSH_S = 0.5
+_lock = threading.Lock()
+_counts: dict = {}          # Fault -> times fired
+_targets: dict = {}         # Fault -> the function it acts on (by-name kinds)
+_order: list = []
+_rank: int | None = None
+_dirty = False
+_path: str | None = None
+
+
+def start(faults, rank: int) -> None:
+    global _rank, _path
+    _rank = rank
+    for f in faults:
+        if f not in _counts:
+            _counts[f] = 0
+            _order.append(f)
+    folder = os.environ.get(protocol_env.TRACE_DIR) or os.environ.get(protocol_env.RUN_DIR)
+    if folder and _path is None:
+        _path = os.path.join(folder, f"faults-rank{rank}-{os.getpid()}.json")
+        threading.Thread(target=_flusher, name="hctool-fault-counts", daemon=True).start()
+        atexit.register(flush)
+
+
+def fired(f) -> None:
+    global _dirty
+    if f in _counts:
+        _counts[f] += 1  # a lost increment under a race costs one count, never a wrong answer
+        _dirty = True
+
+
+def track_target(f, target: str) -> None:
+    _targets[f] = target
+
+
+def snapshot() -> list[dict]:
+    out = []
+    for f in _order:
+        entry = {"spec": f.spec(), "fired": _counts[f]}
+        if f in _targets:
+            entry["target"] = _targets[f]
+            entry["resolved"] = names.state_of(_targets[f])
+        out.append(entry)
+    return out
+
+
+def flush() -> None:
+    global _dirty
+    if _path is None:
+        return
+    with _lock:
+        _dirty = False
+        data = json.dumps({"rank": _rank, "pid": os.getpid(), "faults": snapshot()})
+        try:
+            os.makedirs(os.path.dirname(_path), exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(_path), prefix=".faults-", suffix=".tmp")
+            with os.fdopen(fd, "w") as fh:
+                fh.write(data)
+            os.replace(tmp, _path)
+        except OSError:
+            pass  # a full or vanished folder: the run goes on without the counts
+
+
+def _flusher() -> None:
+    while True:
+        REAL.sleep(FLUSH_S)
+        if _dirty:
+            flush()

@@ -1,0 +1,54 @@
+"""The run record: what a supervisor knew when it ended a job, written beside the traces
+(hctool-run.json), so `check-consensus analyze` later gives the same verdict as the run."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+NAME = "hctool-run.json"
+MAX_BYTES = 1 << 20
+
+
+class RunRecordError(ValueError):
+    """A file at that name that is not a run record (the folder may come from anyone)."""
+
+
+@dataclass
+class RunRecord:
+    command: list[str]
+    exit_codes: dict[int, int | None]       # rank -> exit code (None: killed by hctool at the end)
+    command_exit_code: int | None = None     # a wrapper command's own code (torchrun), if it ended by itself
+    faults: list[dict] = field(default_factory=list)  # per fault: spec and how often it fired per rank
+
+    def write(self, folder: Path) -> Path:
+        path = Path(folder) / NAME
+        tmp = path.with_name(f".{NAME}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**asdict(self), "exit_codes": {str(r): c for r, c in self.exit_codes.items()}}))
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def read(cls, folder: Path) -> RunRecord | None:
+        """The folder's record (None: there is none); RunRecordError for anything else there."""
+        path = Path(folder) / NAME
+        if not os.path.lexists(path):
+            return None
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_BYTES:
+            raise RunRecordError(f"{path}: not a small regular file")
+        try:
+            data = json.loads(path.read_bytes())
+            codes = {int(r): c for r, c in (data.get("exit_codes") or {}).items()}
+            command_exit = data.get("command_exit_code")
+            ok = all(0 <= r < 1 << 16 and (c is None or isinstance(c, int)) for r, c in codes.items())
+            if not ok or len(codes) > 1 << 16 or not (command_exit is None or isinstance(command_exit, int)):
+                raise ValueError("bad exit codes")
+            faults = data.get("faults") or []
+            if not isinstance(faults, list) or not all(isinstance(f, dict) for f in faults):
+                raise ValueError("bad fault list")
+            command = [str(c) for c in data.get("command") or []]
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise RunRecordError(f"{path}: not a run record ({exc})") from None
+        return cls(command, codes, command_exit, faults)
