@@ -10,7 +10,7 @@ The model shape is bigger than the engine's default (8 layers, 16 heads x 64): a
 --tokens 16384 moves 1 GiB per load. Two layouts of the same pages: contiguous (one run)
 and scattered (random host and device pages, nearly every page its own run). Scattered
 pages go through engine/page_transfer.py's kernel, and once more with the per-run copies
-it replaced (HCTOOL_PAGE_TRANSFER=copy). Loads run as the scheduler runs them, load() +
+it replaced (HCENGINE_PAGE_TRANSFER=copy). Loads run as the scheduler runs them, load() +
 start_loading() (one launch and one event per layer on the H2D stream) timed until the
 last layer's event completes; writes as write() + start_writing(). Medians of --runs
 interleaved runs. Before timing, the bytes moved by each case are checked.

@@ -6,7 +6,7 @@ capture routes: the torch.distributed wrappers and the c10d dispatcher kernel). 
 on alternate --repeats times so both see the same machine load; medians are reported.
 
 Arms (--arms, default off,on,py): "on" records through the C hot path
-(hctool/consensus/_fastpath.c, built at install), "py" through the Python path
+(hctool/agent/capture/_fastpath.c, built at install), "py" through the Python path
 (HCTOOL_FASTPATH=0, what a rank gets where the C module was not built).
 
 world1 (default): one process, a gloo world of one, back-to-back 4-byte all_reduce.
@@ -71,7 +71,7 @@ def rank_worker(backend: str, iters: int, out: str, sync_each: bool) -> None:
     dist.barrier()
     wall, cpu = _time_loop(call, t, iters, sync)
     if dist.get_rank() == 0:
-        rec = sys.modules.get("hctool.consensus.recorder")
+        rec = sys.modules.get("hctool.agent.capture.recorder")
         Path(out).write_text(json.dumps({"wall": wall, "cpu": cpu, "hctool": "hctool" in sys.modules,
                                          "fastpath": rec._S.fastpath if rec else False}))
     dist.destroy_process_group()
@@ -127,10 +127,10 @@ def parts(iters: int, repeats: int) -> dict:
     import torch
     import torch.distributed as dist
 
-    from hctool.consensus import recorder, wrappers
+    from hctool.agent.capture import recorder, state, wrappers
 
     with tempfile.TemporaryDirectory() as d:
-        recorder._S.trace_dir = d
+        state.S.trace_dir = d
         wrappers.patch_torch_distributed()
         dist.init_process_group("gloo", init_method=f"file://{d}/store", rank=0, world_size=1)
         t = torch.ones(1)

@@ -46,6 +46,6 @@ def clean_env():
 def c10d_kernel_built():
     """check-consensus builds its C++ capture kernel on first use (~20 s here, then cached):
     build it once up front so that no test's timeout pays for it."""
-    from hctool.consensus import cxx_kernel
+    from hctool.consensus import kernel_build
 
-    cxx_kernel.ensure_built()
+    kernel_build.ensure_built()

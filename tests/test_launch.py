@@ -170,7 +170,7 @@ def test_usage_errors_exit_2_with_one_line(hctool_cmd, clean_env, tmp_path, args
 
 
 def test_bad_inject_spec_is_a_usage_error(hctool_cmd, clean_env, tmp_path):
-    pytest.importorskip("hctool.inject.faults")
+    pytest.importorskip("hctool.protocol.faults")
     clean_env["PYTHONPATH"] = str(REPO)
     res = subprocess.run([*hctool_cmd, "launch", "--cpu", "--run-dir", str(tmp_path), "--inject", "no-such-fault:ms=1"],
                          cwd=REPO, env=clean_env, capture_output=True, text=True, timeout=120)

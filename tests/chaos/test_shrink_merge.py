@@ -12,7 +12,7 @@ from hctool.chaos.invariants import Anomaly
 from hctool.chaos.runner import RunResult
 from hctool.chaos.report import merge
 from hctool.chaos.schedule import Schedule
-from hctool.inject.faults import parse_fault
+from hctool.protocol.faults import parse_fault
 
 
 def test_shrink_keeps_only_the_culprits_at_their_smallest():

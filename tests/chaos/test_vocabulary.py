@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hctool.chaos.schedule import Schedule, ScheduleError, generate, load_schedule, parse_kinds, schedule_from_dict
-from hctool.inject.faults import FAULT_KINDS, Fault, parse_fault, parse_faults
+from hctool.protocol.faults import FAULT_KINDS, Fault, parse_fault, parse_faults
 
 
 def test_old_specs_keep_their_text_form():

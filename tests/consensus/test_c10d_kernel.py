@@ -1,4 +1,4 @@
-"""The C++ capture kernel (hctool/consensus/_c10d_kernel.cpp) records what the Python
+"""The C++ capture kernel (hctool/agent/capture/_c10d_kernel.cpp) records what the Python
 kernel records for C++-issued calls on threads that run no Python (DDP's reducer on
 autograd's device thread; here TorchScript all-reduces forked onto the inter-op pool
 while the main thread is in backward()), and really records the repeats itself."""
@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from hctool.consensus import cxx_kernel
+from hctool.consensus import kernel_build
 from tests.consensus.helpers import run_check, site
 from tests.consensus.test_fastpath import _COMPARED, _events
 
@@ -36,7 +36,7 @@ def _without_thread(events: list) -> list:
 
 
 def test_cpp_kernel_records_what_the_python_kernel_records(tmp_path, monkeypatch, no_leftover_processes):
-    path, why = cxx_kernel.ensure_built()
+    path, why = kernel_build.ensure_built()
     assert path is not None, f"the C++ capture kernel could not be built here: {why}"
     code, cxx, _, cxx_events, stats = _run("cxx", tmp_path, monkeypatch)
     py_code, py, _, py_events, py_stats = _run("py", tmp_path, monkeypatch, HCTOOL_C10D_KERNEL="0")

@@ -1,4 +1,4 @@
-"""The recorder's C hot path (hctool/consensus/_fastpath.c) records what the
+"""The recorder's C hot path (hctool/agent/capture/_fastpath.c) records what the
 Python path records: the same program, run by check-consensus with and without
 it, leaves the same events, and the C path really served the repeated calls."""
 
@@ -36,7 +36,7 @@ def _run(path: str, tmp_path, monkeypatch) -> tuple[dict, list[tuple], dict]:
 
 def test_c_path_records_what_the_python_path_records(tmp_path, monkeypatch, no_leftover_processes):
     try:
-        from hctool.consensus import _fastpath  # noqa: F401
+        from hctool.agent.capture import _fastpath  # noqa: F401
     except ImportError:
         pytest.fail("hctool's C module is not loaded: not built (`pip install -e .` needs a C compiler) "
                     "or turned off (HCTOOL_FASTPATH=0)")
@@ -67,7 +67,7 @@ def test_dispatch_tls_is_kept_only_where_it_matches_torchs_guard(monkeypatch):
     import torch
     from torch._C import DispatchKey, DispatchKeySet
 
-    from hctool.consensus import wrappers
+    from hctool.agent.capture import wrappers
 
     fp = wrappers._fastpath
     if fp is None:

@@ -92,7 +92,7 @@ def test_hostile_trace_folder_is_a_one_line_error(case, needle, tmp_path, capsys
         side.write_text(_header() + "\n")
         (folder / "rank7-2.jsonl").write_text(_header(rank=7) + "\n")
     elif case == "ring_unknown_ids":
-        from hctool.consensus.records import CALL, KIND_CALL
+        from hctool.protocol.records import CALL, KIND_CALL
 
         side.write_text(_header() + "\n")
         (folder / "rank0-1.ring").write_bytes(CALL.pack(KIND_CALL, 2, 0, 9, 9, 9, 9, 9, 0, -1, 0, 1.0, 2.0))

@@ -10,13 +10,13 @@ import sys
 
 import pytest
 
-from hctool.procs import INJECT_DIR, inject_env
+from hctool.procs import AGENT_SITE_DIR, inject_env
 
 pytestmark = pytest.mark.timeout(60)
 
 
 def test_only_sitecustomize_is_on_the_injected_path():
-    assert sorted(p.name for p in INJECT_DIR.iterdir() if p.name != "__pycache__") == ["sitecustomize.py"]
+    assert sorted(p.name for p in AGENT_SITE_DIR.iterdir() if p.name != "__pycache__") == ["sitecustomize.py"]
 
 
 def test_a_users_faults_module_is_not_shadowed(tmp_path):
@@ -28,7 +28,7 @@ def test_a_users_faults_module_is_not_shadowed(tmp_path):
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "user"
-    assert proc.stderr == ""  # our faults installed quietly, from hctool.inject.faults
+    assert proc.stderr == ""  # our faults installed quietly, from hctool.agent.faults
 
 
 def test_faults_that_cannot_be_installed_stop_the_process(tmp_path):

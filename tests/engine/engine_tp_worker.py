@@ -1,7 +1,7 @@
-"""One TP rank of the model-equivalence test: `python tests/engine_tp_worker.py OUT_DIR [cpu|cuda]`
+"""One TP rank of the model-equivalence test: `python tests/engine/engine_tp_worker.py OUT_DIR [cpu|cuda]`
 started with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
 
-It runs the same fixed cases as the in-process TP=1 run of tests/test_engine_model.py
+It runs the same fixed cases as the in-process TP=1 run of tests/engine/test_engine_model.py
 (`compute_cases`) and saves its logits to OUT_DIR/logits_rank<R>.pt.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from engine.server_args import ModelConfig  # noqa: E402
 from engine.mem_cache.memory_pool import KVPool  # noqa: E402

@@ -19,6 +19,7 @@ import torch.distributed as dist
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engine.lab.variants import Variants
 from engine.server_args import ServerArgs
 from engine.mem_cache.hiradix_cache import HiRadixCache
 from engine.mem_cache.memory_pool import KVPool, PagedAllocator
@@ -53,7 +54,7 @@ class Tiers:
             hicache_ratio=host_pages / device_pages, hicache_write_policy=write_policy,
             hicache_storage_backend="file" if storage_dir else None,
             hicache_storage_dir=str(storage_dir) if storage_dir else None,
-            hicache_storage_prefetch_policy=prefetch_policy, prefetch_vote=vote, prefetch_threshold=PAGE)
+            hicache_storage_prefetch_policy=prefetch_policy, variants=Variants(prefetch_vote=vote), prefetch_threshold=PAGE)
         cfg = self.args.model
         self.device_pool = KVPool(device_pages, PAGE, cfg.num_layers, cfg.num_heads, cfg.head_dim, device)
         self.host_pool = KVPool(host_pages, PAGE, cfg.num_layers, cfg.num_heads, cfg.head_dim, CPU,

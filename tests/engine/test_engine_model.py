@@ -8,7 +8,7 @@ import torch
 
 from engine.server_args import ModelConfig
 from engine.model_executor.model import TinyTransformer
-from tests.engine_tp_worker import compute_cases, run_tp_workers
+from tests.engine.engine_tp_worker import compute_cases, run_tp_workers
 
 TOL = dict(rtol=1e-4, atol=1e-4)
 

@@ -9,7 +9,7 @@ run; cached_tokens_details and /metrics must name the tier that served:
   storage). CI runs three combinations that cover every value of every axis; the full
   cross product is marked slow.
 
-Every rank runs check_integrity() each tick (HCTOOL_CHECK_INTEGRITY=1): a violation
+Every rank runs check_integrity() each tick (HCENGINE_CHECK_INTEGRITY=1): a violation
 kills the rank, which fails the requests and the no-death check.
 tests/gpu/ runs the same functions with device="cuda".
 """
@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from engine.server_args import PREFETCH_POLICIES, PREFETCH_VOTES, WRITE_POLICIES, ServerArgs
+from engine.lab.variants import BY_NAME, Variants
+from engine.server_args import PREFETCH_POLICIES, WRITE_POLICIES, ServerArgs
 from engine.mem_cache.radix_cache import chain_hashes
 from hctool.launch import Topology
 
@@ -117,7 +118,7 @@ def serve(run_dir: Path, device: str = "cpu", **engine_flags):
     """A TP=2 topology with every rank checking integrity each tick; fails the test if
     any process died while serving; always reaps."""
     args = ServerArgs(tp_size=2, device=device, page_size=PAGE, **engine_flags)
-    with Topology(args, run_dir, extra_env={"HCTOOL_CHECK_INTEGRITY": "1"}) as topo:
+    with Topology(args, run_dir, extra_env={"HCENGINE_CHECK_INTEGRITY": "1"}) as topo:
         url = topo.start(timeout=TIMEOUT)
         yield url
         assert topo.dead() == [], f"processes died while serving: {topo.dead()}; logs in {run_dir}"
@@ -199,7 +200,7 @@ def run_tiers(tmp: Path, ref: dict, device: str = "cpu") -> dict:
 def run_policies(tmp: Path, ref: dict, write: str, prefetch: str, vote: str, device: str = "cpu") -> dict:
     prompts = concurrent_workload()
     flags = dict(enable_hierarchical_cache=True, hicache_ratio=4, max_total_tokens=1024,
-                 hicache_write_policy=write, hicache_storage_prefetch_policy=prefetch, prefetch_vote=vote,
+                 hicache_write_policy=write, hicache_storage_prefetch_policy=prefetch, variants=Variants(prefetch_vote=vote),
                  hicache_storage_backend="file", hicache_storage_dir=str(tmp / "store"))
     with serve(tmp / "run", device, **flags) as url:
         warm = generate_concurrently(url, prompts, WORKLOAD_NEW)
@@ -237,7 +238,7 @@ def test_every_tier_serves_identical_tokens(tmp_path, reference, no_leftover_pro
 CI_COMBOS = [("write_through", "wait_complete", "per-tick"),
              ("write_through_selective", "timeout", "bulk"),
              ("write_back", "best_effort", "per-poll")]
-ALL_COMBOS = [c for c in itertools.product(WRITE_POLICIES, PREFETCH_POLICIES, PREFETCH_VOTES) if c not in CI_COMBOS]
+ALL_COMBOS = [c for c in itertools.product(WRITE_POLICIES, PREFETCH_POLICIES, BY_NAME["prefetch_vote"].choices) if c not in CI_COMBOS]
 
 
 @pytest.mark.parametrize("write,prefetch,vote", CI_COMBOS)

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from engine import streams
+from engine.lab.seams import SEAMS
 from engine.disaggregation.bootstrap import BootstrapServer
 from engine.disaggregation.conn import KVPoll, KVReceiverManager, KVSenderManager, head_range
 from hctool.procs import free_port
@@ -61,14 +61,14 @@ def test_a_dropped_part_fails_the_room_at_its_deadline():
     server = BootstrapServer("127.0.0.1", port, prefill_tp=1)
     receiver = KVReceiverManager("127.0.0.1", 0, 1, HEADS, timeout=1.0)
     sender = KVSenderManager("127.0.0.1", port, 0, 1, HEADS, timeout=5)
-    streams.FAULT_DELAYS_MS["kv_drop"] = 1  # what `--inject kv-drop` sets on a prefill rank
+    SEAMS.install(kv_dropped=lambda: True)  # what `--inject kv-drop` installs on a prefill rank
     try:
         receiver.init(7, "127.0.0.1", port)
         sender.send(7, torch.zeros(LAYERS, 2, HEADS, HD), torch.zeros(LAYERS, 2, HEADS, HD), 1)
         assert wait_state(receiver, 7, {KVPoll.Success, KVPoll.Failed}) == KVPoll.Failed
         assert "no KV within" in receiver.pop(7).error
     finally:
-        streams.FAULT_DELAYS_MS.pop("kv_drop", None)
+        SEAMS.reset()
         sender.close()
         receiver.close()
         server.close()

@@ -9,7 +9,7 @@ import requests
 
 from engine.server_args import ServerArgs
 from hctool.launch import PDTopology, Topology
-from tests.test_pd import generate_all, pd_prompts
+from tests.engine.test_pd import generate_all, pd_prompts
 
 
 def load_back_tokens(url: str) -> int:

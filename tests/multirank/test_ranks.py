@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.world_size(2)
 def test_engine_tp2_logits_equal_tp1(rank, world_size, group):
-    from tests.engine_tp_worker import ModelConfig, TinyTransformer, compute_cases
+    from tests.engine.engine_tp_worker import ModelConfig, TinyTransformer, compute_cases
 
     torch.set_num_threads(1)
     cpu = torch.device("cpu")
@@ -26,7 +26,7 @@ def test_engine_tp2_logits_equal_tp1(rank, world_size, group):
 def test_padded_forward_equals_tp1_and_pairs_different_batches_silently(rank, world_size, group):
     """--pad-forward-tokens: on agreeing ranks the padding changes nothing; on ranks whose
     batches differ in size it hides the mismatch (no error) and the logits are wrong."""
-    from tests.engine_tp_worker import PAGE, ForwardItem, KVPool, ModelConfig, TinyTransformer, compute_cases
+    from tests.engine.engine_tp_worker import PAGE, ForwardItem, KVPool, ModelConfig, TinyTransformer, compute_cases
 
     torch.set_num_threads(1)
     cpu = torch.device("cpu")

@@ -1,5 +1,5 @@
 """No orphans: whatever happens to hctool, even SIGKILL, every process it started
-exits (hctool/inject/lifeline.py). Real hctool processes, real SIGKILL."""
+exits (hctool/agent/lifeline.py). Real hctool processes, real SIGKILL."""
 
 from __future__ import annotations
 

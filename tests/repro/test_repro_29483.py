@@ -17,7 +17,7 @@ def test_builtin_29483_is_a_pd_scenario():
     s = load_scenario(builtin_dir() / "29483" / "scenario.toml")
     assert s.pd and s.prefill_tp == 1 and s.tp == 2 and s.require_load_back
     assert [v.name for v in s.variants] == ["event", "slot"]
-    assert s.server_args(s.variant("event")).decode_restore_gate == "event"
+    assert s.server_args(s.variant("event")).variants.decode_restore_gate == "event"
     assert s.server_args(s.variant("slot")).disaggregation_decode_enable_radix_cache
 
 

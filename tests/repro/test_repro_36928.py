@@ -14,8 +14,8 @@ from hctool.repro.scenario import load_scenario
 def test_builtin_36928_is_a_pd_scenario():
     s = load_scenario(builtin_dir() / "36928" / "scenario.toml")
     assert s.pd and s.prefill_tp == 1 and s.tp == 2
-    assert s.server_args(s.variant("queue")).decode_poll == "queue"
-    assert s.server_args(s.variant("fixed")).decode_poll == "fixed"
+    assert s.server_args(s.variant("queue")).variants.decode_poll == "queue"
+    assert s.server_args(s.variant("fixed")).variants.decode_poll == "fixed"
 
 
 @pytest.mark.slow

@@ -45,7 +45,7 @@ def test_builtin_30760_loads_with_three_variants():
     assert [v.name for v in s.variants] == ["per-poll", "bulk", "per-tick"]
     assert set(s.variant("per-poll").expected) == {"deadlocked", "crashed", "diverged"}
     assert s.variant("bulk").expected == ("healthy",)
-    assert s.server_args(s.variant("per-poll")).prefetch_vote == "per-poll"
+    assert s.server_args(s.variant("per-poll")).variants.prefetch_vote == "per-poll"
     assert s.server_args(s.variant("per-tick")).hicache_storage_backend == "file"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from hctool.inject.faults import parse_fault
+from hctool.protocol.faults import parse_fault
 from hctool.repro.state import find_state_divergence
 
 FIELDS = ["waiting_queue", "running", "lru_order", "radix_tree", "device_free"]

@@ -98,7 +98,7 @@ for th in threads:
     th.start()
 for th in threads:
     th.join()
-mod = __import__("hctool.consensus.wrappers", fromlist=["_fastpath"])._fastpath
+mod = __import__("hctool.agent.capture.wrappers", fromlist=["_fastpath"])._fastpath
 stats = mod.stats() if mod is not None else None
 with open(os.path.join(os.environ["STATS_DIR"], f"rank{rank}.json"), "w") as f:
     json.dump(stats, f)

@@ -43,7 +43,7 @@ w.register_hook(hook)
 for step[0] in range(STEPS):
     (w * 2).sum().backward()  # SITE:backward
 if "STATS_DIR" in os.environ:
-    from hctool.consensus import capture_c10d
+    from hctool.agent.capture import c10d as capture_c10d
 
     with open(os.path.join(os.environ["STATS_DIR"], f"rank{rank}.json"), "w") as f:
         json.dump(capture_c10d.cxx_stats(), f)

@@ -11,10 +11,10 @@ import torch
 import torch.distributed as dist
 
 dist.init_process_group("gloo", init_method=f"file://{tempfile.mkdtemp()}/store", rank=0, world_size=1)
-from hctool.consensus import capture_c10d  # noqa: E402 - installed by init_process_group
+from hctool.agent.capture import state  # noqa: E402 - installed by init_process_group
 
 entries = [0]
-nested = capture_c10d._nested
+nested = state.nested
 
 
 def counting_nested():  # the kernels' first call
@@ -22,7 +22,7 @@ def counting_nested():  # the kernels' first call
     return nested()
 
 
-capture_c10d._nested = counting_nested
+state.nested = counting_nested
 t, out = torch.ones(2, requires_grad=True), torch.zeros(2)
 for _ in range(5):
     dist.all_reduce(t)

@@ -11,7 +11,7 @@ import threading
 import torch
 import torch.distributed as dist
 
-from hctool.consensus import recorder
+from hctool.agent.capture import recorder
 
 dist.init_process_group("gloo", init_method=f"file://{tempfile.mkdtemp()}/store", rank=0, world_size=1,
                         timeout=datetime.timedelta(seconds=30))
