@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hctool import procs
+from hctool import log, procs
 from hctool.consensus import cxx_kernel
 from hctool.consensus.analyze import analyze_dir
 from hctool.consensus.live import LiveWatcher, _alive
@@ -33,7 +32,7 @@ class RunOptions:
 
 
 def _log(msg: str) -> None:
-    print(f"hctool: {msg}", file=sys.stderr, flush=True)
+    log.info(f"hctool: {msg}")
 
 
 def _c10d_kernel() -> dict[str, str]:
