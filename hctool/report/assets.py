@@ -64,7 +64,7 @@ JS = """
     clear();
     var key = t.getAttribute("data-k");
     var text = [];
-    document.querySelectorAll("rect.call").forEach(function (r) {
+    t.ownerSVGElement.querySelectorAll("rect.call").forEach(function (r) {
       if (r.getAttribute("data-k") === key) {
         r.classList.add("sel");
         var title = r.querySelector("title");
