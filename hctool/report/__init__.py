@@ -20,11 +20,15 @@ def build_html(run_dir, document: dict | None = None) -> str:
 
 def write_run_report(run_dir, document: dict | None = None) -> Path | None:
     """The runners' hook: a report that cannot be made is one line on stderr, never a failed run."""
+    import time
+
     from hctool import log
 
     out = Path(run_dir) / REPORT_NAME
+    t0 = time.monotonic()
     try:
         out.write_text(build_html(run_dir, document), encoding="utf-8")
+        log.debug(f"hctool: report.html made in {time.monotonic() - t0:.2f} s ({out.stat().st_size >> 10} KiB)")
     except Exception as exc:  # the run's own result stands whatever happens here
         log.warning(f"hctool: no HTML report ({type(exc).__name__}: {exc})")
         return None

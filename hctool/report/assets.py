@@ -20,14 +20,14 @@ table.divergence tr.culprit td { background: #fdecea; }
 td.site, code, pre { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size: 12px; }
 pre { background: #f3f5f7; padding: 8px; overflow: auto; max-height: 420px; margin: 4px 0; }
 .lanes { overflow-x: auto; }
-.lanes td { min-width: 120px; font-size: 12px; }
+.lanes td { min-width: 96px; font-size: 12px; }
 .lanes td.at { outline: 2px solid var(--red); outline-offset: -2px; }
 .lanes td.mismatch { background: #fdecea; }
 .lanes td.open { font-style: italic; }
 .lanes td.none { color: var(--dim); background: #fafafa; }
 .lanes th.at { background: #f9d6d2; }
 .cell-op { font-weight: 600; } .cell-site { display: block; color: var(--dim); font-family: ui-monospace, monospace; }
-svg.timeline { background: #fff; border: 1px solid var(--line); display: block; margin: 6px 0; }
+svg.timeline { background: #fff; border: 1px solid var(--line); display: block; margin: 6px 0; max-width: 100%; height: auto; }
 svg text { font: 11px system-ui, sans-serif; fill: var(--ink); }
 svg text.rank { font-weight: 700; } svg text.row { fill: var(--dim); }
 svg text.tick { fill: var(--dim); font-size: 10px; } svg line.tick { stroke: #eceff2; }

@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from hctool import __version__
+from hctool import __version__, log
 from hctool.consensus.marks import run_marks
 from hctool.consensus.timeline import collect, default_limit
 from hctool.report import assets
@@ -111,7 +111,10 @@ def build(path: Path, document: dict | None = None) -> str:
             extra = f'<p class="dim">{esc(run.doc["reason"])}</p>'
         if folder.kind == "chaos" and run.doc.get("schedule"):
             extra += f'<p>schedule: <code>{esc("; ".join(run.doc["schedule"]))}</code></p>'
-        sections.append(run_section(run.name, report, tl, run_marks(run.run_dir, tl.headers), extra))
+        marks = run_marks(run.run_dir, tl.headers)
+        log.debug(f"hctool: report: {run.name}: {sum(map(len, tl.calls.values()))} of {sum(tl.seen.values())} calls "
+                  f"drawn (stride {tl.stride}), {len(marks)} marks")
+        sections.append(run_section(run.name, report, tl, marks, extra))
     left = len(runs) - len(shown)
     verdict = _verdict(folder, reports)
     summary = headline(reports[0]) if reports and folder.kind in ("consensus", "flight-recorder", "run") else ""

@@ -8,7 +8,7 @@ from hctool.consensus.marks import Mark
 from hctool.consensus.timeline import Call, Timeline
 from hctool.report.svg import esc, timeline_svg
 
-LANE_BEFORE, LANE_AFTER = 6, 4      # sequence numbers shown around the divergent one
+LANE_BEFORE, LANE_AFTER = 5, 3      # sequence numbers shown around the divergent one
 ZOOM_CALLS = 30                     # calls per rank before the divergence in the zoomed timeline
 BAD = {"diverged", "deadlocked", "crashed", "hung", "invalid"}
 WARN = {"unknown"}

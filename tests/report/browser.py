@@ -7,7 +7,7 @@ does not exist: a page that tries to fetch anything off the machine fails,
 and every request the page made is listed in `requests`.
 
 Used by the report tests and, as a script, to take the docs' screenshots:
-    python -m tests.report.browser PAGE.html OUT.png [--selector CSS] [--width W] [--height H]
+    python -m tests.report.browser PAGE.html OUT.png [--selector CSS | --until CSS] [--scale S] [--width W]
 """
 
 from __future__ import annotations
@@ -163,15 +163,23 @@ class Page:
     def dom(self) -> str:
         return self.eval("document.documentElement.outerHTML")
 
-    def screenshot(self, path: Path, selector: str | None = None) -> Path:
+    def _box(self, selector: str) -> list[float]:
+        return self.eval(f"(() => {{ const r = document.querySelector({json.dumps(selector)})"
+                         f".getBoundingClientRect(); return [r.left + scrollX, r.top + scrollY, r.width, r.height]; }})()")
+
+    def screenshot(self, path: Path, selector: str | None = None, until: str | None = None,
+                   scale: float = 1.0) -> Path:
+        """The element `selector`, or the page from its top to the bottom of `until`, or all of it."""
         params: dict = {"format": "png", "captureBeyondViewport": True}
+        w, h = self.eval("[document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
         if selector:
-            box = self.eval(f"(() => {{ const r = document.querySelector({json.dumps(selector)})"
-                            f".getBoundingClientRect(); return [r.left + scrollX, r.top + scrollY, r.width, r.height]; }})()")
-            params["clip"] = {"x": box[0], "y": box[1], "width": box[2], "height": box[3], "scale": 1}
-        else:  # the whole page
-            w, h = self.eval("[document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
-            params["clip"] = {"x": 0, "y": 0, "width": w, "height": h, "scale": 1}
+            x, y, w, h = self._box(selector)
+        else:
+            x = y = 0
+            if until:
+                box = self._box(until)
+                h = box[1] + box[3] + 12
+        params["clip"] = {"x": x, "y": y, "width": w, "height": h, "scale": scale}
         data = self.b.send("Page.captureScreenshot", params, self.session)["data"]
         Path(path).write_bytes(base64.b64decode(data))
         return Path(path)
@@ -199,13 +207,15 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description="Screenshot an HTML file with headless Chromium.")
     ap.add_argument("page", type=Path)
     ap.add_argument("out", type=Path)
-    ap.add_argument("--selector")
+    ap.add_argument("--selector", help="only this element")
+    ap.add_argument("--until", help="from the top of the page to the bottom of this element")
+    ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--width", type=int, default=1400)
     ap.add_argument("--height", type=int, default=900)
     a = ap.parse_args(argv)
     with Browser() as b:
         page = b.open(a.page.resolve().as_uri(), a.width, a.height)
-        page.screenshot(a.out, a.selector)
+        page.screenshot(a.out, a.selector, a.until, a.scale)
         errors = page.console_errors()
     for e in errors:
         print(f"console: {e}", file=sys.stderr)
