@@ -27,7 +27,7 @@ from dataclasses import replace
 
 from hctool.consensus.align import diff_kind, signature
 from hctool.consensus.marks import Mark
-from hctool.consensus.timeline import Call, Timeline, wall_done
+from hctool.consensus.timeline import Call, Timeline, wall_end
 
 FORMAT = "hctool-chrome-trace/1"
 MIN_DUR_US = 1.0   # a call that took no measurable time still shows (and can hold a flow)
@@ -121,9 +121,7 @@ def to_chrome(tl: Timeline, report: dict, marks: list[Mark] = ()) -> dict:
                 if c.divergent:
                     events.append(_marker(divergence, r, pid, 2, ts))
                 continue
-            done = wall_done(ev)
-            stop = done if done is not None and ev.get("state") != "blocked" else end
-            dur = max(MIN_DUR_US, _us(max(stop, ev["w"]), t0) - ts)
+            dur = max(MIN_DUR_US, _us(wall_end(ev, end), t0) - ts)
             track = f"group {ev['g']}"
             tid = tr.lane(track, ts, ts + dur, _group_order(ev["g"]))
             slice_ = {"ph": "X", "name": ev["op"], "cat": "p2p" if "dir" in ev else "collective", "pid": pid,

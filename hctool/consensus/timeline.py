@@ -165,6 +165,15 @@ def collect(path, divergence: dict | None = None, limit: int | None = None, ende
                     end_wall=_end(calls, ended_at))
 
 
+def wall_end(ev: dict, end: float | None) -> float:
+    """Where a call's slice ends: its completion; `end` (the run's) if it never completed;
+    its start if it completed at a time nobody recorded (Flight Recorder dumps of gloo)."""
+    done = wall_done(ev)
+    if done is not None and ev.get("state") != "blocked":
+        return max(done, ev["w"])
+    return ev["w"] if ev.get("state") == "completed" or end is None else max(end, ev["w"])
+
+
 def wall_done(ev: dict) -> float | None:
     """The wall time a call completed (or failed) at; None while it never did."""
     if ev.get("t_done") is None or ev.get("w") is None or ev.get("t") is None:

@@ -12,7 +12,7 @@ import zlib
 
 from hctool.consensus.align import diff_kind, signature
 from hctool.consensus.marks import Mark
-from hctool.consensus.timeline import Call, Timeline, wall_done
+from hctool.consensus.timeline import Call, Timeline, wall_done, wall_end
 
 ROW, GAP, LEFT, RIGHT, TOP = 16, 10, 150, 20, 28
 PALETTE = ("#9c755f", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#bab0ac", "#86bcb6", "#d4a6c8")
@@ -103,8 +103,7 @@ def timeline_svg(tl: Timeline, marks: list[Mark], lo: float, hi: float, origin: 
             w0 = ev.get("w")
             if w0 is None:
                 continue
-            done = wall_done(ev)
-            w1 = done if done is not None and ev.get("state") != "blocked" else end
+            w1 = wall_end(ev, end)
             if w1 < lo or w0 > hi:
                 continue
             x0, x1 = x(max(w0, lo)), x(min(max(w1, w0), hi))
