@@ -3,18 +3,18 @@ faults, smallest magnitudes that still fail) and replay (how often it fails)."""
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import replace
 from typing import Callable, NamedTuple
 
+from hctool import log as hlog
 from hctool.chaos.runner import ChaosRunner, RunResult
 from hctool.chaos.schedule import DEFAULT_KINDS, Schedule, generate
 from hctool.protocol.faults import Fault
 
 
 def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    hlog.info(msg)
 
 
 class Exploration(NamedTuple):

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import typer
 
+from hctool import log
 from hctool.errors import UsageError
+from hctool.report import write_run_report
 
 app = typer.Typer(no_args_is_help=True, help="Chaos testing: random fault schedules, invariants, shrinking (docs/chaos.md).")
 EXTRA = {"allow_extra_args": True, "ignore_unknown_options": False}
@@ -53,7 +55,7 @@ def _setup(artifacts: Path | None, what: str):
     if root.is_dir() and any(root.iterdir()):
         raise UsageError(f"--artifacts {root} is not empty", "give a new or empty folder")
     root.mkdir(parents=True, exist_ok=True)
-    print(f"chaos {what}: artifacts in {root}", file=sys.stderr)
+    log.info(f"chaos {what}: artifacts in {root}")
     return root, History(root / "history.jsonl")
 
 
@@ -67,6 +69,7 @@ def _schedule(path: Path):
 
 def _finish(report: dict, root: Path, as_json: bool) -> None:
     (root / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    write_run_report(root, report)
     if as_json:
         print(json.dumps(report, indent=2, default=str))
     else:
@@ -100,8 +103,8 @@ def _shrink_and_replay(runner, target, sched, anomaly, root: Path, shrink_budget
     if shrink_budget > 0:
         res = shrink(runner, sched, anomaly.invariant, shrink_budget, need=accept[0], tries=accept[1])
         trail = res.trail
-        print(f"chaos: shrunk to {len(res.schedule.faults)} fault(s) in {res.attempts} attempt(s): "
-              f"{'; '.join(res.schedule.specs())}", file=sys.stderr)
+        log.info(f"chaos: shrunk to {len(res.schedule.faults)} fault(s) in {res.attempts} attempt(s): "
+                 f"{'; '.join(res.schedule.specs())}")
     replayed = replay_trail(runner, trail, anomaly.invariant, replays, math.ceil(min_rate * replays)) if replays else []
     final = replayed[-1][0] if replayed else trail[-1]
     path = root / f"anomaly-{k}.toml"
@@ -155,9 +158,7 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
                 as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt,
             hang_after: float = HangOpt) -> None:
     """Random schedules until an anomaly or the budget; then shrink and replay it."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from hctool import progress
     from hctool.chaos.explore import explore
     from hctool.chaos.report import build
     from hctool.chaos.runner import ChaosRunner
@@ -174,12 +175,15 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
     target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds, hang_after)
     root, history = _setup(artifacts, "explore")
     runner = ChaosRunner(target, root, history, starve_ticks, horizon_s=horizon)
-    console = Console(stderr=True)
-    with sigterm_as_interrupt(), Progress(TextColumn("chaos explore"), BarColumn(), TextColumn("{task.description}"),
-                                          TimeElapsedColumn(), console=console, transient=True) as bar:
-        task = bar.add_task("starting", total=budget)
-        found = explore(runner, seed, budget, (i, n), kind_list, max_schedules, keep_going,
-                        lambda k, t, v: bar.update(task, completed=min(t, budget), description=f"{k} schedules, last {v}"))
+    anomalous = []
+
+    def show(k: int, t: float, verdict: str) -> None:  # schedules run, anomalies, budget left
+        anomalous.append(verdict == "invalid")
+        bar.update(completed=min(t, budget), text=f"{k} schedules, {sum(anomalous)} anomalous, "
+                                                   f"{max(0.0, budget - t):.0f} s of budget left")
+
+    with sigterm_as_interrupt(), progress.task("chaos explore", total=budget, text="setting up") as bar:
+        found = explore(runner, seed, budget, (i, n), kind_list, max_schedules, keep_going, show)
     anomalies = []
     for sched, res in found.runs:
         for a in res.anomalies[:1] if res.anomalies else []:

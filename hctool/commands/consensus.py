@@ -13,11 +13,13 @@ from pathlib import Path
 import typer
 
 from hctool.errors import UsageError
+from hctool.report import write_run_report
 
 
 
 def _err(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    from hctool import log
+    log.info(msg)
 
 
 def _emit(report: dict, as_json: bool) -> None:
@@ -83,6 +85,7 @@ def run(
         raise UsageError(f"the traces of this run cannot be read: {exc}", "was something else writing into --trace-dir?") from None
     if latency is not None:
         _err(f"hctool: reported {latency * 1000:.0f} ms after the first divergent call")
+    write_run_report(trace_dir, report)
     _emit(report, as_json)
     raise typer.Exit(_exit_code(report))
 
@@ -122,9 +125,47 @@ def _run_info(folder: Path) -> tuple[dict[int, int | None] | None, int | None]:
     return (None, None) if record is None else (record.exit_codes, record.command_exit_code)
 
 
+def export(
+    path: Path = typer.Argument(..., help="A run folder: check-consensus run, Flight Recorder dumps, repro or chaos."),
+    fmt: str = typer.Option("chrome", "--format", help="chrome: Chrome Trace Event JSON (Perfetto, chrome://tracing)."),
+    output: str = typer.Option(None, "--output", "-o", help="Write to this file (default: stdout, not a terminal)."),
+    run_name: str = typer.Option(None, "--run", help="In a repro or chaos folder: the variant or run (default: the first not clean)."),
+    limit: int = typer.Option(None, "--max-calls-per-rank", min=1,
+                              help="Keep at most this many calls per rank (default 20,000; fewer beyond 20 ranks)."),
+) -> None:
+    """Export a run's timeline: a track per rank and group, a slice per call, arrows between paired calls."""
+    from hctool.consensus.export import export_folder
+    from hctool.consensus.trace import TraceError
+    from hctool.report.folders import FolderError
+
+    if fmt != "chrome":
+        raise UsageError(f"unknown format {fmt!r}", "use --format chrome")
+    to_stdout = output in (None, "-")
+    if to_stdout and sys.stdout.isatty():
+        raise UsageError("the trace is JSON for a viewer, not for a terminal", "add -o trace.json")
+    try:
+        doc, chosen = export_folder(path, run_name, limit)
+    except (FolderError, TraceError) as exc:
+        raise UsageError(str(exc), "give a folder that check-consensus run, repro or chaos wrote") from None
+    text = json.dumps(doc, separators=(",", ":"))
+    if to_stdout:
+        sys.stdout.write(text + "\n")
+    else:
+        try:
+            Path(output).write_text(text + "\n")
+        except OSError as exc:
+            raise UsageError(f"cannot write {output}: {exc.strerror}", "pick a writable path for -o") from None
+    from hctool import log
+    info = doc["otherData"]["hctool"]
+    seen, kept = sum(info["calls_seen"].values()), sum(info["calls_kept"].values())
+    log.info(f"hctool: {chosen.name}: {kept} of {seen} calls" + (f" (thinned: {info['rule']})" if kept < seen else "")
+             + ("" if to_stdout else f" in {output}") + "; open it in ui.perfetto.dev or chrome://tracing")
+
+
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Record every collective on every rank and name the first divergent one.",
                         no_args_is_help=True)
     group.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(run)
     group.command("analyze")(analyze)
+    group.command("export")(export)
     app.add_typer(group, name="check-consensus")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import List, Optional
@@ -35,6 +34,7 @@ def register(app: typer.Typer) -> None:
         from hctool.gate.report import github_annotations, markdown_summary, print_table, write_junit, write_sarif
         from hctool.gate.run import become_subreaper, reap_leftovers
         from hctool.gate.steps import ERROR, FAILED, chaos_step, lint_step, repro_step, tests_step
+        from hctool import log, progress
         from hctool.procs import sigterm_as_interrupt
 
         for name in (only or []) + (skip or []):
@@ -49,15 +49,17 @@ def register(app: typer.Typer) -> None:
                    "repro": lambda t: repro_step(cfg, work, t), "chaos": lambda t: chaos_step(cfg, work, t)}
         become_subreaper()
         results = []
-        with sigterm_as_interrupt():
+        with sigterm_as_interrupt(), progress.task("hctool gate", total=len(steps)) as bar:
             try:
-                for name in steps:
-                    print(f"hctool gate: {name} (deadline {cfg.timeout(name):.0f} s) ...", file=sys.stderr, flush=True)
+                for k, name in enumerate(steps):
+                    bar.update(completed=k, text=f"step {k + 1}/{len(steps)}: {name}")
+                    log.info(f"hctool gate: {name} (deadline {cfg.timeout(name):.0f} s) ...")
                     results.append(runners[name](cfg.timeout(name)))
                     left = reap_leftovers()
                     if left:
-                        print(f"hctool gate: {name} left {len(left)} process(es) running; ended: {left}", file=sys.stderr)
-                    print(f"hctool gate: {name}: {results[-1].status}, {results[-1].summary}", file=sys.stderr, flush=True)
+                        log.info(f"hctool gate: {name} left {len(left)} process(es) running; ended: {left}")
+                    log.info(f"hctool gate: {name}: {results[-1].status}, {results[-1].summary}")
+                bar.update(completed=len(steps))
             finally:
                 reap_leftovers()
         states = {r.status for r in results}

@@ -11,7 +11,9 @@ from pathlib import Path
 import typer
 from typer.core import TyperGroup
 
+from hctool import log
 from hctool.errors import UsageError
+from hctool.report import write_run_report
 
 
 class _ReproGroup(TyperGroup):
@@ -118,9 +120,10 @@ def run_cmd(
     if tp is not None and (tp < 1 or scenario.server_args(scenario.variants[0]).model.num_heads % tp):
         raise UsageError(f"--tp {tp} must be a positive divisor of the model's heads", "try --tp 1, 2 or 4")
     root = artifacts or Path("hctool-runs") / f"repro-{incident}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    print(f"repro {incident}: artifacts in {root}", file=sys.stderr)
+    log.info(f"repro {incident}: artifacts in {root}")
     with sigterm_as_interrupt():
         result = _run(scenario, [scenario.variant(n) for n in (variant or names)], root, tp, runs, timeout)
+    write_run_report(root, result)
     if as_json:
         print(json.dumps(result, indent=2))
     else:
@@ -148,13 +151,14 @@ def all_cmd(
     scenarios = _catalogue(catalogue)
     ids = shard_ids(list(scenarios), part)
     root = artifacts or Path("hctool-runs") / f"repro-all-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    print(f"repro all (shard {part[0]}/{part[1]}: {', '.join(ids) or 'nothing'}): artifacts in {root}", file=sys.stderr)
+    log.info(f"repro all (shard {part[0]}/{part[1]}: {', '.join(ids) or 'nothing'}): artifacts in {root}")
     results = []
     with sigterm_as_interrupt():
         for sid in ids:
             s = scenarios[sid]
             results.append(_run(s, list(s.variants), root / sid, None, runs, timeout))
     ok = all(v["ok"] for r in results for v in r["variants"])
+    write_run_report(root, {"shard": f"{part[0]}/{part[1]}", "ok": ok, "incidents": results})
     if as_json:
         print(json.dumps({"shard": f"{part[0]}/{part[1]}", "ok": ok, "incidents": results}, indent=2))
     else:

@@ -5,12 +5,11 @@ end the job and analyze. Every process is reaped on every path."""
 from __future__ import annotations
 
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hctool import procs
+from hctool import log, procs
 from hctool.consensus import kernel_build
 from hctool.consensus.analyze import analyze_dir
 from hctool.consensus.live import LiveWatcher, _alive
@@ -32,7 +31,7 @@ class RunOptions:
 
 
 def _log(msg: str) -> None:
-    print(f"hctool: {msg}", file=sys.stderr, flush=True)
+    log.info(f"hctool: {msg}")
 
 
 def _c10d_kernel() -> dict[str, str]:
@@ -91,10 +90,10 @@ def _stacks(opts: RunOptions, ps: procs.ProcessSet, ranks, watcher: LiveWatcher)
 
 
 def _log_tails(opts: RunOptions) -> None:
-    for log in sorted(opts.trace_dir.glob("*.log")):
-        lines = log.read_text(errors="replace").splitlines()[-5:]
+    for path in sorted(opts.trace_dir.glob("*.log")):
+        lines = path.read_text(errors="replace").splitlines()[-5:]
         if lines:
-            _log(f"last lines of {log.name}:\n  " + "\n  ".join(lines))
+            _log(f"last lines of {path.name}:\n  " + "\n  ".join(lines))
 
 
 def run_job(opts: RunOptions) -> tuple[dict, float | None]:

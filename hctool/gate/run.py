@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import psutil
 
+from hctool import log
 from hctool.procs import kill_tree
 
 
@@ -64,7 +65,7 @@ def run_command(cmd: list[str], cwd: Path, timeout: float, log_dir: Path, name: 
     try:
         code = popen.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        print(f"hctool gate: {name}: deadline of {timeout:.0f} s passed, ending it", file=sys.stderr, flush=True)
+        log.info(f"hctool gate: {name}: deadline of {timeout:.0f} s passed, ending it")
     finally:
         kill_tree(popen.pid)  # SIGTERM first: an hctool command then reaps its own ranks
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -5,11 +5,12 @@ from __future__ import annotations
 import fnmatch
 import multiprocessing
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hctool import log
+from hctool import progress as hprogress
 from hctool.errors import UsageError
 from hctool.lint.analysis import check_file, summarize_file, suppressions
 from hctool.lint.checks import gated_callers
@@ -117,11 +118,19 @@ def _pass2(job: tuple):
     return path, check_file(file, path, modname, _STATE["cfg"], _STATE["project"])
 
 
-def _map(fn, jobs: list, workers: int) -> list:
+def _map(fn, jobs: list, workers: int, bar=None) -> list:
+    """fn over jobs in order; `bar` (hctool.progress) advances once a file."""
+    def counted(results):
+        out = []
+        for res in results:
+            out.append(res)
+            if bar is not None:
+                bar.update(advance=1)
+        return out
     if workers <= 1 or len(jobs) < PARALLEL_MIN_FILES or "fork" not in multiprocessing.get_all_start_methods():
-        return [fn(j) for j in jobs]
+        return counted(fn(j) for j in jobs)
     with multiprocessing.get_context("fork").Pool(workers) as pool:
-        return pool.map(fn, jobs, chunksize=max(1, len(jobs) // (workers * 8)))
+        return counted(pool.imap(fn, jobs, chunksize=max(1, len(jobs) // (workers * 8))))
 
 
 def lint(paths: list[Path], cfg: LintConfig, jobs: int | None = None, cwd: Path | None = None,
@@ -132,9 +141,14 @@ def lint(paths: list[Path], cfg: LintConfig, jobs: int | None = None, cwd: Path 
     workers = jobs or os.cpu_count() or 1
     job_list = [(str(f), _display(f, cwd), module_name(f)) for f in files]
     _STATE.update(cfg=cfg)
+    with hprogress.task("lint", total=len(files), text="pass 1: files summarized") as bar:
+        return _lint(files, job_list, cfg, workers, progress, bar, started, cwd)
+
+
+def _lint(files, job_list, cfg, workers, progress, bar, started, cwd) -> Report:
     if progress:
         progress(f"pass 1: summarizing {len(files)} files")
-    summaries = _map(_pass1, job_list, workers)
+    summaries = _map(_pass1, job_list, workers, bar)
     project = Project(summaries)
     _STATE["project"] = project
     report = Report(files=len(files), lines=sum(s.lines for s in summaries), root=find_root(cwd))
@@ -142,10 +156,11 @@ def lint(paths: list[Path], cfg: LintConfig, jobs: int | None = None, cwd: Path 
               if s.error is None and (s.wants_check or project.module_has_collectives(s))]
     if progress:
         progress(f"pass 2: checking {len(wanted)} files with collectives ({len(project.coll)} collective sites)")
+    bar.update(completed=0, total=len(wanted), text="pass 2: files with collectives checked")
     for s in summaries:
         if s.error:
             report.errors.append(FileError(s.path, *s.error))
-    for path, result in _map(_pass2, wanted, workers):
+    for path, result in _map(_pass2, wanted, workers, bar):
         report.findings += result.findings
         if result.error:
             report.errors.append(FileError(path, *result.error))
@@ -180,4 +195,4 @@ def _add_gated_callers(report: Report, project: Project, summaries: list, job_li
 
 
 def stderr_progress(message: str) -> None:
-    print(message, file=sys.stderr)
+    log.info(message)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -20,6 +19,8 @@ import psutil
 import requests
 
 from engine.lab import ServerArgs, Variants
+from hctool import log as hlog
+from hctool import progress
 from hctool.consensus import analyze_dir
 from hctool.consensus.live import LiveWatcher
 from hctool.launch import PDTopology, Topology
@@ -34,7 +35,7 @@ DEATH_GRACE_S = 5.0  # a rank whose socket closed has this long to exit
 
 
 def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    hlog.info(msg)
 
 
 @dataclasses.dataclass
@@ -121,7 +122,8 @@ class ReproHarness:
                 hooks.started(topo, url, driver, time.time())
             driver.start()
             started = time.monotonic()
-            outcome, live, death = self._watch(topo, watcher, driver, started, deadline_s, hooks)
+            with progress.task(name, total=sum(map(len, self.rounds)), text="requests answered") as bar:
+                outcome, live, death = self._watch(topo, watcher, driver, started, deadline_s, hooks, bar)
             if outcome == "done" and hooks:
                 hooks.quiesce(topo, url, driver)
             if outcome != "done":
@@ -152,9 +154,12 @@ class ReproHarness:
         return report
 
     def _watch(self, topo: Topology | PDTopology, watcher: LiveWatcher, driver: WorkloadDriver, started: float,
-               deadline_s: float, hooks=None):
+               deadline_s: float, hooks=None, bar=None):
         while True:
             time.sleep(POLL_S)
+            if bar is not None:  # a terminal's progress line: requests answered of the workload's
+                answered = driver.succeeded + driver.failed
+                bar.update(completed=answered, text=f"{answered}/{sum(map(len, self.rounds))} requests answered")
             if hooks:
                 hooks.tick()
             death = topo.first_death()

@@ -18,11 +18,15 @@ def module_name(path: Path) -> str:
 
 
 def modules() -> dict[str, Path]:
-    return {module_name(p): p for pkg in PACKAGES for p in sorted((REPO / pkg).rglob("*.py"))}
+    mods = {module_name(p): p for pkg in PACKAGES for p in sorted((REPO / pkg).rglob("*.py"))}
+    _MODULES.update(mods)
+    return mods
 
 
 def imports(path: Path, name: str, module_level_only: bool = False) -> set[str]:
-    """Every module this file imports (absolute names; relative imports resolved)."""
+    """Every module this file imports (absolute names; relative imports resolved). `from pkg
+    import sub` of a submodule counts as importing pkg.sub (a package's __init__ runs first
+    in any case, and one that imports nothing at module level adds no cycle)."""
     tree = ast.parse(path.read_text(), str(path))
     is_pkg = path.name == "__init__.py"
     out: set[str] = set()
@@ -36,9 +40,14 @@ def imports(path: Path, name: str, module_level_only: bool = False) -> set[str]:
                 parts = name.split(".") if is_pkg else name.split(".")[:-1]
                 parts = parts[: len(parts) - node.level + 1]
                 base = ".".join(parts + ([base] if base else []))
-            out.add(base)
-            out.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import module`
+            subs = {f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in _MODULES}
+            out.update(subs)
+            if len(subs) < len(node.names):  # some names are attributes of base itself
+                out.add(base)
     return out
+
+
+_MODULES = set()
 
 
 def graph(module_level_only: bool = True) -> dict[str, set[str]]:

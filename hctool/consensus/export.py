@@ -1,0 +1,247 @@
+"""A run as Chrome Trace Event Format JSON (Perfetto, chrome://tracing, HTA).
+
+The contract (docs/contracts.md "check-consensus export"):
+  - one process per rank (pid = rank + 1, named "rank R" by a process_name
+    metadata event, sorted by rank); in it one thread track per process group
+    ("group <key>"), one for labelled values ("labels") and one for marks
+    ("events": faults, controller actions, probes); a track whose calls
+    overlap in time (async calls, several threads) gets extra lanes
+    ("group <key> #2"), so slices on one track always nest;
+  - a complete event (ph "X", ts and dur in microseconds from the run's first
+    call) per collective from enqueue to completion, args: op, group, seq,
+    shapes, dtypes, reduce_op, root or peer, site, function, stack, thread,
+    state (a call that never completed lasts until the run ended);
+  - flow events (ph "s" then "f", same id, cat "pair") from each rank's call
+    to the next rank's call with the same group and seq: the calls the
+    transport paired; named "paired" or "paired, mismatched: <kind>";
+  - the first divergence: an instant (ph "i") named "first divergence: ..."
+    on the track of every rank it involves (an absent rank's at the time of
+    the finding), and the divergent slice's args.first_divergence;
+  - labelled values and marks as instant events, fault windows as slices;
+  - otherData.hctool: verdict, source, the limit and the rule that kept it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hctool.consensus.align import diff_kind, signature
+from hctool.consensus.marks import Mark
+from hctool.consensus.timeline import Call, Timeline, wall_end
+
+FORMAT = "hctool-chrome-trace/1"
+MIN_DUR_US = 1.0   # a call that took no measurable time still shows (and can hold a flow)
+
+
+def _us(t: float, t0: float) -> float:
+    return round((t - t0) * 1e6, 3)
+
+
+def _group_order(key: str) -> tuple:
+    head = key.split(":", 1)[0]
+    return (0, int(head), key) if head.isdigit() else (1, 0, key)
+
+
+class _Tracks:
+    """tids of one rank: "events" 1, "labels" 2, then per group track the lanes it needed."""
+
+    def __init__(self):
+        self.names: dict[int, str] = {1: "events", 2: "labels"}
+        self.lanes: dict[str, list[tuple[int, float]]] = {"events": [(1, float("-inf"))], "labels": [(2, float("-inf"))]}
+        self.order: dict[int, tuple] = {1: (-2,), 2: (-1,)}
+        self._next = 3
+
+    def lane(self, track: str, start: float, end: float, sort) -> int:
+        lanes = self.lanes.setdefault(track, [])
+        for i, (tid, busy_until) in enumerate(lanes):
+            if start >= busy_until:
+                lanes[i] = (tid, end)
+                return tid
+        tid, self._next = self._next, self._next + 1
+        lanes.append((tid, end))
+        self.names[tid] = track if len(lanes) == 1 else f"{track} #{len(lanes)}"
+        self.order[tid] = (*sort, len(lanes))
+        return tid
+
+    def first(self, track: str, sort) -> int:
+        lanes = self.lanes.get(track)
+        return lanes[0][0] if lanes else self.lane(track, float("inf"), float("inf"), sort)
+
+
+def _call_args(c: Call, divergence: dict | None) -> dict:
+    ev = c.ev
+    args = {"op": ev["op"], "group": ev["g"], "seq": c.seq, "shapes": ev.get("sh", []), "dtypes": ev.get("dt", []),
+            "site": ev.get("site"), "function": ev.get("fn"), "thread": ev.get("th"), "state": ev.get("state")}
+    if c.divergent or ev.get("state") != "completed":  # the stack where it matters; elsewhere it would triple the file
+        args["stack"] = ev.get("stack", [])
+    if ev.get("ro"):
+        args["reduce_op"] = ev["ro"]
+    if "dir" in ev:
+        args["peer"] = ev.get("peer")
+        args["direction"] = ev["dir"]
+    elif ev.get("root") is not None:
+        args["root"] = ev["root"]
+    if ev.get("async"):
+        args["async"] = True
+    if ev.get("err"):
+        args["error"] = ev["err"]
+    if c.divergent and divergence:
+        args["first_divergence"] = {"kind": divergence["kind"], "culprit_ranks": divergence["culprit_ranks"]}
+    return args
+
+
+def _marker_name(divergence: dict, rank: int) -> str:
+    role = "culprit" if rank in divergence["culprit_ranks"] else "peer"
+    entry = divergence.get("ranks", {}).get(str(rank), {})
+    what = entry.get("op") or "absent"
+    return f"first divergence: {divergence['kind']}, {what} ({role})"
+
+
+def to_chrome(tl: Timeline, report: dict, marks: list[Mark] = ()) -> dict:
+    divergence = report.get("first_divergence")
+    starts = [c.ev["w"] for cs in tl.calls.values() for c in cs if c.ev.get("w") is not None]
+    starts += [m.ts for m in marks]
+    t0 = min(starts) if starts else 0.0
+    end = max(filter(None, [tl.end_wall, *(m.ts + (m.dur or 0) for m in marks)]), default=t0)
+    events: list[dict] = []
+    tracks: dict[int, _Tracks] = {}
+    placed: dict[tuple[str, int], list[tuple[int, int, float, Call]]] = {}   # (channel, seq) -> [(rank, tid, ts, call)]
+    for r in tl.ranks:
+        tr = tracks[r] = _Tracks()
+        pid = r + 1
+        for c in tl.calls.get(r, []):
+            ev = c.ev
+            if ev.get("w") is None:
+                continue
+            ts = _us(ev["w"], t0)
+            if ev["g"] == "labels":
+                events.append({"ph": "i", "s": "t", "name": f"{ev.get('label')}", "cat": "label", "pid": pid,
+                               "tid": 2, "ts": ts, "args": {**_call_args(c, divergence), "label": ev.get("label"),
+                                                            "digest": ev.get("digest"), "value": ev.get("value")}})
+                if c.divergent:
+                    events.append(_marker(divergence, r, pid, 2, ts))
+                continue
+            dur = max(MIN_DUR_US, _us(wall_end(ev, end), t0) - ts)
+            track = f"group {ev['g']}"
+            tid = tr.lane(track, ts, ts + dur, _group_order(ev["g"]))
+            slice_ = {"ph": "X", "name": ev["op"], "cat": "p2p" if "dir" in ev else "collective", "pid": pid,
+                      "tid": tid, "ts": ts, "dur": round(dur, 3), "args": _call_args(c, divergence)}
+            if c.divergent:
+                slice_["cname"] = "terrible"
+                events.append(_marker(divergence, r, pid, tid, ts))
+            elif ev.get("state") != "completed":
+                slice_["cname"] = "bad"
+            events.append(slice_)
+            placed.setdefault((c.channel, c.seq), []).append((r, tid, ts, c))
+    if divergence:
+        events += _absent_markers(tl, divergence, tracks, report, t0)
+    events += _flows(placed)
+    events += _marks(marks, tl.ranks, tracks, t0, end)
+    meta = _metadata(tl.ranks, tracks, {(e["pid"], e["tid"]) for e in events})
+    if tl.thinned:
+        meta.append({"ph": "i", "s": "g", "name": "hctool: calls thinned to fit the limit", "pid": 0, "tid": 0,
+                     "ts": 0, "args": {"rule": tl.rule(), "stride": tl.stride}})
+    events.sort(key=lambda e: e["ts"])
+    return {"traceEvents": meta + events, "displayTimeUnit": "ms",
+            "otherData": {"hctool": {"format": FORMAT, "source": tl.source, "verdict": report.get("verdict"),
+                                     "first_divergence": _brief(divergence), "t0_wall": t0,
+                                     "limit_per_rank": tl.limit, "rule": tl.rule(), "stride": tl.stride,
+                                     "calls_seen": {str(r): n for r, n in sorted(tl.seen.items())},
+                                     "calls_kept": {str(r): len(cs) for r, cs in sorted(tl.calls.items())}}}}
+
+
+def _brief(divergence: dict | None) -> dict | None:
+    if not divergence:
+        return None
+    return {k: divergence.get(k) for k in ("group", "seq", "kind", "culprit_ranks")}
+
+
+def _marker(divergence: dict, rank: int, pid: int, tid: int, ts: float) -> dict:
+    return {"ph": "i", "s": "t", "name": _marker_name(divergence, rank), "cat": "divergence", "pid": pid,
+            "tid": tid, "ts": ts, "args": {**_brief(divergence), "rank": rank,
+                                           "site": divergence.get("ranks", {}).get(str(rank), {}).get("site")}}
+
+
+def _absent_markers(tl: Timeline, divergence: dict, tracks: dict, report: dict, t0: float) -> list[dict]:
+    """Ranks the finding names that have no call at it: a marker at the time of the finding."""
+    have = {r for r, cs in tl.calls.items() for c in cs if c.divergent}
+    times = [c.ev["w"] for cs in tl.calls.values() for c in cs if c.divergent and c.ev.get("w") is not None]
+    at = _us(min(times), t0) if times else 0.0
+    group = divergence["group"].split(" p2p ", 1)[0]
+    out = []
+    for key in divergence.get("ranks", {}):
+        r = int(key)
+        if r in have or r not in tracks:
+            continue
+        tid = 2 if group == "labels" else tracks[r].first(f"group {group}", _group_order(group))
+        out.append(_marker(divergence, r, r + 1, tid, at))
+    return out
+
+
+def _flows(placed: dict) -> list[dict]:
+    out, fid = [], 0
+    for key in sorted(placed, key=lambda k: (k[0], k[1])):
+        sides = sorted(placed[key], key=lambda x: x[0])
+        for (ra, ta, tsa, ca), (rb, tb, tsb, cb) in zip(sides, sides[1:]):
+            fid += 1
+            same = signature(ca.ev) == signature(cb.ev)
+            name = "paired" if same else f"paired, mismatched: {diff_kind(ca.ev, cb.ev)}"
+            out.append({"ph": "s", "id": fid, "name": name, "cat": "pair", "pid": ra + 1, "tid": ta, "ts": tsa})
+            out.append({"ph": "f", "bp": "e", "id": fid, "name": name, "cat": "pair", "pid": rb + 1, "tid": tb,
+                        "ts": tsb})
+    return out
+
+
+def _marks(marks, ranks: list[int], tracks: dict, t0: float, end: float) -> list[dict]:
+    out = []
+    for m in marks:
+        ts = _us(m.ts, t0)
+        if m.until_end:
+            m = replace(m, dur=max(0.0, end - m.ts))
+        args = {**m.args, "kind": m.kind}
+        if m.dur is None and m.rank is None:
+            out.append({"ph": "i", "s": "g", "name": m.name, "cat": m.kind, "pid": 0, "tid": 0, "ts": ts, "args": args})
+            continue
+        for r in ([m.rank] if m.rank is not None else ranks):
+            if r not in tracks:
+                continue
+            if m.dur is None:
+                out.append({"ph": "i", "s": "t", "name": m.name, "cat": m.kind, "pid": r + 1, "tid": 1, "ts": ts,
+                            "args": args})
+            else:
+                dur = max(MIN_DUR_US, m.dur * 1e6)
+                tid = tracks[r].lane("events", ts, ts + dur, (-2,)) if m.dur else 1
+                out.append({"ph": "X", "name": m.name, "cat": m.kind, "pid": r + 1, "tid": tid, "ts": ts,
+                            "dur": round(dur, 3), "args": args})
+    return out
+
+
+def _metadata(ranks: list[int], tracks: dict, used: set) -> list[dict]:
+    out = []
+    for r in ranks:
+        pid = r + 1
+        out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0, "args": {"name": f"rank {r}"}})
+        out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "ts": 0, "args": {"sort_index": r}})
+        tr = tracks[r]
+        for i, tid in enumerate(sorted((t for t in tr.names if (pid, t) in used), key=lambda t: tr.order[t])):
+            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "ts": 0,
+                        "args": {"name": tr.names[tid]}})
+            out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "ts": 0,
+                        "args": {"sort_index": i}})
+    return out
+
+
+def export_folder(path, run: str | None = None, limit: int | None = None, marks: list[Mark] | None = None):
+    """(Chrome trace document, the TracedRun it shows) for a run folder of any runner.
+    marks: more instant events to draw (a probe's entries, a fault's firings) beside
+    what the folder's records give. Raises folders.FolderError or trace.TraceError."""
+    from hctool.consensus.marks import run_marks
+    from hctool.consensus.timeline import collect
+    from hctool.report.folders import analysis, ended_at, identify, pick
+
+    chosen = pick(identify(path), run)
+    report = analysis(chosen)
+    tl = collect(chosen.trace_dir, report.get("first_divergence"), limit, ended_at(chosen))
+    doc = to_chrome(tl, report, [*run_marks(chosen.run_dir, tl.headers), *(marks or [])])
+    doc["otherData"]["hctool"]["run"] = chosen.name
+    return doc, chosen

@@ -1,0 +1,36 @@
+"""The HTML report of a run folder (`hctool report`), and the hook the runners call.
+
+  write_run_report(run_dir, document) -> Path | None   at the end of repro, chaos and
+      check-consensus run: writes RUN_DIR/report.html, names it on stderr, never raises
+  build_html(run_dir, document=None) -> str           one self-contained page
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPORT_NAME = "report.html"
+
+
+def build_html(run_dir, document: dict | None = None) -> str:
+    from hctool.report.page import build
+
+    return build(Path(run_dir), document)
+
+
+def write_run_report(run_dir, document: dict | None = None) -> Path | None:
+    """The runners' hook: a report that cannot be made is one line on stderr, never a failed run."""
+    import time
+
+    from hctool import log
+
+    out = Path(run_dir) / REPORT_NAME
+    t0 = time.monotonic()
+    try:
+        out.write_text(build_html(run_dir, document), encoding="utf-8")
+        log.debug(f"hctool: report.html made in {time.monotonic() - t0:.2f} s ({out.stat().st_size >> 10} KiB)")
+    except Exception as exc:  # the run's own result stands whatever happens here
+        log.warning(f"hctool: no HTML report ({type(exc).__name__}: {exc})")
+        return None
+    log.info(f"hctool: report in {out}")
+    return out

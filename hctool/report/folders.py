@@ -1,0 +1,175 @@
+"""What a run folder is, and the traced runs inside it.
+
+Folders hctool's runners write:
+  check-consensus run  rank*.jsonl/.ring traces (+ hctool-run.json)   kind "consensus"
+  Flight Recorder      a folder of FR dumps                             kind "flight-recorder"
+  repro ID             report.json {"id", "variants"}, one folder per variant
+                       (NAME/report.json, NAME/traces/)                 kind "repro"
+  repro all            one repro folder per incident                    kind "repro-all"
+  chaos run|explore    report.json {"verdict", "anomalies", "runs"}, history.jsonl,
+                       one harness folder per run                       kind "chaos"
+  one variant or run   report.json {"name", "verdict"} + traces/        kind "run"
+Folders may come from someone else: documents are size-limited, type-checked,
+and a bad one is a FolderError (one line), never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hctool.consensus.flight_recorder import is_flight_recorder_dir
+from hctool.consensus.trace import trace_files
+
+MAX_DOC_BYTES = 64 << 20
+
+
+class FolderError(ValueError):
+    """Not a folder hctool wrote (the message says why)."""
+
+
+@dataclass
+class TracedRun:
+    """One run with traces: what the report and the export draw."""
+    name: str
+    run_dir: Path                 # its folder (run records, commands.txt, chaos/)
+    trace_dir: Path
+    doc: dict = field(default_factory=dict)   # the runner's document for it (variant report, run record)
+
+
+@dataclass
+class Folder:
+    kind: str
+    path: Path
+    doc: dict | None = None       # the runner's document for the whole folder
+
+
+def read_doc(path: Path) -> dict | None:
+    if not path.exists():
+        return None
+    if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_DOC_BYTES:
+        raise FolderError(f"{path}: not a small regular file")
+    try:
+        doc = json.loads(path.read_bytes())
+    except (ValueError, OSError) as exc:
+        raise FolderError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise FolderError(f"{path}: not a JSON object")
+    return doc
+
+
+def identify(path: Path, doc: dict | None = None) -> Folder:
+    """doc: the runner's result when the caller has it (the run-end hook), else report.json."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FolderError(f"not a folder: {path}")
+    if doc is None:
+        doc = read_doc(path / "report.json")
+    if doc is not None and isinstance(doc.get("variants"), list):
+        return Folder("repro", path, doc)
+    if doc is not None and isinstance(doc.get("incidents"), list):
+        return Folder("repro-all", path, doc)
+    if doc is not None and isinstance(doc.get("runs"), list) and "anomalies" in doc:
+        return Folder("chaos", path, doc)
+    if (path / "traces").is_dir():
+        return Folder("run", path, doc)
+    if trace_files(str(path)):
+        return Folder("consensus", path, doc)
+    if is_flight_recorder_dir(str(path)):
+        return Folder("flight-recorder", path, doc)
+    subs = [p for p in sorted(path.iterdir()) if p.is_dir() and (p / "report.json").is_file()]
+    if subs and all(isinstance((read_doc(p / "report.json") or {}).get("variants"), list) for p in subs):
+        return Folder("repro-all", path, {"incidents": [read_doc(p / "report.json") for p in subs]})
+    raise FolderError(f"{path}: no traces, Flight Recorder dumps or hctool run records in it")
+
+
+def artifacts_dir(root: Path, given) -> Path | None:
+    """A run's `artifacts` path as recorded (relative to where the runner ran), or the
+    folder of that name inside root (the folder was moved or is read from elsewhere)."""
+    if not isinstance(given, str) or not given:
+        return None
+    p = Path(given)
+    for cand in (p, root / p.name, root.parent / p):
+        if cand.is_dir():
+            return cand
+    return None
+
+
+def traced_runs(folder: Folder) -> list[TracedRun]:
+    """Every run of the folder that has traces, in the runner's order."""
+    f, out = folder, []
+    if f.kind in ("consensus", "flight-recorder"):
+        return [TracedRun("check-consensus run" if f.kind == "consensus" else "Flight Recorder dumps", f.path, f.path,
+                          f.doc or {})]
+    if f.kind == "run":
+        return [TracedRun((f.doc or {}).get("name") or f.path.name, f.path, f.path / "traces", f.doc or {})]
+    if f.kind == "repro":
+        for v in f.doc["variants"]:
+            d = artifacts_dir(f.path, v.get("artifacts")) if isinstance(v, dict) else None
+            if d is not None and (d / "traces").is_dir():
+                out.append(TracedRun(str(v.get("name")), d, d / "traces", v))
+    elif f.kind == "chaos":
+        for r in f.doc["runs"]:
+            d = artifacts_dir(f.path, r.get("artifacts")) if isinstance(r, dict) else None
+            if d is not None and (d / "traces").is_dir():
+                out.append(TracedRun(str(r.get("name")), d, d / "traces", {**(read_doc(d / "report.json") or {}), **r}))
+    elif f.kind == "repro-all":
+        for inc in f.doc["incidents"]:
+            sub = artifacts_dir(f.path, inc.get("artifacts")) if isinstance(inc, dict) else None
+            if sub is not None:
+                out += [TracedRun(f"{inc.get('id')} {t.name}", t.run_dir, t.trace_dir, t.doc)
+                        for t in traced_runs(Folder("repro", sub, inc))]
+    return out
+
+
+def interesting(run: TracedRun) -> bool:
+    """A run whose outcome is not the clean one: the one to show first."""
+    return run.doc.get("verdict") not in (None, "healthy", "valid", "consistent") or bool(run.doc.get("invariants"))
+
+
+def pick(folder: Folder, name: str | None = None) -> TracedRun:
+    """The run `name` of a folder, else the first interesting run, else the first."""
+    runs = traced_runs(folder)
+    if not runs:
+        raise FolderError(f"{folder.path}: no run with traces in it")
+    if name is not None:
+        for r in runs:
+            if r.name == name or r.run_dir.name == name:
+                return r
+        raise FolderError(f"{folder.path}: no run named {name!r}; runs: {', '.join(r.name for r in runs)}")
+    return next((r for r in runs if interesting(r)), runs[0])
+
+
+def analysis(run: TracedRun) -> dict:
+    """The check-consensus report of a run's traces (verdict, first_divergence, counts,
+    stacks); where the runner recorded its own verdict and finding (repro, chaos, the
+    hook's document) those win: the picture shows what the user was told."""
+    from hctool.consensus import analyze_dir
+    from hctool.protocol.runrecord import RunRecord, RunRecordError
+
+    try:
+        record = RunRecord.read(run.run_dir)
+    except RunRecordError as exc:
+        raise FolderError(str(exc)) from None
+    codes, command_exit = (None, None) if record is None else (record.exit_codes, record.command_exit_code)
+    report = analyze_dir(run.trace_dir, exit_codes=codes, command_exit=command_exit)
+    doc = run.doc
+    for key in ("verdict", "first_divergence", "stacks"):
+        if doc.get(key):
+            report[key] = doc[key]
+    if "first_divergence" in doc and not doc["first_divergence"]:
+        report["first_divergence"] = None
+    return report
+
+
+def ended_at(run: TracedRun) -> float | None:
+    """When the run ended, as far as its folder says: the runner writes its record
+    (hctool-run.json, report.json, stacks.txt) right after ending the job."""
+    times = []
+    for name in ("hctool-run.json", "stacks.txt", "report.json"):
+        try:
+            times.append((run.run_dir / name).stat().st_mtime)
+        except OSError:
+            pass
+    return min(times) if times else None

@@ -1,0 +1,181 @@
+"""One traced run in the report: its finding, its calls aligned by sequence
+number, its timeline (the whole run, then around the divergence), counts, stacks."""
+
+from __future__ import annotations
+
+from hctool.consensus.align import signature
+from hctool.consensus.marks import Mark
+from hctool.consensus.timeline import Call, Timeline
+from hctool.report.svg import esc, timeline_svg
+
+LANE_BEFORE, LANE_AFTER = 5, 3      # sequence numbers shown around the divergent one
+ZOOM_CALLS = 30                     # calls per rank before the divergence in the zoomed timeline
+BAD = {"diverged", "deadlocked", "crashed", "hung", "invalid"}
+WARN = {"unknown"}
+
+
+def verdict_badge(verdict, element_id: str | None = None) -> str:
+    cls = "bad" if verdict in BAD else "warn" if verdict in WARN else "good" if verdict else ""
+    ident = f' id="{esc(element_id)}"' if element_id else ""
+    return f'<span class="verdict {cls}"{ident}>{esc(verdict or "-")}</span>'
+
+
+def headline(report: dict) -> str:
+    first = report.get("first_divergence")
+    if not first:
+        return f"{report.get('world_size', '?')} rank(s), no divergent collective"
+    culprits = ", ".join(map(str, first["culprit_ranks"]))
+    sites = "; ".join(f"rank {r}: {e.get('op') or 'absent'} at {e.get('site') or e.get('last_seen') or '-'}"
+                      for r, e in sorted(first["ranks"].items(), key=lambda kv: int(kv[0])))
+    return (f"first divergence in group {first['group']} at seq {first['seq']}: {first['kind']}, "
+            f"culprit rank(s) {culprits} — {sites}")
+
+
+def divergence_table(first: dict) -> str:
+    rows = ['<table class="divergence"><tr><th>rank</th><th>role</th><th>state</th><th>call</th><th>site</th>'
+            '<th>function</th><th>callers</th></tr>']
+    for rank, e in sorted(first["ranks"].items(), key=lambda kv: int(kv[0])):
+        culprit = int(rank) in first["culprit_ranks"]
+        call = "-" if e.get("state") == "absent" else (
+            f"{e.get('op')} {e.get('shapes')} {','.join(map(str, e.get('dtypes') or []))}"
+            + (f" op={e['reduce_op']}" if e.get("reduce_op") else "")
+            + (f" root/peer={e['root']}" if e.get("root") is not None else "")
+            + (f" label={e['label']!r}" if e.get("label") else ""))
+        callers = " ← ".join(s.rsplit(" ", 1)[-1] for s in (e.get("stack") or [])[:4])
+        site = e.get("site") or (f"last: {e['last_seen']}" if e.get("last_seen") else "-")
+        rows.append(f'<tr class="{"culprit" if culprit else "peer"}" data-rank="{esc(rank)}"><td class="rank">{esc(rank)}</td>'
+                    f'<td>{"culprit" if culprit else "peer"}</td><td>{esc(e.get("state"))}</td><td>{esc(call)}</td>'
+                    f'<td class="site">{esc(site)}</td><td>{esc(e.get("function") or "-")}</td>'
+                    f'<td class="site">{esc(callers or "-")}</td></tr>')
+    rows.append("</table>")
+    return "\n".join(rows)
+
+
+def _channel_calls(tl: Timeline, channel: str) -> dict[int, dict[int, Call]]:
+    return {r: {c.seq: c for c in cs if c.channel == channel} for r, cs in tl.calls.items()}
+
+
+def lanes_table(tl: Timeline, first: dict | None) -> str:
+    """Rows = ranks, columns = sequence numbers of one group: the divergent one, or the
+    busiest group's last calls. A cell differs (red) from the lowest rank's call at that seq."""
+    if first:
+        channel, at = first["group"], first["seq"]
+    else:
+        busiest: dict[str, int] = {}
+        for cs in tl.calls.values():
+            for c in cs:
+                busiest[c.channel] = max(busiest.get(c.channel, 0), c.seq)
+        if not busiest:
+            return '<p class="dim">no calls recorded</p>'
+        channel = max(busiest, key=busiest.get)
+        at = None
+    per_rank = _channel_calls(tl, channel)
+    top = max((max(s, default=-1) for s in per_rank.values()), default=-1)
+    centre = at if at is not None else top
+    seqs = list(range(max(0, centre - LANE_BEFORE), min(top, centre + LANE_AFTER) + 1))
+    head = "".join(f'<th class="{"at" if s == at else ""}">seq {s}</th>' for s in seqs)
+    rows = [f'<div class="lanes"><table class="seq-lanes" data-group="{esc(channel)}"><tr><th>group {esc(channel)}</th>{head}</tr>']
+    ranks = sorted(per_rank) or tl.ranks
+    culprits = set(first["culprit_ranks"]) if first else set()
+    for r in ranks:
+        cells = []
+        for s in seqs:
+            c = per_rank.get(r, {}).get(s)
+            if c is None:
+                cells.append(f'<td class="none{" at" if s == at else ""}">—</td>')
+                continue
+            ref = next((per_rank[q][s] for q in ranks if q != r and s in per_rank.get(q, {})), None)
+            cls = ["at"] if s == at else []
+            if ref is not None and signature(ref.ev) != signature(c.ev):
+                cls.append("mismatch")
+            if c.ev.get("state") != "completed":
+                cls.append("open")
+            ev = c.ev
+            cells.append(f'<td class="{" ".join(cls)}"><span class="cell-op">{esc(ev["op"])}</span> '
+                         f'{esc(ev.get("ro") or "")} {esc(ev.get("state") if ev.get("state") != "completed" else "")}'
+                         f'<span class="cell-site">{esc(ev.get("site") or "-")}</span>'
+                         f'<span class="cell-site">{esc(ev.get("fn") or "")}</span></td>')
+        rows.append(f'<tr class="{"culprit" if r in culprits else ""}" data-rank="{r}"><td class="rank">rank {r}</td>'
+                    f'{"".join(cells)}</tr>')
+    rows.append("</table></div>")
+    note = "" if at is None else ('<p class="dim">Calls of one group pair by position: seq N on one rank met seq N on '
+                                  'the others. Red: not the same call as the other rank\'s.</p>')
+    return "\n".join(rows) + note
+
+
+def _zoom_window(tl: Timeline, first: dict | None) -> tuple[float, float] | None:
+    """The calls of the lanes table on the time axis: from LANE_BEFORE calls before the
+    divergence in its group (or the last ZOOM_CALLS calls of each rank) to a little after it."""
+    starts, ats = [], []
+    for r, cs in tl.calls.items():
+        if first:
+            mine = [c for c in cs if c.channel == first["group"] and first["seq"] - LANE_BEFORE <= c.seq <= first["seq"]]
+        else:
+            mine = cs[-ZOOM_CALLS:]
+        times = [c.ev["w"] for c in mine if c.ev.get("w") is not None]
+        if times:
+            starts.append(min(times))
+            ats.append(max(times))
+    if not starts:
+        return None
+    lo, at = min(starts), max(ats)
+    return lo, at + max(0.25 * (at - lo), 0.002)
+
+
+def timelines(tl: Timeline, marks: list[Mark], first: dict | None, name: str) -> str:
+    times = [c.ev["w"] for cs in tl.calls.values() for c in cs if c.ev.get("w") is not None]
+    times += [m.ts for m in marks]
+    if not times:
+        return '<p class="dim">no calls recorded</p>'
+    origin = min(times)
+    end = max([tl.end_wall or origin, *times])
+    slug = "".join(ch if ch.isalnum() else "-" for ch in name)
+    out = [f"<h3>Timeline: the whole run ({end - origin:.1f} s)</h3>",
+           timeline_svg(tl, marks, origin, end, origin, divergence=first, css_id=f"timeline-{slug}")]
+    zoom = _zoom_window(tl, first)
+    if zoom:
+        what = "around the first divergence" if first else "the last calls"
+        out += [f"<h3>Timeline: {what} ({(zoom[1] - zoom[0]) * 1000:.0f} ms), lines join the calls that paired</h3>",
+                timeline_svg(tl, marks, zoom[0], zoom[1], origin, pairs=True, divergence=first, css_id=f"zoom-{slug}")]
+    if tl.thinned:
+        out.append(f'<p class="dim">Calls thinned to fit the page: {esc(tl.rule())}.</p>')
+    out.append('<p class="dim">Hover a call for its details; click it to outline the calls it paired with.</p>')
+    return "\n".join(out)
+
+
+def counts_table(report: dict) -> str:
+    counts = report.get("counts") or {}
+    ops = sorted({op for c in counts.values() for op in c})
+    if not ops:
+        return '<p class="dim">no counts</p>'
+    head = "".join(f"<th>{esc(op)}</th>" for op in ops)
+    rows = "".join(f'<tr><td class="rank">rank {esc(r)}</td>' + "".join(f"<td>{c.get(op, 0)}</td>" for op in ops)
+                   + f"<td>{sum(c.values())}</td></tr>" for r, c in counts.items())
+    return f'<table class="counts"><tr><th></th>{head}<th>total</th></tr>{rows}</table>'
+
+
+def stacks_block(report: dict) -> str:
+    stacks = report.get("stacks") or {}
+    if not stacks:
+        return '<p class="dim">no stacks (they are taken when a run hangs or diverges while its ranks are alive)</p>'
+    culprits = set((report.get("first_divergence") or {}).get("culprit_ranks", []))
+    key = lambda kv: (int(kv[0]) not in culprits, int(kv[0]) if str(kv[0]).isdigit() else 0)  # noqa: E731
+    return "\n".join(f'<details class="stack" data-rank="{esc(r)}" open><summary>rank {esc(r)}'
+                     f'{" (culprit)" if str(r).isdigit() and int(r) in culprits else ""}</summary><pre>{esc(text)}</pre></details>'
+                     for r, text in sorted(stacks.items(), key=key))
+
+
+def run_section(name: str, report: dict, tl: Timeline, marks: list[Mark], extra: str = "") -> str:
+    first = report.get("first_divergence")
+    slug = "".join(ch if ch.isalnum() else "-" for ch in name)
+    parts = [f'<section class="run" id="run-{esc(slug)}"><h2>{esc(name)} {verdict_badge(report.get("verdict"))}</h2>',
+             f'<p class="headline">{esc(headline(report))}</p>', extra]
+    if first:
+        if first.get("deadlock"):
+            parts.append(f'<p><b>Wait cycle across groups:</b> {esc(first["deadlock"])}</p>')
+        parts.append(divergence_table(first))
+    parts += ["<h3>Calls aligned by sequence number</h3>", lanes_table(tl, first),
+              timelines(tl, marks, first, name), "<h3>Calls per rank</h3>", counts_table(report),
+              "<h3>Stacks</h3>", stacks_block(report), "</section>"]
+    return "\n".join(parts)
+
