@@ -98,16 +98,21 @@ class ProcessSet:
     children: list[Child] = field(default_factory=list)
 
     def start(self, name: str, cmd: list[str], env: dict[str, str] | None = None,
-              log_path: Path | None = None, cwd: str | None = None) -> Child:
+              log_path: Path | None = None, cwd: str | None = None, stdout_path: Path | None = None) -> Child:
+        """log_path takes stdout and stderr, unless stdout_path is given for stdout alone."""
         stdout = stderr = None
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             stdout = open(log_path, "ab", buffering=0)  # noqa: SIM115 - closed with the child
             stderr = subprocess.STDOUT
+        if stdout_path is not None:
+            stderr = stdout if stdout is not None else None
+            stdout = open(stdout_path, "ab", buffering=0)  # noqa: SIM115 - closed with the child
         popen = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=stdout, stderr=stderr,
                                  stdin=subprocess.DEVNULL, start_new_session=True)
-        if stdout is not None:
-            stdout.close()
+        for f in (stdout, stderr):
+            if f is not None and f is not subprocess.STDOUT:
+                f.close()
         child = Child(name, popen, log_path)
         self.children.append(child)
         return child

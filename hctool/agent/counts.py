@@ -13,6 +13,7 @@ import threading
 from hctool.agent import names
 from hctool.agent.clock import REAL
 from hctool.protocol import env as protocol_env
+from hctool.protocol import faultcounts
 
 FLUSH_S = 0.5
 _lock = threading.Lock()
@@ -33,7 +34,7 @@ def start(faults, rank: int) -> None:
             _order.append(f)
     folder = os.environ.get(protocol_env.TRACE_DIR) or os.environ.get(protocol_env.RUN_DIR)
     if folder and _path is None:
-        _path = os.path.join(folder, f"faults-rank{rank}-{os.getpid()}.json")
+        _path = os.path.join(folder, faultcounts.file_name(rank, os.getpid()))
         threading.Thread(target=_flusher, name="hctool-fault-counts", daemon=True).start()
         atexit.register(flush)
 

@@ -52,6 +52,10 @@ def run(
     on_divergence: str = typer.Option("abort", "--on-divergence", help="abort: end the job at the first finding; report: let it run."),
     as_json: bool = typer.Option(False, "--json", help="Print only the JSON report on stdout."),
     trace_dir: Path = typer.Option(None, "--trace-dir", help="Where traces and rank logs go (default: ./hctool-runs/consensus-<time>)."),
+    inject: list[str] = typer.Option([], "--inject", help="A fault in the ranks, e.g. 'clock-skew:rank=1,ms=500' or "
+                                     "'delay:fn=pkg.mod:Class.method,rank=1,ms=50' (repeatable; docs/chaos.md)."),
+    probe: list[str] = typer.Option([], "--probe", help="Record each entry of this function, pkg.mod:Qual.name "
+                                    "(__main__:name for the script), with its caller (repeatable)."),
 ) -> None:
     """Run a distributed program with the recorder injected, watch it live, report."""
     from hctool.consensus.run import RunOptions, run_job
@@ -67,6 +71,7 @@ def run(
     script_mode = command[0].endswith(".py")
     if script_mode and not Path(command[0]).is_file():
         raise UsageError(f"script not found: {command[0]}", "give the path of a Python file, or a command after --")
+    faults, probes = checked_faults_and_probes(list(command), inject, probe)
     trace_dir = trace_dir or _default_trace_dir()
     if trace_dir.exists() and any(trace_dir.glob("*.jsonl")):
         raise UsageError(f"trace folder already holds traces: {trace_dir}", "pass a new --trace-dir or remove the old one")
@@ -80,7 +85,8 @@ def run(
     try:
         report, latency = run_job(RunOptions(command=list(command), nproc=nproc, timeout=timeout,
                                              hang_after=hang_after, abort=on_divergence == "abort",
-                                             trace_dir=trace_dir, script_mode=script_mode))
+                                             trace_dir=trace_dir, script_mode=script_mode,
+                                             faults=tuple(faults), probes=tuple(probes)))
     except TraceError as exc:
         raise UsageError(f"the traces of this run cannot be read: {exc}", "was something else writing into --trace-dir?") from None
     if latency is not None:
@@ -88,6 +94,39 @@ def run(
     write_run_report(trace_dir, report)
     _emit(report, as_json)
     raise typer.Exit(_exit_code(report))
+
+
+def checked_faults_and_probes(command: list[str], inject: list[str], probe: list[str]):
+    """--inject and --probe of a run on the user's program, checked before anything runs: the
+    spec parses, it acts on any program (the engine's kinds need hctool's engine), and every
+    named function resolves in the program's source (exit 2 otherwise)."""
+    from hctool.protocol.faults import ENGINE_ONLY, parse_fault
+    from hctool.resolve import check_function
+    from hctool.targets import Command
+
+    main = Command(tuple(command)).main_source()
+    faults = []
+    for spec in inject:
+        try:
+            f = parse_fault(spec)
+        except ValueError as exc:
+            raise UsageError(f"bad --inject {spec!r}: {exc}", "see docs/chaos.md for the fault kinds and keys") from None
+        if f.kind in ENGINE_ONLY:
+            raise UsageError(f"--inject {f.kind} acts on hctool's own engine, not on this program",
+                             "for any program: clock-skew, clock-jump, thread-slow, collective-delay, io-delay, "
+                             "delay:fn=..., raise:fn=..., rank-pause, rank-kill")
+        if f.fn:
+            why = check_function(f.fn, main)
+            if why:
+                raise UsageError(f"--inject {spec!r}: {why}", "name a function as pkg.mod:Qual.name (__main__:name in the script)")
+        faults.append(f)
+    for p in probe:
+        if ":" not in p:
+            raise UsageError(f"bad --probe {p!r}", "name a function as pkg.mod:Qual.name (__main__:name in the script)")
+        why = check_function(p, main)
+        if why:
+            raise UsageError(f"--probe {p}: {why}", "name a function as pkg.mod:Qual.name (__main__:name in the script)")
+    return faults, list(probe)
 
 
 def analyze(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 
+from hctool.consensus import probes
 from hctool.consensus.align import Channel, channel_members, find_divergence, route
 from hctool.consensus.flight_recorder import is_flight_recorder_dir, read_flight_recorder
 from hctool.consensus.trace import TraceDirReader, TraceError, trace_files
@@ -153,6 +154,7 @@ def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: d
     path = os.fspath(path)
     tracker = Tracker()
     now = time.monotonic()
+    reader = None
     if not trace_files(path) and is_flight_recorder_dir(path):
         per_rank, groups = read_flight_recorder(path)
         tracker.groups.update(groups)
@@ -184,6 +186,8 @@ def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: d
     tracker.prune()
     finding = tracker.first_divergence(ended, now, hang_after=None, final=True)
     report = build_report(tracker, ended, finding, stacks, final=True)
+    if reader is not None:
+        probes.annotate(report, reader.ranks, finding)
     if exit_codes is not None:
         report["exit_codes"] = {str(r): c for r, c in sorted(exit_codes.items())}
     if command_exit is not None:

@@ -14,6 +14,7 @@ import time
 
 import psutil
 
+from hctool.consensus import probes
 from hctool.consensus.analyze import Tracker, build_report, ended_states
 from hctool.consensus.trace import TraceDirReader
 
@@ -49,7 +50,8 @@ class LiveWatcher:
         finding = self.tracker.first_divergence(ended, now, self.hang_after, final=False)
         if finding is None:
             return None
-        report = build_report(self.tracker, ended, finding, None, final=False)
+        report = probes.annotate(build_report(self.tracker, ended, finding, None, final=False), self.reader.ranks,
+                                 finding)
         self.detection = {"divergent_call_wall": finding["time"], "detected_wall": time.time()}
         return report
 

@@ -25,6 +25,12 @@ def counts_line(report: dict) -> str:
     return "counts: " + ("; ".join(parts) if parts else "no calls recorded")
 
 
+def probe_cell(entry: dict) -> str:
+    """`loading_check (probe) from _process_hicache_local_restores:285`"""
+    p = entry.get("probe")
+    return f"{p['name']} (probe) from {p['caller']}" if p else "-"
+
+
 def render(report: dict, console: Console) -> None:
     verdict = report["verdict"]
     line = Text(f"{verdict.upper()}", style=_VERDICT_STYLE.get(verdict, "bold"))
@@ -45,13 +51,14 @@ def render(report: dict, console: Console) -> None:
         console.print(Text(f"exit codes: {codes}"))
     if first:
         table = Table(show_lines=False)
-        for col in ("rank", "state", "call", "call site", "callers"):
+        probed = any(e.get("probe") for e in first["ranks"].values())
+        for col in ("rank", "state", "call", "call site", "callers", *(("last probe",) if probed else ())):
             table.add_column(col, overflow="fold")
         for rank, e in first["ranks"].items():
             style = "red" if int(rank) in first["culprit_ranks"] else None
             if e["state"] == "absent":
                 table.add_row(rank, "absent", "-", e.get("last_seen", "-") and f"last: {e.get('last_seen', '-')}", "-",
-                              style=style)
+                              *((probe_cell(e),) if probed else ()), style=style)
                 continue
             call = f"{e['op']} {e['shapes']} {','.join(e['dtypes'])}"
             if e["reduce_op"]:
@@ -60,8 +67,14 @@ def render(report: dict, console: Console) -> None:
                 call += f" root/peer={e['root']}"
             if e["label"]:
                 call += f" label={e['label']!r}"
-            table.add_row(rank, e["state"], call, e["site"] or "-", _chain(e) or "-", style=style)
+            table.add_row(rank, e["state"], call, e["site"] or "-", _chain(e) or "-",
+                          *((probe_cell(e),) if probed else ()), style=style)
         console.print(table)
+    if report.get("faults"):
+        console.print(Text("faults: " + "; ".join(
+            f"{f['spec']} fired {f['total']}x" + (f" ({', '.join(f'rank {r}: {n}' for r, n in sorted(f['fired'].items()))})"
+                                                   if f["total"] else " (never fired)")
+            for f in report["faults"]), style="dim"), soft_wrap=True)
     for rank, text in sorted(report.get("stacks", {}).items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
         console.print(Text(f"--- stack of rank {rank} ---", style="bold"))
         console.print(Text(text))

@@ -13,6 +13,10 @@ from hctool import log, procs
 from hctool.consensus import kernel_build
 from hctool.consensus.analyze import analyze_dir
 from hctool.consensus.live import LiveWatcher, _alive
+from hctool.consensus.control import JobController
+from hctool.protocol import env as protocol_env
+from hctool.protocol import faultcounts
+from hctool.protocol.faults import IN_RANK, Fault
 from hctool.protocol.runrecord import RunRecord
 from hctool.stacks import dump_stacks, ranks_in_tree
 
@@ -28,6 +32,10 @@ class RunOptions:
     abort: bool
     trace_dir: Path
     script_mode: bool
+    faults: tuple[Fault, ...] = ()      # in-rank kinds go to the ranks (HCTOOL_FAULTS), controller kinds run here
+    probes: tuple[str, ...] = ()        # pkg.mod:Qual.name function probes (HCTOOL_PROBES)
+    controller: JobController | None = None  # chaos passes its own (heal, history); else one is made for faults
+    split_stdout: bool = False          # stdout alone in stdout.log (rank{r}.stdout for a script), for --same-output
 
 
 def _log(msg: str) -> None:
@@ -44,11 +52,20 @@ def _c10d_kernel() -> dict[str, str]:
     return {kernel_build.ENV: str(path)}
 
 
-def _start(opts: RunOptions, ps: procs.ProcessSet) -> dict[int, procs.Child]:
-    env = procs.inject_env(dict(os.environ), TRACE_DIR=str(opts.trace_dir.resolve()), **_c10d_kernel())
+def _start(opts: RunOptions, ps: procs.ProcessSet, controller: JobController | None) -> dict[int, procs.Child]:
+    extra = dict(_c10d_kernel())
+    in_rank = [f.spec() for f in opts.faults if f.kind in IN_RANK]
+    if in_rank:
+        extra[protocol_env.FAULTS] = ";".join(in_rank)
+    if opts.probes:
+        extra[protocol_env.PROBES] = ",".join(opts.probes)
+    if controller is not None:
+        extra.update(controller.env())
+    env = procs.inject_env(dict(os.environ), TRACE_DIR=str(opts.trace_dir.resolve()), **extra)
     env.setdefault("PYTHONUNBUFFERED", "1")
     if not opts.script_mode:
-        ps.start("cmd", opts.command, env=env, log_path=opts.trace_dir / "cmd.log")
+        ps.start("cmd", opts.command, env=env, log_path=opts.trace_dir / "cmd.log",
+                 stdout_path=opts.trace_dir / "stdout.log" if opts.split_stdout else None)
         _log(f"started {' '.join(opts.command)} (output in {opts.trace_dir / 'cmd.log'})")
         return {}
     port = procs.free_port()
@@ -56,7 +73,8 @@ def _start(opts: RunOptions, ps: procs.ProcessSet) -> dict[int, procs.Child]:
     for r in range(opts.nproc):
         renv = dict(env, **procs.torchrun_env(r, opts.nproc, "127.0.0.1", port))
         ranks[r] = ps.start(f"rank{r}", procs.python_cmd(*opts.command), env=renv,
-                            log_path=opts.trace_dir / f"rank{r}.log")
+                            log_path=opts.trace_dir / f"rank{r}.log",
+                            stdout_path=opts.trace_dir / f"rank{r}.stdout" if opts.split_stdout else None)
     _log(f"started {opts.nproc} ranks of {opts.command[0]} (logs in {opts.trace_dir}/rank*.log)")
     return ranks
 
@@ -102,26 +120,16 @@ def run_job(opts: RunOptions) -> tuple[dict, float | None]:
     deadline = time.monotonic() + opts.timeout
     finding = None
     latency = None
+    controller = opts.controller or (JobController(list(opts.faults), opts.trace_dir) if opts.faults else None)
     with procs.sigterm_as_interrupt(), procs.ProcessSet() as ps:
-        ranks = _start(opts, ps)
-        while True:
-            codes = _exit_codes(opts, ranks, watcher)
-            everything_exited = not ps.alive()
-            live = watcher.check(codes if opts.script_mode else None)
-            if live is not None and finding is None:
-                finding = live
-                latency = watcher.latency_s()
-                first = live["first_divergence"]
-                _log(f"{live['verdict']}: group {first['group']} seq {first['seq']} ({first['kind']}), "
-                     f"culprit rank(s) {first['culprit_ranks']}")
-                if opts.abort:
-                    break
-            if everything_exited:
-                break
-            if time.monotonic() > deadline:
-                _log(f"timeout after {opts.timeout:.0f} s")
-                break
-            time.sleep(POLL_S)
+        try:
+            ranks = _start(opts, ps, controller)
+            if controller is not None:
+                controller.started()
+            finding, latency = _watch(opts, ps, ranks, watcher, controller, deadline)
+        finally:
+            if controller is not None:
+                controller.release()  # never leave a stopped rank behind
         codes = _exit_codes(opts, ranks, watcher)
         # a wrapper command's own exit code, if it ended by itself (not by hctool below)
         command_exit = None if opts.script_mode or not ps.children else ps.children[0].popen.poll()
@@ -129,7 +137,8 @@ def run_job(opts: RunOptions) -> tuple[dict, float | None]:
         ps.terminate_all()
     if command_exit and not codes:
         _log(f"the command failed ({procs.describe_exit(command_exit)}) before any rank recorded a collective")
-    RunRecord(list(opts.command), codes, command_exit).write(opts.trace_dir)
+    faults = fault_counts(opts, controller)
+    RunRecord(list(opts.command), codes, command_exit, faults).write(opts.trace_dir)
     report = analyze_dir(opts.trace_dir, exit_codes=codes, stacks=stacks, command_exit=command_exit)
     if report["verdict"] == "consistent" and finding is not None:
         # the live finding stands if the final data lost it
@@ -137,6 +146,56 @@ def run_job(opts: RunOptions) -> tuple[dict, float | None]:
     live_first, final_first = (finding or {}).get("first_divergence") or {}, report.get("first_divergence") or {}
     if live_first.get("deadlock") and (live_first["group"], live_first["seq"]) == (final_first.get("group"), final_first.get("seq")):
         final_first["deadlock"] = live_first["deadlock"]  # seen live; ending the job broke the cycle
+    if opts.faults:
+        report["faults"] = faults
+        for f in faults:
+            if not f["total"]:
+                _log(f"fault {f['spec']} never fired" + (f" ({_unresolved(f)})" if _unresolved(f) else ""))
     if report["verdict"] != "consistent":
         _log_tails(opts)
     return report, latency
+
+
+def _watch(opts: RunOptions, ps: procs.ProcessSet, ranks, watcher: LiveWatcher, controller, deadline: float):
+    """Until everything exited, the deadline, or (with abort) the first finding: (finding, latency)."""
+    finding = latency = None
+    while True:
+        codes = _exit_codes(opts, ranks, watcher)
+        everything_exited = not ps.alive()
+        live = watcher.check(codes if opts.script_mode else None)
+        if controller is not None:
+            controller.tick(_rank_pids(opts, ranks, watcher))
+        if live is not None and finding is None:
+            finding = live
+            latency = watcher.latency_s()
+            first = live["first_divergence"]
+            _log(f"{live['verdict']}: group {first['group']} seq {first['seq']} ({first['kind']}), "
+                 f"culprit rank(s) {first['culprit_ranks']}")
+            if opts.abort:
+                break
+        if everything_exited:
+            break
+        if time.monotonic() > deadline:
+            _log(f"timeout after {opts.timeout:.0f} s")
+            break
+        time.sleep(POLL_S)
+    return finding, latency
+
+
+def _rank_pids(opts: RunOptions, ranks, watcher: LiveWatcher) -> dict[int, int]:
+    """Each live rank's pid: our own children for a script, the traces' headers under a command."""
+    if opts.script_mode:
+        return {r: c.popen.pid for r, c in ranks.items() if c.popen.poll() is None}
+    return {r: p for r, p in watcher.pids().items() if _alive(p)}
+
+
+def fault_counts(opts: RunOptions, controller: JobController | None) -> list[dict]:
+    """Per fault of the run: how often it fired, per rank (the agents' files, the controller's actions)."""
+    in_rank = [f.spec() for f in opts.faults if f.kind in IN_RANK]
+    counts = faultcounts.read(opts.trace_dir, in_rank)
+    return counts + (controller.counts() if controller is not None else [])
+
+
+def _unresolved(f: dict) -> str:
+    states = sorted(set((f.get("resolved") or {}).values()) - {"wrapped"})
+    return "; ".join(states)

@@ -28,6 +28,7 @@ MAX_SIDE_BYTES = 1 << 30       # one side table
 MAX_RING_BYTES = 16 << 30      # one ring file (256 M calls)
 MAX_LINE = 1 << 20
 MAX_INTERNED = 1 << 20         # values of one kind in one side table (real traces: thousands)
+MAX_PROBES = 200_000   # probe entries kept per rank process (counted beyond that)
 SIDE_CHUNK = 4 << 20           # read per file per poll: ranks advance together, the agreed prefix is dropped
 RING_CHUNK = 1 << 16           # records per file per poll
 P2P_DIR = {"send": "send", "isend": "send", "send_object_list": "send",
@@ -63,6 +64,8 @@ class RankTrace:
     ended: str | None = None          # None: no end record; "clean" or "crashed"
     end_error: str | None = None
     last_event: dict | None = None
+    probes: list = field(default_factory=list)        # (t, name, caller site, caller function), in order
+    probe_counts: dict = field(default_factory=dict)  # name -> entries recorded
 
 
 @dataclass
@@ -312,6 +315,14 @@ class TraceDirReader:
             f.wall_offset = float(rec.get("start", 0.0)) - float(rec.get("mono", 0.0))
             if ws:
                 self.world_size = max(self.world_size or 0, ws)
+        elif "pr" in rec:  # a probed function was entered (hctool/agent/probes.py)
+            _check(isinstance(rec["pr"], str) and isinstance(rec.get("t", 0.0), (int, float))
+                   and all(isinstance(rec.get(k), (str, type(None))) for k in ("site", "fn", "th")), "bad probe")
+            counts = f.rt.probe_counts
+            _check(rec["pr"] in counts or len(counts) < MAX_INTERNED, "too many probe names")
+            counts[rec["pr"]] = counts.get(rec["pr"], 0) + 1
+            if len(f.rt.probes) < MAX_PROBES:
+                f.rt.probes.append((float(rec.get("t", 0.0)), rec["pr"], rec.get("site"), rec.get("fn")))
         elif "end" in rec:
             _check(isinstance(rec.get("error"), (str, type(None))), "bad end record")
             f.rt.ended = "crashed" if rec.get("error") else "clean"

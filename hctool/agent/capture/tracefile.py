@@ -156,7 +156,8 @@ def _site_value(frame) -> dict:
     stack = []
     f = frame
     while f is not None and len(stack) < STACK_DEPTH:
-        stack.append(f"{f.f_code.co_filename}:{f.f_lineno} {f.f_code.co_name}")
+        if not f.f_code.co_filename.startswith(_S.internal[0]):  # hctool's own frames (a probe's wrapper)
+            stack.append(f"{f.f_code.co_filename}:{f.f_lineno} {f.f_code.co_name}")
         f = f.f_back
     return {"site": f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}", "fn": frame.f_code.co_name,
             "stack": stack}
