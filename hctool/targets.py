@@ -58,6 +58,17 @@ class Command:
             return _module_source(words[i + 1]) if i + 1 < len(words) else None
         return Path(words[i]) if i < len(words) and words[i].endswith(".py") else None
 
+    def anchored(self) -> Command:
+        """The same command with its relative file arguments made absolute, so that it runs the
+        same from another working directory (chaos gives each run its own)."""
+        out = [self.words[0] if not Path(self.words[0]).is_file() or "/" not in self.words[0]
+               else str(Path(self.words[0]).resolve())]
+        for w in self.words[1:]:
+            out.append(str(Path(w).resolve()) if not w.startswith("-") and "=" not in w and Path(w).is_file() else w)
+        if self.script_mode:
+            out[0] = str(Path(self.words[0]).resolve())
+        return Command(tuple(out))
+
     def world_size(self, nproc: int) -> int | None:
         """Ranks the command starts, where it says so (torchrun's --nproc-per-node on one node)."""
         if self.script_mode:

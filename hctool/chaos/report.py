@@ -9,7 +9,7 @@ from pathlib import Path
 from hctool.chaos.invariants import Anomaly
 from hctool.chaos.runner import RunResult
 from hctool.chaos.schedule import Schedule
-from hctool.chaos.target import Target
+from hctool.chaos.target import Target  # or a chaos.command.CommandTarget: both have label and replay
 
 
 def anomaly_entry(a: Anomaly, sched: Schedule, replay_cmd: str, shrunk: Schedule | None = None,
@@ -21,7 +21,7 @@ def anomaly_entry(a: Anomaly, sched: Schedule, replay_cmd: str, shrunk: Schedule
 
 def replay_command(path: Path, target: Target, runs: int = 1) -> str:
     # options before the target: a launch target ends with engine flags after `--`
-    return f"hctool chaos run {path}" + (f" --runs {runs}" if runs > 1 else "") + f" {target.label}"
+    return f"hctool chaos run {path}" + (f" --runs {runs}" if runs > 1 else "") + f" {target.replay}"
 
 
 def build(target: Target, seed: int, runs: list[tuple[Schedule, RunResult]], anomalies: list[dict],

@@ -38,6 +38,12 @@ class ChaosRunner:
         self.harness = ReproHarness(target.scenario, HarnessOptions(artifacts=artifacts, timeout=timeout))
         self.prepared = False
 
+    checkers = CHECKERS
+
+    @property
+    def world_size(self) -> int:
+        return self.harness.tp
+
     def prepare(self) -> None:
         if self.prepared:
             return

@@ -28,7 +28,12 @@ from hctool.protocol.faults import FAULT_KINDS, Fault, parse_fault
 # ask for it with --kinds). Magnitude ranges (ms or n) per kind.
 DEFAULT_KINDS = ("h2d-sleep", "d2h-sleep", "free-delay", "storage-latency", "storage-error", "storage-timeout",
                  "storage-partial", "clock-skew", "clock-jump", "rank-pause", "request-burst", "request-cancel")
-MAGNITUDE = {"h2d-sleep": (5, 200), "d2h-sleep": (5, 200), "free-delay": (20, 600), "storage-latency": (5, 120),
+# Against a command (the user's program) explore draws the generic kinds: no knowledge of the
+# program is needed (io-delay acts on every file the program opens: path="*").
+COMMAND_KINDS = ("clock-skew", "clock-jump", "clock-jitter", "thread-slow", "collective-delay", "io-delay",
+                 "rank-pause")
+MAGNITUDE = {"thread-slow": (10, 300), "collective-delay": (5, 400), "io-delay": (5, 200), "cuda-sleep": (5, 200),
+             "h2d-sleep": (5, 200), "d2h-sleep": (5, 200), "free-delay": (20, 600), "storage-latency": (5, 120),
              "storage-timeout": (50, 1500), "clock-skew": (50, 500), "clock-jump": (500, 8000),
              "rank-pause": (100, 2000), "request-cancel": (50, 500),
              "clock-jitter": (5, 100), "host-pool-shrink": (1, 4), "storage-miss": (1, 4)}  # the last two: pages
@@ -112,9 +117,9 @@ def load_schedule(path: Path) -> Schedule:
     return schedule_from_dict(data, str(path))
 
 
-def parse_kinds(text: str | None) -> tuple[str, ...]:
+def parse_kinds(text: str | None, default: tuple[str, ...] = DEFAULT_KINDS) -> tuple[str, ...]:
     if not text:
-        return DEFAULT_KINDS
+        return default
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
     bad = [k for k in kinds if k not in FAULT_KINDS]
     if bad or not kinds:
@@ -123,10 +128,12 @@ def parse_kinds(text: str | None) -> tuple[str, ...]:
 
 
 def generate(seed: int, index: int, world_size: int, kinds=DEFAULT_KINDS, horizon_s: float = 20.0,
-             max_faults: int = 4) -> Schedule:
+             max_faults: int = 4, early: bool = True) -> Schedule:
     """Schedule `index` of exploration `seed`: 1..max_faults faults, each with a
     kind, target, magnitude, probability and window (within horizon_s) drawn from
-    one RNG; the heal comes when the workload is done."""
+    one RNG; the heal comes when the workload is done. `early`: windows open in the
+    first part of the horizon (the engine: asymmetry matters while requests queue);
+    otherwise anywhere in it (a program whose interesting part may come late)."""
     rng = random.Random(f"hctool-chaos/{seed}/{index}")
     faults = []
     for _ in range(rng.randint(1, max_faults)):
@@ -143,7 +150,8 @@ def generate(seed: int, index: int, world_size: int, kinds=DEFAULT_KINDS, horizo
         p = 1.0 if rng.random() < 0.6 or kind in CERTAIN or kind.startswith("clock") else round(rng.uniform(0.1, 1.0), 2)
         # Rank asymmetry matters while requests queue, so windows start early and
         # mostly last until the heal; one-shot faults land anywhere before it.
-        start = round(rng.uniform(0, horizon_s * (0.75 if kind in CERTAIN else 0.3)), 1)
+        start = round(rng.uniform(0, horizon_s * ((0.75 if kind in CERTAIN else 0.3) if early else 0.9)), 1)
         duration = None if rng.random() < 0.6 or kind in CERTAIN else round(rng.uniform(2.0, horizon_s), 1)
-        faults.append(Fault(kind, ms=ms, target=target, p=p, start_s=start, duration_s=duration, n=n))
+        extra = {"path": "*"} if kind == "io-delay" else {}
+        faults.append(Fault(kind, ms=ms, target=target, p=p, start_s=start, duration_s=duration, n=n, **extra))
     return Schedule(tuple(faults), heal_s=None, seed=seed, index=index)

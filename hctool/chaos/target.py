@@ -22,6 +22,10 @@ class Target:
     def label(self) -> str:
         return " ".join(self.args)
 
+    @property
+    def replay(self) -> str:
+        return " ".join(self.args)
+
 
 # A collective blocked this long while a peer is elsewhere is a hang. A repro scenario's own
 # bound is tuned to call its bug fast (30760: 3 s); under a chaos schedule a rank may be slow

@@ -31,22 +31,85 @@ HangOpt = typer.Option(None, "--hang-after", min=0.1, max=86400, help="Seconds a
 StarveOpt = typer.Option(1000, "--starve-ticks", min=1, help="Liveness: ticks with work waiting and nothing running.")
 
 
+NprocOpt = typer.Option(2, "--nproc", "-n", min=1, max=1024, help="Ranks to start for a -- SCRIPT.py target.")
+TimeoutOpt = typer.Option(None, "--timeout", min=1, max=86400, help="A command target: seconds one run may take (default 300).")
+SameOutputOpt = typer.Option(None, "--same-output", help="A command target: stdout lines matching this regex must "
+                             "equal those of the fault-free run.")
+
+
 def _target(ctx: typer.Context, scenario, variant, no_faults, catalogue, rounds: int | None = None,
-            hang_after: float | None = None):
+            hang_after: float | None = None, nproc: int = 2, timeout: float | None = None,
+            same_output: str | None = None):
+    """--scenario ID, or what follows `--`: engine flags (start with -) or a command (anything else)."""
+    import re
+
     from hctool.chaos.target import CHAOS_HANG_AFTER_S, launch_target, scenario_target
     from hctool.repro.scenario import ScenarioError
+    from hctool.targets import TargetError
     hang_after = CHAOS_HANG_AFTER_S if hang_after is None else hang_after
     flags = list(ctx.args)
     try:
         if scenario and flags:
-            raise UsageError("give either --scenario or engine flags after --, not both")
+            raise UsageError("give either --scenario or a target after --, not both")
         if scenario:
             return scenario_target(scenario, variant, no_faults, catalogue, rounds, hang_after)
+        if flags and not flags[0].startswith("-"):
+            from hctool.chaos.command import command_target
+            return command_target(flags, nproc, hang_after, timeout, same_output, CHAOS_HANG_AFTER_S)
+        if same_output is not None or timeout is not None:
+            raise UsageError("--same-output and --timeout are for a command target", "hctool chaos explore -- torchrun ...")
         if flags:
             return launch_target(flags, hang_after=hang_after)
     except ScenarioError as exc:
         raise UsageError(str(exc), "see `hctool repro list` and `hctool launch --help`") from None
-    raise UsageError("no target", "give --scenario ID [--variant V] or `-- ENGINE-FLAGS` (as for hctool launch)")
+    except TargetError as exc:
+        raise UsageError(str(exc), "after -- give a command (torchrun ..., python -m ..., SCRIPT.py) or engine flags") from None
+    except re.error as exc:
+        raise UsageError(f"bad --same-output regex: {exc}", "e.g. --same-output '^loss'") from None
+    raise UsageError("no target", "give --scenario ID [--variant V], `-- ENGINE-FLAGS` (as for hctool launch), "
+                     "or `-- CMD` (your program: torchrun ..., SCRIPT.py)")
+
+
+def _runner(target, root: Path, history, starve_ticks: int, horizon: float | None = None):
+    from hctool.chaos.command import CommandRunner, CommandTarget
+    from hctool.chaos.runner import ChaosRunner
+    if isinstance(target, CommandTarget):
+        return CommandRunner(target, root, history, horizon_s=horizon)
+    return ChaosRunner(target, root, history, starve_ticks, **({} if horizon is None else {"horizon_s": horizon}))
+
+
+def _check_kinds(target, kinds) -> None:
+    """The engine's kinds act through hctool's engine only: refused against a command."""
+    from hctool.chaos.command import CommandTarget
+    from hctool.protocol.faults import ENGINE_ONLY
+    bad = sorted({k for k in kinds if k in ENGINE_ONLY}) if isinstance(target, CommandTarget) else []
+    if bad:
+        raise UsageError(f"fault kind {bad[0]} acts on hctool's own engine, not on a command",
+                         "for a program: clock-skew, clock-jump, clock-jitter, thread-slow, collective-delay, "
+                         "io-delay, rank-pause, rank-kill, delay:fn=..., raise:fn=...")
+
+
+def _check_names(target, faults) -> None:
+    """A by-name fault of a schedule names a function of the program: checked before anything runs."""
+    from hctool.chaos.command import CommandTarget
+    from hctool.resolve import check_function
+    if not isinstance(target, CommandTarget):
+        return
+    main = target.command.main_source()
+    for f in faults:
+        why = check_function(f.fn, main) if f.fn else None
+        if why:
+            raise UsageError(f"schedule fault {f.spec()}: {why}", "name a function as pkg.mod:Qual.name (__main__:name in the script)")
+
+
+def _prepared(runner) -> None:
+    """The fault-free run (a command) or setup + reference (the engine), before any schedule."""
+    from hctool.chaos.command import ChaosSetupError
+    try:
+        runner.prepare()
+    except ChaosSetupError as exc:
+        raise UsageError(str(exc), "chaos explores a program that is clean without faults: fix it, or check it with "
+                         "hctool check-consensus run") from None
 
 
 def _setup(artifacts: Path | None, what: str):
@@ -98,7 +161,7 @@ def _shrink_and_replay(runner, target, sched, anomaly, root: Path, shrink_budget
     from hctool.chaos.report import anomaly_entry, replay_command
     # `one` is resolved first: it picks its rank from the fault's text, so a shrink step
     # that changed the text (start 0, half the ms) would move the fault to another rank.
-    sched = sched.with_faults(f.resolved(runner.harness.tp, sched.seed) for f in sched.faults)
+    sched = sched.with_faults(f.resolved(runner.world_size, sched.seed) for f in sched.faults)
     trail = [sched]
     if shrink_budget > 0:
         res = shrink(runner, sched, anomaly.invariant, shrink_budget, need=accept[0], tries=accept[1])
@@ -122,16 +185,20 @@ def run_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="Sched
             catalogue: list[Path] = CatalogueOpt, runs: int = typer.Option(1, "--runs", min=1, help="Run it K times."),
             rounds: int = typer.Option(None, "--rounds", min=1, help="Cap the scenario's workload rounds (replay commands carry it)."),
             as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt,
-            hang_after: float = HangOpt) -> None:
+            hang_after: float = HangOpt, nproc: int = NprocOpt, timeout: float = TimeoutOpt,
+            same_output: str = SameOutputOpt) -> None:
     """Run one schedule against a target (K times); exit 0 valid, 1 invalid, 2 could not run."""
     from hctool.chaos.report import anomaly_entry, build, replay_command
-    from hctool.chaos.runner import ChaosRunner
     from hctool.procs import sigterm_as_interrupt
-    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds, hang_after)
+    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds, hang_after, nproc, timeout,
+                     same_output)
     sched = _schedule(schedule)
+    _check_kinds(target, [f.kind for f in sched.faults])
+    _check_names(target, sched.faults)
     root, history = _setup(artifacts, "run")
-    runner = ChaosRunner(target, root, history, starve_ticks)
+    runner = _runner(target, root, history, starve_ticks)
     with sigterm_as_interrupt():
+        _prepared(runner)
         results = [(sched, runner.run(sched, f"run{k + 1}")) for k in range(runs)]
     invariants = sorted({a.invariant for _, r in results for a in r.anomalies})
     anomalies = []
@@ -156,25 +223,31 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
                 accept: str = AcceptOpt,
                 horizon: float = typer.Option(20.0, "--horizon", min=1, help="Faults start within this many seconds (the heal comes when the workload is done)."),
                 as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt,
-            hang_after: float = HangOpt) -> None:
+            hang_after: float = HangOpt, nproc: int = NprocOpt, timeout: float = TimeoutOpt,
+            same_output: str = SameOutputOpt) -> None:
     """Random schedules until an anomaly or the budget; then shrink and replay it."""
     from hctool import progress
+    from hctool.chaos.command import CommandTarget
     from hctool.chaos.explore import explore
     from hctool.chaos.report import build
-    from hctool.chaos.runner import ChaosRunner
-    from hctool.chaos.schedule import ScheduleError, parse_kinds
+    from hctool.chaos.schedule import COMMAND_KINDS, DEFAULT_KINDS, ScheduleError, parse_kinds
     from hctool.procs import sigterm_as_interrupt
+    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds, hang_after, nproc, timeout,
+                     same_output)
+    is_command = isinstance(target, CommandTarget)
     try:
         i, n = (int(x) for x in shard.split("/"))
         if not 1 <= i <= n:
             raise ValueError
-        kind_list = parse_kinds(kinds)
+        kind_list = parse_kinds(kinds, COMMAND_KINDS if is_command else DEFAULT_KINDS)
         need_tries = _accept(accept)
     except ValueError as exc:
         raise UsageError(str(exc) if isinstance(exc, ScheduleError) else f"bad --shard {shard!r}", "use --shard i/N with 1 <= i <= N") from None
-    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds, hang_after)
+    _check_kinds(target, kind_list)
     root, history = _setup(artifacts, "explore")
-    runner = ChaosRunner(target, root, history, starve_ticks, horizon_s=horizon)
+    # A command's horizon is its fault-free run's length unless --horizon is given.
+    given = horizon if not is_command or horizon != 20.0 else None
+    runner = _runner(target, root, history, starve_ticks, given)
     anomalous = []
 
     def show(k: int, t: float, verdict: str) -> None:  # schedules run, anomalies, budget left
@@ -183,6 +256,7 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
                                                    f"{max(0.0, budget - t):.0f} s of budget left")
 
     with sigterm_as_interrupt(), progress.task("chaos explore", total=budget, text="setting up") as bar:
+        _prepared(runner)
         found = explore(runner, seed, budget, (i, n), kind_list, max_schedules, keep_going, show)
     anomalies = []
     for sched, res in found.runs:
@@ -206,20 +280,24 @@ def shrink_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="A 
                budget: float = typer.Option(600.0, "--budget", min=1, help="Seconds for shrinking."),
                replays: int = typer.Option(10, "--replays", min=0, help="Replays of the shrunk schedule (its reproduction rate)."),
                accept: str = AcceptOpt, as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt,
-            hang_after: float = HangOpt) -> None:
+            hang_after: float = HangOpt, nproc: int = NprocOpt, timeout: float = TimeoutOpt,
+            same_output: str = SameOutputOpt) -> None:
     """Reduce a failing schedule to the fewest, smallest faults that still fail."""
-    from hctool.chaos.invariants import CHECKERS, Anomaly
-    from hctool.chaos.report import build
-    from hctool.chaos.runner import ChaosRunner
+    from hctool.chaos.invariants import Anomaly
     from hctool.procs import sigterm_as_interrupt
-    if invariant is not None and invariant not in CHECKERS:
-        raise UsageError(f"unknown invariant {invariant!r}", f"known: {', '.join(CHECKERS)}")
+    from hctool.chaos.report import build
     need_tries = _accept(accept)
-    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds, hang_after)
+    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds, hang_after, nproc, timeout,
+                     same_output)
     sched = _schedule(schedule)
+    _check_kinds(target, [f.kind for f in sched.faults])
+    _check_names(target, sched.faults)
     root, history = _setup(artifacts, "shrink")
-    runner = ChaosRunner(target, root, history, starve_ticks)
+    runner = _runner(target, root, history, starve_ticks)
+    if invariant is not None and invariant not in runner.checkers:
+        raise UsageError(f"unknown invariant {invariant!r}", f"known: {', '.join(runner.checkers)}")
     with sigterm_as_interrupt():
+        _prepared(runner)
         first = runner.run(sched, "original")
         seen = [a for a in first.anomalies if invariant in (None, a.invariant)]
         anomaly = seen[0] if seen else (Anomaly(invariant, {"note": "not seen in the first run"}) if invariant else None)

@@ -36,6 +36,7 @@ class RunOptions:
     probes: tuple[str, ...] = ()        # pkg.mod:Qual.name function probes (HCTOOL_PROBES)
     controller: JobController | None = None  # chaos passes its own (heal, history); else one is made for faults
     split_stdout: bool = False          # stdout alone in stdout.log (rank{r}.stdout for a script), for --same-output
+    cwd: Path | None = None             # the job's working directory (default: hctool's)
 
 
 def _log(msg: str) -> None:
@@ -65,7 +66,8 @@ def _start(opts: RunOptions, ps: procs.ProcessSet, controller: JobController | N
     env.setdefault("PYTHONUNBUFFERED", "1")
     if not opts.script_mode:
         ps.start("cmd", opts.command, env=env, log_path=opts.trace_dir / "cmd.log",
-                 stdout_path=opts.trace_dir / "stdout.log" if opts.split_stdout else None)
+                 stdout_path=opts.trace_dir / "stdout.log" if opts.split_stdout else None,
+                 cwd=str(opts.cwd) if opts.cwd else None)
         _log(f"started {' '.join(opts.command)} (output in {opts.trace_dir / 'cmd.log'})")
         return {}
     port = procs.free_port()
@@ -74,7 +76,8 @@ def _start(opts: RunOptions, ps: procs.ProcessSet, controller: JobController | N
         renv = dict(env, **procs.torchrun_env(r, opts.nproc, "127.0.0.1", port))
         ranks[r] = ps.start(f"rank{r}", procs.python_cmd(*opts.command), env=renv,
                             log_path=opts.trace_dir / f"rank{r}.log",
-                            stdout_path=opts.trace_dir / f"rank{r}.stdout" if opts.split_stdout else None)
+                            stdout_path=opts.trace_dir / f"rank{r}.stdout" if opts.split_stdout else None,
+                            cwd=str(opts.cwd) if opts.cwd else None)
     _log(f"started {opts.nproc} ranks of {opts.command[0]} (logs in {opts.trace_dir}/rank*.log)")
     return ranks
 

@@ -1,0 +1,180 @@
+"""Chaos on the user's program: a command target (`-- torchrun ... train.py`, `-- SCRIPT.py`)
+run under `check-consensus run`'s supervision with a schedule's faults, and its invariants:
+
+  consensus  no divergent collective (the recorder's traces, live and after the fact)
+  liveness   no collective blocked past --hang-after while a peer is elsewhere, the job ends
+             within --timeout
+  exits      every rank exits 0 (a rank the schedule killed is not a failure: the run is unknown)
+  output     with --same-output REGEX: the stdout lines matching REGEX are those of the fault-free
+             run (as a multiset: ranks interleave their output in any order)
+
+The fault-free run comes first (prepare): it must itself be clean, and its length is the
+horizon the schedules' windows are drawn in unless --horizon says otherwise."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from hctool.chaos.history import History
+from hctool.chaos.invariants import Anomaly
+from hctool.chaos.runner import RunResult
+from hctool.chaos.schedule import Schedule
+from hctool.targets import Command
+
+COMMAND_CHECKERS = ("consensus", "liveness", "exits", "output")
+DEFAULT_TIMEOUT_S = 300.0
+
+
+class ChaosSetupError(RuntimeError):
+    """The program cannot be explored (it fails without faults); one line."""
+
+
+@dataclass(frozen=True)
+class CommandTarget:
+    command: Command
+    nproc: int
+    hang_after: float
+    timeout: float
+    same_output: str | None
+    args: tuple[str, ...]            # the CLI words that name this target again (for replay)
+
+    @property
+    def label(self) -> str:
+        return self.command.label
+
+    @property
+    def replay(self) -> str:
+        return shlex.join(self.args)
+
+
+def command_target(words: list[str], nproc: int, hang_after: float, timeout: float | None,
+                   same_output: str | None, default_hang_after: float) -> CommandTarget:
+    from hctool.targets import parse_target
+
+    cmd = parse_target(words)
+    if same_output is not None:
+        re.compile(same_output)  # re.error is a usage error of the caller
+    args: list[str] = []
+    if cmd.script_mode and nproc != 2:
+        args += ["--nproc", str(nproc)]
+    if hang_after != default_hang_after:
+        args += ["--hang-after", f"{hang_after:g}"]
+    if timeout is not None:
+        args += ["--timeout", f"{timeout:g}"]
+    if same_output is not None:
+        args += ["--same-output", same_output]
+    return CommandTarget(cmd, nproc, hang_after, timeout or DEFAULT_TIMEOUT_S, same_output,
+                         (*args, "--", *cmd.words))
+
+
+class CommandRunner:
+    """The ChaosRunner of a command target: same interface (prepare, run, world_size, horizon_s)."""
+
+    checkers = COMMAND_CHECKERS
+    early_windows = False  # a program's interesting part can come late in its run
+
+    def __init__(self, target: CommandTarget, artifacts: Path, history: History, horizon_s: float | None = None):
+        self.target, self.root, self.history = target, Path(artifacts), history
+        self.horizon_given = horizon_s
+        self.horizon_s = horizon_s or 10.0
+        self.world_size = target.command.world_size(target.nproc) or 2
+        self.baseline: Counter | None = None
+        self.prepared = False
+
+    def prepare(self) -> None:
+        """The fault-free run: it must be clean; its stdout lines and length are the reference."""
+        if self.prepared:
+            return
+        t0 = time.monotonic()
+        report, codes = self._run_job("baseline", [], None)
+        seconds = time.monotonic() - t0
+        if report["verdict"] != "consistent" or any(c not in (0, None) for c in codes.values()):
+            raise ChaosSetupError(f"the program fails without faults ({report['verdict']}, exit codes {codes}); "
+                                  f"see {self.root / 'baseline'}")
+        self.world_size = report.get("world_size") or self.world_size
+        if self.horizon_given is None:
+            self.horizon_s = max(2.0, round(seconds, 1))
+        self.baseline = self._output(self.root / "baseline")
+        self.history.add("baseline", seconds=round(seconds, 2), world_size=self.world_size, horizon_s=self.horizon_s)
+        self.prepared = True
+
+    def run(self, schedule: Schedule, name: str) -> RunResult:
+        from hctool.consensus.control import JobController
+
+        self.prepare()
+        faults = schedule.healed(self.world_size)
+        self.history.add("invoke", run=name, schedule=schedule.to_dict())
+        t0 = time.monotonic()
+        controller = JobController(faults, self._dir(name), schedule.heal_s, schedule.seed, self.history)
+        report, codes = self._run_job(name, faults, controller)
+        anomalies, blind = self.check(report, codes, controller.killed, self._dir(name))
+        verdict = "invalid" if anomalies else "unknown" if controller.killed else "valid"
+        result = RunResult(name, verdict, anomalies, blind, round(time.monotonic() - t0, 2), str(self._dir(name)))
+        for a in anomalies:
+            self.history.add("anomaly", run=name, invariant=a.invariant, evidence=a.evidence)
+        self.history.add("verdict", run=name, verdict=verdict, consensus=report["verdict"], exit_codes=codes,
+                         faults=report.get("faults"), blind=blind, seconds=result.seconds)
+        return result
+
+    def _dir(self, name: str) -> Path:
+        return self.root / name
+
+    def _run_job(self, name: str, faults, controller):
+        from hctool.consensus.run import RunOptions, run_job
+
+        folder = self._dir(name)
+        (folder / "cwd").mkdir(parents=True, exist_ok=True)
+        t = self.target
+        # Each run in a fresh working directory: a checkpoint one run writes (./snapshot.pt)
+        # must not change what the next run does.
+        report, _ = run_job(RunOptions(command=list(t.command.anchored().words), nproc=t.nproc, timeout=t.timeout,
+                                       hang_after=t.hang_after, abort=True, trace_dir=folder,
+                                       script_mode=t.command.script_mode, faults=tuple(faults),
+                                       controller=controller, split_stdout=t.same_output is not None,
+                                       cwd=folder / "cwd"))
+        codes = {int(r): c for r, c in (report.get("exit_codes") or {}).items()}
+        if report.get("command_exit_code") not in (None, 0):
+            codes.setdefault(-1, report["command_exit_code"])  # the command itself failed
+        return report, codes
+
+    def check(self, report: dict, codes: dict[int, int | None], killed: list[int], folder: Path):
+        found, blind = [], []
+        verdict = report["verdict"]
+        if verdict == "diverged":
+            found.append(Anomaly("consensus", {"verdict": verdict, "first_divergence": report.get("first_divergence")}))
+        if verdict == "hung" and not killed:
+            found.append(Anomaly("liveness", {"what": "a collective blocked while a peer was elsewhere, or the "
+                                                      "job did not end in time", "first_divergence": report.get("first_divergence"),
+                                              "counts": report.get("counts")}))
+        failed = {r: c for r, c in codes.items() if r not in killed and c not in (0, None)}
+        if failed and not killed and verdict != "diverged":
+            found.append(Anomaly("exits", {"exit_codes": {str(r): c for r, c in sorted(failed.items())},
+                                           "verdict": verdict}))
+        if self.target.same_output is not None:
+            if killed or verdict != "consistent":
+                blind.append("output")
+            else:
+                got = self._output(folder)
+                if got != self.baseline:
+                    missing, extra = self.baseline - got, got - self.baseline
+                    found.append(Anomaly("output", {"regex": self.target.same_output,
+                                                    "missing": sorted(missing.elements())[:10],
+                                                    "unexpected": sorted(extra.elements())[:10]}))
+        return found, blind
+
+    def _output(self, folder: Path) -> Counter:
+        """The stdout lines matching --same-output (every rank's, as a multiset)."""
+        if self.target.same_output is None:
+            return Counter()
+        pattern = re.compile(self.target.same_output)
+        files = [folder / "stdout.log"] if not self.target.command.script_mode else sorted(folder.glob("rank*.stdout"))
+        lines: Counter = Counter()
+        for f in files:
+            if f.is_file():
+                lines.update(ln for ln in f.read_text(errors="replace").splitlines() if pattern.search(ln))
+        return lines
