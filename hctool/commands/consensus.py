@@ -101,9 +101,9 @@ def analyze(
         raise UsageError(f"empty folder: {path}", "give a folder with rank*.jsonl traces or Flight Recorder dumps")
     from hctool.consensus.trace import TraceError
 
-    exit_codes, command_exit = _run_info(path / RUN_INFO)
+    exit_codes, command_exit, ended_at = _run_info(path / RUN_INFO)
     try:
-        report = analyze_dir(path, exit_codes=exit_codes, command_exit=command_exit)
+        report = analyze_dir(path, exit_codes=exit_codes, command_exit=command_exit, ended_at=ended_at)
     except TraceError as exc:
         raise UsageError(str(exc), "analyze reads folders written by `check-consensus run` or Flight Recorder dumps") from None
     if report["world_size"] == 0 and command_exit is None:  # a failed run's record alone still says `crashed`
@@ -112,10 +112,11 @@ def analyze(
     raise typer.Exit(_exit_code(report))
 
 
-def _run_info(info: Path) -> tuple[dict[int, int | None] | None, int | None]:
-    """Exit codes a `run` left beside its traces (checked: the folder may come from anyone)."""
+def _run_info(info: Path) -> tuple[dict[int, int | None] | None, int | None, float | None]:
+    """Exit codes a `run` left beside its traces and when it ended the ranks still
+    running (checked: the folder may come from anyone)."""
     if not info.exists():
-        return None, None
+        return None, None, None
     hint = "remove it to analyze the traces alone"
     if not info.is_file() or info.is_symlink() or info.stat().st_size > 1 << 20:
         raise UsageError(f"{info}: not a small regular file", hint)
@@ -123,12 +124,15 @@ def _run_info(info: Path) -> tuple[dict[int, int | None] | None, int | None]:
         data = json.loads(info.read_bytes())
         codes = {int(r): c for r, c in (data.get("exit_codes") or {}).items()}
         command_exit = data.get("command_exit_code")
+        ended_at = data.get("ended_at")
         ok = all(0 <= r < 1 << 16 and (c is None or isinstance(c, int)) for r, c in codes.items())
         if not ok or len(codes) > 1 << 16 or not (command_exit is None or isinstance(command_exit, int)):
             raise ValueError("bad exit codes")
+        if not (ended_at is None or isinstance(ended_at, (int, float)) and not isinstance(ended_at, bool)):
+            raise ValueError("bad ended_at")
     except (ValueError, TypeError, AttributeError) as exc:
         raise UsageError(f"{info}: not a run record ({exc})", hint) from None
-    return codes, command_exit
+    return codes, command_exit, ended_at
 
 
 def register(app: typer.Typer) -> None:

@@ -20,11 +20,11 @@ import functools
 import inspect
 
 
-def analyze_dir(path, exit_codes=None, stacks=None, command_exit=None) -> dict:
+def analyze_dir(path, exit_codes=None, stacks=None, command_exit=None, ended_at=None) -> dict:
     """Raises hctool.consensus.trace.TraceError (a ValueError) for a folder hctool cannot read."""
     from hctool.consensus.analyze import analyze_dir as _analyze
 
-    return _analyze(path, exit_codes=exit_codes, stacks=stacks, command_exit=command_exit)
+    return _analyze(path, exit_codes=exit_codes, stacks=stacks, command_exit=command_exit, ended_at=ended_at)
 
 
 def assert_same(label: str, value) -> None:

@@ -62,6 +62,7 @@ class RankTrace:
     header: dict = field(default_factory=dict)
     ended: str | None = None          # None: no end record; "clean" or "crashed"
     end_error: str | None = None
+    end_t: float | None = None        # monotonic time of the end record
     last_event: dict | None = None
 
 
@@ -313,9 +314,11 @@ class TraceDirReader:
             if ws:
                 self.world_size = max(self.world_size or 0, ws)
         elif "end" in rec:
-            _check(isinstance(rec.get("error"), (str, type(None))), "bad end record")
+            _check(isinstance(rec.get("error"), (str, type(None))) and isinstance(rec.get("t", 0.0), (int, float)),
+                   "bad end record")
             f.rt.ended = "crashed" if rec.get("error") else "clean"
             f.rt.end_error = rec.get("error")
+            f.rt.end_t = rec.get("t")
         else:
             raise ValueError("unknown record")
 
