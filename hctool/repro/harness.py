@@ -161,7 +161,9 @@ class ReproHarness:
         report = {"name": variant.name, "expected": list(variant.expected), "verdict": verdict,
                   "ok": ok, "seconds": round(time.monotonic() - t0, 2), "load_back_tokens_by_round": per_round,
                   "requests": driver.counts(), "reason": reason, "mechanism": mechanism, "state_divergence": state,
-                  "first_divergence": first, "stacks": stacks or final.get("stacks") or {}, "artifacts": str(vdir)}
+                  "first_divergence": first, "stacks": stacks or final.get("stacks") or {},
+                  # calls per rank per op, from the analysis of every trace after teardown (what --json says)
+                  "counts": final.get("counts") or (live or {}).get("counts") or {}, "artifacts": str(vdir)}
         (vdir / "report.json").write_text(json.dumps(report, indent=2))
         if stacks:
             (vdir / "stacks.txt").write_text("".join(f"== rank {r} ==\n{t}\n" for r, t in sorted(stacks.items())))
