@@ -61,6 +61,7 @@ class Channel:
         self.seen_sites: set = set()      # call sites of the agreed prefix (bounded by the program's sites)
         self.seen_pairs: set = set()      # (site, next site) pairs of the agreed prefix (same bound, squared)
         self.pattern = Pattern()          # cross-site pairings and per-site meetings of the dropped prefix
+        self.runs: dict[int, tuple] = {}  # rank -> (signature, how many in a row) at the end of the dropped prefix
         self.window_pairings: dict = {}   # cross-site pairings the last look at the window saw
 
     def add(self, ev: dict, now: float) -> None:
@@ -93,6 +94,9 @@ class Channel:
             for r, s in zip(ranks, seqs):
                 before = self.prev.get(r)
                 self.prev[r] = s.popleft()
+                sig_r = signature(self.prev[r])
+                run = self.runs.get(r)
+                self.runs[r] = (sig_r, run[1] + 1 if run and run[0] == sig_r else 1)
                 self.seen_sites.add(site_key(self.prev[r]))
                 if before is not None:
                     self.seen_pairs.add((site_key(before), site_key(self.prev[r])))
@@ -121,9 +125,10 @@ def _matches(x: list, y: list) -> int:
 
 
 def decide_pair(a: list, b: list, i: int, ended_a: str | None, ended_b: str | None, prev_a, prev_b,
-                seen: set | None = None, pairs: set | None = None):
+                seen: set | None = None, pairs: set | None = None, runs: tuple[int, int] = (0, 0)):
     """Two ranks' sequences differ at index i (both present). Returns
-    (kind, culprit side 'a'|'b'|'both', ambiguous)."""
+    (kind, culprit side 'a'|'b'|'both', ambiguous). runs: how many calls equal to
+    a[i] (b[i]) each rank made in a row right before it."""
     ea, eb = ended_a is not None, ended_b is not None
     options = {
         "both": 1 + _cost(a[i + 1:], b[i + 1:], ea, eb),
@@ -180,13 +185,14 @@ def decide_pair(a: list, b: list, i: int, ended_a: str | None, ended_b: str | No
     ka, kb = _block(a, b, i), _block(b, a, i)
     if (ka is None) != (kb is None):
         return "extra", "a" if ka is not None else "b", True
-    # Last: both ranks still live in these calls (no backend aborted either process
-    # over them), and one rank's call repeats its previous one while the other's is
-    # new: a loop that took one more turn (DDP: one batch more on one rank while its
-    # peer waits in the barrier after its loop). Calls that killed a rank are both named.
-    waiting = "completed" not in (a[i]["state"], b[i]["state"]) and not ea and not eb
-    if waiting and rep_a != rep_b:
-        return "extra", "a" if rep_a else "b", True
+    # Last: both calls still wait (the backend did not meet them as one call and
+    # fail), and one rank's call repeats its previous one while the other's is new:
+    # a loop that took one more turn (DDP: one batch more on one rank while its peer
+    # waits in the barrier after its loop). Calls that met and failed are both named.
+    waiting = a[i]["state"] == b[i]["state"] == "blocked" and not ea and not eb
+    turning_a, turning_b = runs[0] >= 2, runs[1] >= 2  # the loop was seen turning, not one call made twice
+    if waiting and turning_a != turning_b and not (rep_a if turning_b else rep_b):
+        return "extra", "a" if turning_a else "b", True
     return diff_kind(a[i], b[i]), "both", True
 
 
@@ -245,6 +251,14 @@ class _Look:
         self.final, self.settle, self.waits = final, settle, waits
         self.seqs = {r: list(ch.seqs.get(r, ())) for r in ranks}
         self.stuck = any(r in waits.stuck for r in ranks)  # the data can no longer change
+
+    def run_before(self, r: int, i: int) -> int:
+        """How many calls equal to rank r's call at i it made in a row right before."""
+        seq, sig, n = self.seqs[r], signature(self.seqs[r][i]), 0
+        while n < i and signature(seq[i - 1 - n]) == sig:
+            n += 1
+        run = self.ch.runs.get(r)
+        return n + run[1] if n == i and run and run[0] == sig else n
 
     def finding(self, i: int, kind: str, culprits: list[int]) -> dict:
         at = {r: (s[i] if i < len(s) else None) for r, s in self.seqs.items()}
@@ -310,7 +324,8 @@ class _Look:
                     if p is not None:
                         return self.finding(p, "extra", [x])
             kind, side, ambiguous = decide_pair(seqs[ra], seqs[rb], i, ended.get(ra), ended.get(rb),
-                                                ch.prev.get(ra), ch.prev.get(rb), ch.seen_sites, ch.seen_pairs)
+                                                ch.prev.get(ra), ch.prev.get(rb), ch.seen_sites, ch.seen_pairs,
+                                                (self.run_before(ra, i), self.run_before(rb, i)))
             if ambiguous and not self.final and not self.stuck and self.now - ch.last_arrival < self.settle:
                 return None  # more events may settle which rank inserted a call (not in a deadlock)
             culprits = {"a": [ra], "b": [rb], "both": [ra, rb]}[side]

@@ -219,6 +219,12 @@ def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: d
             # No end record and no exit code: the process died without atexit (SIGKILL, abort).
             ended = {r: ("crashed" if s is None and r in reader.ranks else s) for r, s in ended.items()}
     tracker.ranks.update(exit_codes or {})
+    if ended_at is not None:  # a call that failed when hctool ended its rank was still waiting
+        for ch in tracker.channels.values():
+            for seq in ch.seqs.values():
+                for ev in seq:
+                    if ev["state"] == "failed" and (ev.get("t_done") or 0.0) > ended_at:
+                        ev["state"] = "blocked"
     tracker.prune()
     finding = tracker.first_divergence(ended, now, hang_after=None, final=True)
     report = build_report(tracker, ended, finding, stacks, final=True)
