@@ -153,8 +153,13 @@ class TraceDirReader:
 
     def _poll_file(self, f: _File, new: list) -> None:
         base = os.path.join(self.path, f.name[:-len(".jsonl")])
+        ended = f.rt.ended
         records = self._read_ring(f, base + ".ring")  # first: every id it uses is in the side table by now
         self._read_side(f, base + ".jsonl", new)
+        if f.rt.ended and not ended:
+            # The end record follows the rank's last call, which may have been written
+            # after the ring was read: read it now, or the rank looks absent from it.
+            records += self._read_ring(f, base + ".ring")
         for rec in records:
             try:
                 new.extend(self._ring_event(f, rec))
