@@ -5,7 +5,8 @@ rank set), the labelled events of assert_same ("labels", all ranks), or the
 p2p traffic between two ranks of a group. Each rank's channel sequence is a
 list; the agreed-and-completed prefix is dropped as it goes (live mode keeps
 memory bounded) and `base` counts what was dropped, so seq = base + index.
-At the first index where ranks disagree, the cost of three explanations is
+Only evidence makes a divergence; calls paired across call sites locate it
+(pattern.py, locate.py). At the evidence, the cost of three explanations is
 compared over the rest of the sequences (a small diff): rank A inserted a
 call, rank B inserted one, or the two calls differ.
 """

@@ -78,7 +78,7 @@ class Scan:
     the live window, repeated each poll) leaves the Pattern as it was."""
 
     def __init__(self, pattern: Pattern, ranks: list[int], commit: bool = False):
-        self.pattern, self.ranks, self.ref = pattern, ranks, ranks[0]
+        self.pattern, self.ranks, self.ref, self.commit = pattern, ranks, ranks[0], commit
         self.occ = pattern.occ if commit else ChainMap({}, pattern.occ)
         self.meet = pattern.meet if commit else ChainMap({}, pattern.meet)
         self.pairings = pattern.pairings if commit else {}
@@ -113,7 +113,8 @@ class Scan:
             mine = self.pairings.get(combo)
             if mine is not None:
                 mine["count"] += 1
-            elif combo in self.pattern.pairings or len(self.pattern.pairings) + len(self.pairings) < MAX_PAIRINGS:
+            elif combo in self.pattern.pairings or len(self.pattern.pairings) + (
+                    0 if self.commit else len(self.pairings)) < MAX_PAIRINGS:
                 self.pairings[combo] = {"seq": seq, "count": 1, "events": dict(events)}
         return what
 

@@ -121,6 +121,7 @@ def test_wait_cycle_through_four_ranks(tmp_path, no_leftover_processes):
     assert sorted(cycle) == [0, 1, 2, 3], first["cycle"]
     for rank, group, marker in ((0, "0:[0,1,2,3]", "world"), (1, "0:[0,1,2,3]", "world"),
                                 (2, "1:[0,1,2,3]", "tp_early"), (3, "1:[0,1,2,3]", "tp_early")):
-        assert (cycle[rank]["group"], cycle[rank]["seq"], cycle[rank]["site"]) == (group, 1, site("wait_cycle4.py", marker))
+        entry = cycle[rank]
+        assert (entry["group"], entry["seq"], entry["site"]) == (group, 1, site("wait_cycle4.py", marker)), entry
         assert first["ranks"][str(rank)]["site"] == site("wait_cycle4.py", marker)
     assert "rank 0 waits in 0:[0,1,2,3] seq 1" in first["deadlock"], first["deadlock"]
