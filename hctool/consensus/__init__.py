@@ -4,8 +4,9 @@ Modules: recorder (inside ranks: record_collective/record_complete), tracefile
 (its files and interned names), wrappers (the torch.distributed capture route),
 capture_c10d (C++-issued and functional collectives), records (the trace format),
 trace (reading traces), flight_recorder (reading FR dumps safely), align
-(per-group alignment and the first divergence), waits (who waits for whom, wait
-cycles), live (the
+(per-group alignment and the first divergence), pattern and locate (cross-site
+pairings: evidence only when calls of one line meet out of step, else where a
+divergence is located), waits (who waits for whom, wait cycles), live (the
 supervisor's incremental watcher), report (rich rendering).
 
 Public API (kept light to import: the analyzer loads on first use):
