@@ -44,10 +44,15 @@ def site_key(ev: dict):
 
 
 def hard_signature(ev: dict) -> tuple:
-    if "dir" in ev:  # p2p: both sides describe the same flow; sites are never compared
-        flow = (ev["rank"], ev["peer"]) if ev["dir"] == "send" else (ev["peer"], ev["rank"])
-        return ("p2p", flow, field(ev, "sh"), tuple(ev["dt"]))
-    return tuple(field(ev, f) for f, _ in HARD_FIELDS)
+    sig = ev.get("_hard")  # kept on the event: the window is looked at again every poll
+    if sig is None:
+        if "dir" in ev:  # p2p: both sides describe the same flow; sites are never compared
+            flow = (ev["rank"], ev["peer"]) if ev["dir"] == "send" else (ev["peer"], ev["rank"])
+            sig = ("p2p", flow, field(ev, "sh"), tuple(ev["dt"]))
+        else:
+            sig = tuple(field(ev, f) for f, _ in HARD_FIELDS)
+        ev["_hard"] = sig
+    return sig
 
 
 def pattern_key(ev: dict):
