@@ -57,7 +57,8 @@ def check_consensus(r: RunRecord) -> list[Anomaly] | None:
         if report and (report.get("verdict") == "diverged" or (
                 report.get("verdict") == "hung" and report.get("first_divergence") and not killed_busy)):
             return [Anomaly("consensus", {"verdict": report["verdict"],
-                                          "first_divergence": report.get("first_divergence")})]
+                                          "first_divergence": report.get("first_divergence"),
+                                          "counts": report.get("counts", {})})]
     if r.death and not r.killed_ranks:
         for name, text in r.logs().items():
             hit = next((line for line in text.splitlines() if any(m in line for m in MISMATCH)), None)

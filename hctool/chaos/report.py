@@ -76,6 +76,9 @@ def render(report: dict, console) -> None:
     for i, a in enumerate(report["anomalies"], 1):
         console.print(Text(f"\nanomaly {i}: {a['invariant']}", style="bold red"))
         console.print(json.dumps(a["evidence"], default=str)[:1500])
+        if "counts" in a["evidence"]:  # the calls each rank was seen making, as the JSON has them
+            from hctool.consensus.report import counts_line
+            console.print(Text(counts_line(a["evidence"]), style="dim"), soft_wrap=True)
         if a.get("shrunk") is not None:
             console.print(f"shrunk to {len(a['shrunk'])} fault(s): {a['shrunk']}")
         if a.get("reproduced"):

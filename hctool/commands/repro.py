@@ -242,7 +242,8 @@ def _render(result: dict) -> None:
         if v["first_divergence"] or v["stacks"]:
             console.print(Text(f"\n{v['name']}: {v['verdict']}: {v.get('reason', '')}", style="bold"))
             report = {"verdict": v["verdict"], "world_size": len(v["first_divergence"]["ranks"]) if v["first_divergence"] else 0,
-                      "first_divergence": v["first_divergence"], "stacks": _main_threads(v["stacks"])}
+                      "first_divergence": v["first_divergence"], "stacks": _main_threads(v["stacks"]),
+                      "counts": v.get("counts", {})}
             render(report, console)
     console.print(f"artifacts: {result['artifacts']}")
 

@@ -5,6 +5,8 @@ FR dumps safely), align (per-group alignment and the first divergence), waits (w
 for whom, wait cycles), analyze (the report), live (the incremental watcher), report (rich
 rendering), run (supervising a job), kernel_build (the C++ capture kernel). The recorder
 runs inside the ranks: hctool/agent/capture.
+Cross-site pairings (pattern, locate) are evidence only when calls of one line meet out of
+step; otherwise they say where a divergence is located (docs/consensus.md).
 
 Public API (light to import):
   analyze_dir(path, exit_codes=None, stacks=None) -> report dict (docs/contracts.md)
@@ -15,11 +17,11 @@ Public API (light to import):
 from __future__ import annotations
 
 
-def analyze_dir(path, exit_codes=None, stacks=None, command_exit=None) -> dict:
+def analyze_dir(path, exit_codes=None, stacks=None, command_exit=None, ended_at=None) -> dict:
     """Raises hctool.consensus.trace.TraceError (a ValueError) for a folder hctool cannot read."""
     from hctool.consensus.analyze import analyze_dir as _analyze
 
-    return _analyze(path, exit_codes=exit_codes, stacks=stacks, command_exit=command_exit)
+    return _analyze(path, exit_codes=exit_codes, stacks=stacks, command_exit=command_exit, ended_at=ended_at)
 
 
 def __getattr__(name: str):

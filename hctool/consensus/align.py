@@ -5,7 +5,8 @@ rank set), the labelled events of assert_same ("labels", all ranks), or the
 p2p traffic between two ranks of a group. Each rank's channel sequence is a
 list; the agreed-and-completed prefix is dropped as it goes (live mode keeps
 memory bounded) and `base` counts what was dropped, so seq = base + index.
-At the first index where ranks disagree, the cost of three explanations is
+Only evidence makes a divergence; calls paired across call sites locate it
+(pattern.py, locate.py). At the evidence, the cost of three explanations is
 compared over the rest of the sequences (a small diff): rank A inserted a
 call, rank B inserted one, or the two calls differ.
 """
@@ -15,31 +16,18 @@ from __future__ import annotations
 import json
 from collections import deque
 
+from hctool.consensus import locate
+from hctool.consensus.pattern import HARD_FIELDS, HOLD, ROOTED, Pattern, Scan, field, hard_signature, site_key
 from hctool.consensus.waits import Waits
 
-ROOTED = {"broadcast", "reduce", "gather", "scatter", "broadcast_object_list", "gather_object",
-          "scatter_object_list"}
-KIND_FIELDS = (("op", "op"), ("sh", "shape"), ("dt", "dtype"), ("ro", "reduce_op"), ("root", "root"),
-               ("label", "label"), ("digest", "label"), ("site_key", "site"))
+__all__ = ["ROOTED", "Channel", "decide_pair", "diff_kind", "find_divergence", "route", "signature", "site_key"]
 
 
 def signature(ev: dict) -> tuple:
-    if "dir" in ev:  # p2p: both sides describe the same flow
-        flow = (ev["rank"], ev["peer"]) if ev["dir"] == "send" else (ev["peer"], ev["rank"])
-        return ("p2p", flow, _freeze(ev["sh"]), tuple(ev["dt"]))
-    return tuple(_freeze(ev.get(f)) if f != "site_key" else site_key(ev) for f, _ in KIND_FIELDS)
-
-
-def site_key(ev: dict):
-    # Root and non-root ranks legitimately reach a rooted op from different lines
-    # of one function (`if rank == src: ... broadcast(...) else: ... broadcast(...)`).
-    if ev.get("op") in ROOTED and ev.get("site"):
-        return (ev["site"].rsplit(":", 1)[0], ev.get("fn"))
-    return ev.get("site")
-
-
-def _freeze(x):
-    return json.dumps(x, sort_keys=True) if isinstance(x, (list, dict)) else x
+    """What the aligner compares to explain a divergence: the hard signature and the call site."""
+    if "dir" in ev:
+        return hard_signature(ev)
+    return hard_signature(ev) + (site_key(ev),)
 
 
 def diff_kind(a: dict, b: dict) -> str:
@@ -48,10 +36,8 @@ def diff_kind(a: dict, b: dict) -> str:
         if sa[:2] != sb[:2]:
             return "op"
         return "shape" if sa[2] != sb[2] else "dtype"
-    for f, kind in KIND_FIELDS:
-        va = site_key(a) if f == "site_key" else a.get(f)
-        vb = site_key(b) if f == "site_key" else b.get(f)
-        if _freeze(va) != _freeze(vb):
+    for f, kind in HARD_FIELDS:
+        if field(a, f) != field(b, f):
             return kind
     return "site"
 
@@ -75,6 +61,9 @@ class Channel:
         self.prev: dict[int, dict] = {}  # last dropped event per rank (loop heuristic)
         self.seen_sites: set = set()      # call sites of the agreed prefix (bounded by the program's sites)
         self.seen_pairs: set = set()      # (site, next site) pairs of the agreed prefix (same bound, squared)
+        self.pattern = Pattern()          # cross-site pairings and per-site meetings of the dropped prefix
+        self.runs: dict[int, tuple] = {}  # rank -> (signature, how many in a row) at the end of the dropped prefix
+        self.window_pairings: dict = {}   # cross-site pairings the last look at the window saw
 
     def add(self, ev: dict, now: float) -> None:
         self.seqs.setdefault(ev["rank"], deque()).append(ev)
@@ -84,18 +73,31 @@ class Channel:
         return self.members if self.members is not None else all_ranks
 
     def prune(self, all_ranks: list[int]) -> None:
-        """Drop the prefix on which every member agrees and has completed."""
+        """Drop the prefix on which every member made an equal call and completed it.
+        A meeting out of step stays (it is evidence), and so does a cross-site
+        pairing until HOLD more calls follow it (a later divergence may be located there)."""
         ranks = self.member_ranks(all_ranks)
         seqs = [self.seqs.get(r) for r in ranks]
         if len(ranks) < 2 or any(not s for s in seqs):
             return
+        scan = Scan(self.pattern, ranks, commit=True)
         while all(seqs) and all(s[0]["state"] == "completed" for s in seqs):
-            sig = signature(seqs[0][0])
-            if any(signature(s[0]) != sig for s in seqs[1:]):
+            sig = hard_signature(seqs[0][0])
+            if any(hard_signature(s[0]) != sig for s in seqs[1:]):
                 return
+            events = {r: s[0] for r, s in zip(ranks, seqs)}
+            what = scan.classify(events)
+            if what[0] == "out_of_step" or what[0] == "cross" and min(map(len, seqs)) <= HOLD:
+                return
+            scan.step(self.base, events, what)
+            if what[0] == "cross":
+                self.pattern.log.append((self.base, events))
             for r, s in zip(ranks, seqs):
                 before = self.prev.get(r)
                 self.prev[r] = s.popleft()
+                sig_r = signature(self.prev[r])
+                run = self.runs.get(r)
+                self.runs[r] = (sig_r, run[1] + 1 if run and run[0] == sig_r else 1)
                 self.seen_sites.add(site_key(self.prev[r]))
                 if before is not None:
                     self.seen_pairs.add((site_key(before), site_key(self.prev[r])))
@@ -124,9 +126,10 @@ def _matches(x: list, y: list) -> int:
 
 
 def decide_pair(a: list, b: list, i: int, ended_a: str | None, ended_b: str | None, prev_a, prev_b,
-                seen: set | None = None, pairs: set | None = None):
+                seen: set | None = None, pairs: set | None = None, runs: tuple[int, int] = (0, 0)):
     """Two ranks' sequences differ at index i (both present). Returns
-    (kind, culprit side 'a'|'b'|'both', ambiguous)."""
+    (kind, culprit side 'a'|'b'|'both', ambiguous). runs: how many calls equal to
+    a[i] (b[i]) each rank made in a row right before it."""
     ea, eb = ended_a is not None, ended_b is not None
     options = {
         "both": 1 + _cost(a[i + 1:], b[i + 1:], ea, eb),
@@ -183,6 +186,14 @@ def decide_pair(a: list, b: list, i: int, ended_a: str | None, ended_b: str | No
     ka, kb = _block(a, b, i), _block(b, a, i)
     if (ka is None) != (kb is None):
         return "extra", "a" if ka is not None else "b", True
+    # Last: both calls still wait (the backend did not meet them as one call and
+    # fail), and one rank's call repeats its previous one while the other's is new:
+    # a loop that took one more turn (DDP: one batch more on one rank while its peer
+    # waits in the barrier after its loop). Calls that met and failed are both named.
+    waiting = a[i]["state"] == b[i]["state"] == "blocked" and not ea and not eb
+    turning_a, turning_b = runs[0] >= 2, runs[1] >= 2  # the loop was seen turning, not one call made twice
+    if waiting and turning_a != turning_b and not (rep_a if turning_b else rep_b):
+        return "extra", "a" if turning_a else "b", True
     return diff_kind(a[i], b[i]), "both", True
 
 
@@ -203,54 +214,123 @@ def find_divergence(ch: Channel, all_ranks: list[int], ended: dict[int, str | No
                     hang_after: float | None, final: bool, settle: float = 0.5,
                     waits: Waits | None = None) -> dict | None:
     """The channel's first divergence as an internal finding, or None (agreeing
-    so far, or live data not yet conclusive). waits: which ranks are inside a
+    so far, or live data not yet conclusive). Only evidence makes a divergence
+    (docs/consensus.md "Evidence and location"): calls that differ in op, shapes,
+    dtypes, reduce op, root or label; a rank absent from a call its peers made,
+    once that is conclusive (a count that differs at the end, a rank blocked
+    while its peers are gone or waiting in a cycle); calls of one line meeting
+    out of step. A pairing of equal calls from different call sites is only
+    where such a divergence is located. waits: which ranks are inside a
     collective elsewhere and which wait in a cycle (see wait_state)."""
-    waits = waits or Waits({}, set())
-    ranks = [r for r in ch.member_ranks(all_ranks)]
-    if len(ranks) < 2:
+    look = _Look(ch, list(ch.member_ranks(all_ranks)), ended, now, hang_after, final, settle, waits or Waits({}, set()))
+    if len(look.ranks) < 2:
         return None
-    seqs = {r: list(ch.seqs.get(r, ())) for r in ranks}
-    stuck = any(r in waits.stuck for r in ranks)  # the data can no longer change
-    n = max(len(s) for s in seqs.values())
-    for i in range(n):
+    seqs = look.seqs
+    scan = Scan(ch.pattern, look.ranks)
+    ch.window_pairings = scan.pairings
+    for i in range(max(len(s) for s in seqs.values())):
         at = {r: (s[i] if i < len(s) else None) for r, s in seqs.items()}
         present = {r: e for r, e in at.items() if e is not None}
-        sigs = {r: signature(e) for r, e in present.items()}
-        if len(present) == len(ranks) and len(set(sigs.values())) == 1:
+        equal = len({hard_signature(e) for e in present.values()}) == 1
+        if equal and len(present) == len(look.ranks):
+            what = scan.step(ch.base + i, at)
+            if what[0] == "out_of_step":
+                return look.out_of_step(i, what[1], what[2])
             continue
-        absent = [r for r in ranks if at[r] is None]
-        if absent and len(set(sigs.values())) == 1:
-            # Some ranks have not (yet) reached this call.
-            waiting_long = any(e["state"] == "blocked" and hang_after is not None and now - (e["t"] or now) > hang_after
-                               for e in present.values())
-            # A wait cycle across groups can never resolve: report it now, not after hang_after.
-            if not (final or waiting_long or stuck or all(ended.get(r) for r in absent)):
-                return None
-            elsewhere = all(waits.busy.get(r, set()) - {ch.key} for r in absent)
-            if len(ranks) == 2 and ch.seen_sites and elsewhere and _novel(ch, seqs, i, present):
-                # The present rank waits in a call from a place this group never
-                # used before, while its peer waits in a collective of another
-                # group: that call is the inserted one (an extra call in one group
-                # deadlocks another). A peer outside any collective is `missing`.
-                return _finding(ch, i, at, "extra", sorted(present), waits)
-            if len(absent) < len(present) or not all(ended.get(r) == "clean" for r in absent):
-                return _finding(ch, i, at, "missing", absent, waits)
+        if equal:
+            return look.absent(i, at, present)
+        return look.mismatch(i, at)
+    return None
+
+
+class _Look:
+    """One look at a channel's window (the arguments of find_divergence)."""
+
+    def __init__(self, ch: Channel, ranks: list[int], ended: dict, now: float, hang_after: float | None,
+                 final: bool, settle: float, waits: Waits):
+        self.ch, self.ranks, self.ended, self.now, self.hang_after = ch, ranks, ended, now, hang_after
+        self.final, self.settle, self.waits = final, settle, waits
+        self.seqs = {r: list(ch.seqs.get(r, ())) for r in ranks}
+        self.stuck = any(r in waits.stuck for r in ranks)  # the data can no longer change
+
+    def run_before(self, r: int, i: int) -> int:
+        """How many calls equal to rank r's call at i it made in a row right before."""
+        seq, sig, n = self.seqs[r], signature(self.seqs[r][i]), 0
+        while n < i and signature(seq[i - 1 - n]) == sig:
+            n += 1
+        run = self.ch.runs.get(r)
+        return n + run[1] if n == i and run and run[0] == sig else n
+
+    def finding(self, i: int, kind: str, culprits: list[int]) -> dict:
+        at = {r: (s[i] if i < len(s) else None) for r, s in self.seqs.items()}
+        return _finding(self.ch, i, at, kind, culprits, self.waits)
+
+    def absent(self, i: int, at: dict, present: dict) -> dict | None:
+        """Some members have not (yet) made the call the others made at i."""
+        ch, ended, waits = self.ch, self.ended, self.waits
+        absent = [r for r in self.ranks if at[r] is None]
+        waiting_long = any(e["state"] == "blocked" and self.hang_after is not None
+                           and self.now - (e["t"] or self.now) > self.hang_after for e in present.values())
+        # A wait cycle across groups can never resolve: report it now, not after hang_after.
+        if not (self.final or waiting_long or self.stuck or all(ended.get(r) for r in absent)):
+            return None
+        if len(present) <= len(absent):
+            # Evidence that the present ranks made a call more: did one of them insert it
+            # earlier, where it paired with a peer's call from another line?
+            p = locate.inserted_at(self.seqs[min(present)], self.seqs[min(absent)], i, True, True)
+            if p is not None:
+                return self.finding(p, "extra", sorted(present))
+        elsewhere = all(waits.busy.get(r, set()) - {ch.key} for r in absent)
+        if len(self.ranks) == 2 and ch.seen_sites and elsewhere and _novel(ch, self.seqs, i, present):
+            # The present rank waits in a call from a place this group never
+            # used before, while its peer waits in a collective of another
+            # group: that call is the inserted one (an extra call in one group
+            # deadlocks another). A peer outside any collective is `missing`.
             return _finding(ch, i, at, "extra", sorted(present), waits)
-        # Signatures differ: compare each odd rank with a reference of the majority.
+        if all(r in waits.stuck for r in absent):
+            # Nobody is short: the absent ranks wait in another group for these (analyze.py names the cycle).
+            return _finding(ch, i, at, "wait_cycle", sorted(waits.stuck), waits)
+        if len(absent) < len(present) or not all(ended.get(r) == "clean" for r in absent):
+            return _finding(ch, i, at, "missing", absent, waits)
+        return _finding(ch, i, at, "extra", sorted(present), waits)
+
+    def out_of_step(self, i: int, rank: int, since: int) -> dict | None:
+        """Calls of one line met at i out of step with their meeting at seq `since`:
+        the divergence is the first cross-site pairing in between."""
+        ch, ref = self.ch, self.ranks[0]
+        p = locate.cross_between(self.seqs[ref], self.seqs[rank], since - ch.base + 1, i)
+        if p is not None:
+            return self.mismatch(p, {r: s[p] for r, s in self.seqs.items()}, located=True)
+        for seq, events in ch.pattern.log:  # dropped from the window already: name it, undecided
+            if seq > since:
+                times = [e["w"] for e in events.values() if e.get("w") is not None]
+                return {"channel": ch.key, "seq": seq, "kind": "site", "culprits": sorted({ref, rank}),
+                        "events": events, "time": min(times) if times else 0.0}
+        return self.finding(i, "site", sorted({ref, rank}))
+
+    def mismatch(self, i: int, at: dict, located: bool = False) -> dict | None:
+        """The members' calls at i differ (or, located, pair across call sites):
+        compare each odd rank with a reference of the majority."""
+        ch, ranks, seqs, ended = self.ch, self.ranks, self.seqs, self.ended
+        sigs = {r: signature(e) for r, e in at.items() if e is not None}
         classes: dict = {}
         for r in ranks:
             classes.setdefault(sigs.get(r), []).append(r)
         majority = max(classes.values(), key=lambda rs: (len(rs), -min(rs)))
         if len(ranks) == 2:
             ra, rb = ranks
-            if at[ra] is None or at[rb] is None:  # unreachable: handled above
-                return None
+            if not located:  # an earlier cross-site pairing where one rank inserted the call that now differs
+                for x, y in ((ra, rb), (rb, ra)):
+                    p = locate.inserted_at(seqs[x], seqs[y], i, True, True)
+                    if p is not None:
+                        return self.finding(p, "extra", [x])
             kind, side, ambiguous = decide_pair(seqs[ra], seqs[rb], i, ended.get(ra), ended.get(rb),
-                                                ch.prev.get(ra), ch.prev.get(rb), ch.seen_sites, ch.seen_pairs)
-            if ambiguous and not final and not stuck and now - ch.last_arrival < settle:
+                                                ch.prev.get(ra), ch.prev.get(rb), ch.seen_sites, ch.seen_pairs,
+                                                (self.run_before(ra, i), self.run_before(rb, i)))
+            if ambiguous and not self.final and not self.stuck and self.now - ch.last_arrival < self.settle:
                 return None  # more events may settle which rank inserted a call (not in a deadlock)
             culprits = {"a": [ra], "b": [rb], "both": [ra, rb]}[side]
-            return _finding(ch, i, at, kind, culprits, waits)
+            return _finding(ch, i, at, kind, culprits, self.waits)
         ref = min(majority)
         culprits, kinds = [], []
         for r in ranks:
@@ -265,8 +345,7 @@ def find_divergence(ch: Channel, all_ranks: list[int], ended: dict[int, str | No
                 kind, side, _ = decide_pair(seqs[ref], seqs[r], i, ended.get(ref), ended.get(r),
                                             ch.prev.get(ref), ch.prev.get(r), ch.seen_sites, ch.seen_pairs)
                 kinds.append("missing" if side == "a" else kind)
-        return _finding(ch, i, at, kinds[0], culprits, waits)
-    return None
+        return _finding(ch, i, at, kinds[0], culprits, self.waits)
 
 
 def _novel(ch: Channel, seqs: dict, i: int, present: dict) -> bool:
@@ -282,4 +361,5 @@ def _finding(ch: Channel, i: int, at: dict, kind: str, culprits: list[int], wait
            "events": at, "time": min(times) if times else 0.0}
     if waits is not None and waits.cycle and any(r in waits.stuck for r in at):
         out["deadlock"] = waits.cycle
+        out["cycle"] = list(waits.calls)
     return out

@@ -8,6 +8,7 @@ import time
 from hctool.consensus import probes
 from hctool.consensus.align import Channel, channel_members, find_divergence, route
 from hctool.consensus.flight_recorder import is_flight_recorder_dir, read_flight_recorder
+from hctool.consensus.pattern import caller_text, pairings_of
 from hctool.consensus.trace import TraceDirReader, TraceError, trace_files
 from hctool.consensus.waits import wait_state
 
@@ -63,8 +64,30 @@ class Tracker:
         found = [f for ch in self.channels.values()
                  if (f := find_divergence(ch, ranks, ended, now, hang_after, final, waits=waits)) is not None]
         # A rank missing from one group is often a consequence of its own divergent
-        # call in another group: prefer a finding that names a call over a missing one.
-        return min(found, key=lambda f: (f["kind"] == "missing", f["time"])) if found else None
+        # call in another group: prefer a finding that names a call over a missing one;
+        # a wait cycle that no inserted call explains is its own finding.
+        best = min(found, key=lambda f: (f["kind"] in ("missing", "wait_cycle"), f["kind"] == "missing", f["time"]),
+                   default=None)
+        if best is not None and best["kind"] == "wait_cycle" and waits.calls:
+            head = waits.calls[0]
+            times = [e["w"] for e in waits.events.values() if e.get("w") is not None]
+            best = {"channel": head["group"], "seq": head["seq"], "kind": "wait_cycle",
+                    "culprits": sorted(waits.events), "events": dict(waits.events),
+                    "time": min(times) if times else 0.0, "deadlock": waits.cycle, "cycle": list(waits.calls)}
+        return best
+
+    def cross_site_pairings(self, finding: dict | None, limit: int = 100) -> list[dict]:
+        """Equal calls paired across call sites, one entry per pair of places: those
+        at or after the reported divergence in its group are not legitimate."""
+        out = []
+        for ch in self.channels.values():
+            for combo, p in pairings_of(ch.pattern, ch.window_pairings).items():
+                after = finding is not None and finding["channel"] == ch.key and p["seq"] >= finding["seq"]
+                ranks = {str(r): {"site": e.get("site"), "caller": caller_text(k)}
+                         for (r, e), k in zip(sorted(p["events"].items()), combo)}
+                out.append({"group": ch.key, "seq": p["seq"], "count": p["count"], "ranks": ranks,
+                            "legitimate": not after})
+        return sorted(out, key=lambda e: (e["group"], e["seq"]))[:limit]
 
     def blocked(self) -> dict[int, dict]:
         """Each rank's calls that never returned (a call that raised is over, not blocked)."""
@@ -103,7 +126,10 @@ def build_report(tracker: Tracker, ended: dict[int, str | None], finding: dict |
                  "ranks": {str(r): _rank_entry(e, tracker.last_event.get(r)) for r, e in sorted(finding["events"].items())}}
         if finding.get("deadlock"):
             first["deadlock"] = finding["deadlock"]  # the wait cycle across groups, in words
-        if finding["kind"] == "missing":
+            first["cycle"] = finding.get("cycle", [])
+        if finding["kind"] == "wait_cycle":
+            verdict = "hung"
+        elif finding["kind"] == "missing":
             culprit_states = {ended.get(r) for r in finding["culprits"]}
             verdict = "crashed" if "crashed" in culprit_states else ("hung" if None in culprit_states else "diverged")
         else:
@@ -115,17 +141,27 @@ def build_report(tracker: Tracker, ended: dict[int, str | None], finding: dict |
     else:
         verdict = "consistent"
     counts = {str(r): dict(sorted(tracker.counts.get(r, {}).items())) for r in ranks}
-    return {"verdict": verdict, "world_size": tracker.world_size or len(ranks), "first_divergence": first,
-            "stacks": dict(stacks or {}), "counts": counts}
+    report = {"verdict": verdict, "world_size": tracker.world_size or len(ranks), "first_divergence": first,
+              "stacks": dict(stacks or {}), "counts": counts}
+    pairings = tracker.cross_site_pairings(finding)
+    if pairings:  # only where calls paired across call sites: a plain program's report stays as it was
+        report["cross_site_pairings"] = pairings
+    return report
 
 
-def ended_states(reader_ranks: dict, exit_codes: dict[int, int | None] | None, ranks: list[int]) -> dict[int, str | None]:
+def ended_states(reader_ranks: dict, exit_codes: dict[int, int | None] | None, ranks: list[int],
+                 ended_at: float | None = None) -> dict[int, str | None]:
     """Per rank: None (running or killed by hctool), "clean" or "crashed".
-    Exit codes, when the caller knows them, win over the traces' end records."""
+    Exit codes, when the caller knows them, win over the traces' end records.
+    ended_at: when hctool began ending the job (monotonic); an end record a rank
+    still running then wrote after it is hctool's doing, not how the rank ended."""
     out: dict[int, str | None] = {}
     for r in ranks:
         rt = reader_ranks.get(r)
         out[r] = rt.ended if rt is not None else None
+        if (ended_at is not None and rt is not None and rt.end_t is not None and rt.end_t > ended_at
+                and exit_codes and r in exit_codes and exit_codes[r] is None):
+            out[r] = None
         if exit_codes and r in exit_codes:
             code = exit_codes[r]
             if code is not None:  # a live process may already have written its end record
@@ -146,11 +182,12 @@ def _check_world(reader: TraceDirReader, known: set[int]) -> None:
 
 
 def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: dict[str, str] | None = None,
-                command_exit: int | None = None) -> dict:
+                command_exit: int | None = None, ended_at: float | None = None) -> dict:
     """The report for a trace folder (or Flight Recorder dumps). exit_codes: what
     the caller knows of each rank's exit (None: still running when it was ended);
-    command_exit: the exit code of a wrapper command (torchrun ...). Raises
-    TraceError (one line) for a folder hctool cannot read."""
+    command_exit: the exit code of a wrapper command (torchrun ...); ended_at: when
+    hctool began ending the ranks still running (monotonic, see ended_states).
+    Raises TraceError (one line) for a folder hctool cannot read."""
     path = os.fspath(path)
     tracker = Tracker()
     now = time.monotonic()
@@ -178,11 +215,18 @@ def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: d
             tracker.prune()
             if not reader.more or tracker.pending() > MAX_PENDING:
                 break
-        ended = ended_states(reader.ranks, exit_codes, sorted(set(tracker.all_ranks()) | set(exit_codes or {})))
+        ended = ended_states(reader.ranks, exit_codes, sorted(set(tracker.all_ranks()) | set(exit_codes or {})),
+                             ended_at)
         if exit_codes is None:
             # No end record and no exit code: the process died without atexit (SIGKILL, abort).
             ended = {r: ("crashed" if s is None and r in reader.ranks else s) for r, s in ended.items()}
     tracker.ranks.update(exit_codes or {})
+    if ended_at is not None:  # a call that failed when hctool ended its rank was still waiting
+        for ch in tracker.channels.values():
+            for seq in ch.seqs.values():
+                for ev in seq:
+                    if ev["state"] == "failed" and (ev.get("t_done") or 0.0) > ended_at:
+                        ev["state"] = "blocked"
     tracker.prune()
     finding = tracker.first_divergence(ended, now, hang_after=None, final=True)
     report = build_report(tracker, ended, finding, stacks, final=True)

@@ -31,6 +31,28 @@ def probe_cell(entry: dict) -> str:
     return f"{p['name']} (probe) from {p['caller']}" if p else "-"
 
 
+def pairings_line(report: dict, shown: int = 3) -> str | None:
+    """Calls that paired across call sites, and whether each was judged legitimate."""
+    pairings = report.get("cross_site_pairings") or []
+    if not pairings:
+        return None
+    legit = sum(p["legitimate"] for p in pairings)
+    parts = [f"{p['group']} seq {p['seq']}" + (f" (x{p['count']})" if p["count"] > 1 else "") + ": "
+             + " / ".join(f"rank {r} {e['site']}" for r, e in p["ranks"].items())
+             + ("" if p["legitimate"] else " [the divergence]") for p in pairings[:shown]]
+    more = f"; {len(pairings) - shown} more" if len(pairings) > shown else ""
+    return f"cross-site pairings: {len(pairings)}, {legit} legitimate: " + "; ".join(parts) + more
+
+
+def cycle_line(first: dict) -> str | None:
+    """Every rank of a wait cycle and the call it waits in."""
+    cycle = first.get("cycle") or []
+    if not cycle:
+        return None
+    return "ranks in the cycle: " + "; ".join(f"rank {e['rank']} in {e['group']} seq {e['seq']} at {e['site']}"
+                                               for e in cycle)
+
+
 def render(report: dict, console: Console) -> None:
     verdict = report["verdict"]
     line = Text(f"{verdict.upper()}", style=_VERDICT_STYLE.get(verdict, "bold"))
@@ -43,7 +65,11 @@ def render(report: dict, console: Console) -> None:
     console.print(line)
     if first and first.get("deadlock"):
         console.print(Text(f"wait cycle across groups: {first['deadlock']}", style="bold red"), soft_wrap=True)
+        if cycle_line(first):
+            console.print(Text(cycle_line(first)), soft_wrap=True)
     console.print(Text(counts_line(report), style="dim"), soft_wrap=True)
+    if pairings_line(report):
+        console.print(Text(pairings_line(report), style="dim"), soft_wrap=True)
     if report.get("exit_codes") and any(c for c in report["exit_codes"].values()) or report.get("command_exit_code"):
         codes = ", ".join(f"rank {r}: {c}" for r, c in report.get("exit_codes", {}).items())
         if report.get("command_exit_code"):

@@ -137,18 +137,23 @@ def run_job(opts: RunOptions) -> tuple[dict, float | None]:
         # a wrapper command's own exit code, if it ended by itself (not by hctool below)
         command_exit = None if opts.script_mode or not ps.children else ps.children[0].popen.poll()
         stacks = _stacks(opts, ps, ranks, watcher) if ps.alive() else {}
+        # what ranks still running write from here on (an end record, failed calls) is this teardown's doing
+        ended_at = time.monotonic() if ps.alive() else None
         ps.terminate_all()
     if command_exit and not codes:
         _log(f"the command failed ({procs.describe_exit(command_exit)}) before any rank recorded a collective")
     faults = fault_counts(opts, controller)
-    RunRecord(list(opts.command), codes, command_exit, faults).write(opts.trace_dir)
-    report = analyze_dir(opts.trace_dir, exit_codes=codes, stacks=stacks, command_exit=command_exit)
+    RunRecord(list(opts.command), codes, command_exit, faults, ended_at).write(opts.trace_dir)
+    report = analyze_dir(opts.trace_dir, exit_codes=codes, stacks=stacks, command_exit=command_exit, ended_at=ended_at)
     if report["verdict"] == "consistent" and finding is not None:
         # the live finding stands if the final data lost it
         report = dict(finding, stacks=stacks, exit_codes=report.get("exit_codes"))
     live_first, final_first = (finding or {}).get("first_divergence") or {}, report.get("first_divergence") or {}
-    if live_first.get("deadlock") and (live_first["group"], live_first["seq"]) == (final_first.get("group"), final_first.get("seq")):
-        final_first["deadlock"] = live_first["deadlock"]  # seen live; ending the job broke the cycle
+    if live_first.get("deadlock") and not final_first.get("deadlock"):  # seen live; ending the job broke the cycle
+        if live_first["kind"] == "wait_cycle":
+            report = dict(report, verdict=finding["verdict"], first_divergence=live_first)
+        elif (live_first["group"], live_first["seq"]) == (final_first.get("group"), final_first.get("seq")):
+            final_first["deadlock"], final_first["cycle"] = live_first["deadlock"], live_first.get("cycle", [])
     if opts.faults:
         report["faults"] = faults
         for f in faults:

@@ -63,6 +63,7 @@ class RankTrace:
     header: dict = field(default_factory=dict)
     ended: str | None = None          # None: no end record; "clean" or "crashed"
     end_error: str | None = None
+    end_t: float | None = None        # monotonic time of the end record
     last_event: dict | None = None
     probes: list = field(default_factory=list)        # (t, name, caller site, caller function), in order
     probe_counts: dict = field(default_factory=dict)  # name -> entries recorded
@@ -155,8 +156,13 @@ class TraceDirReader:
 
     def _poll_file(self, f: _File, new: list) -> None:
         base = os.path.join(self.path, f.name[:-len(".jsonl")])
+        ended = f.rt.ended
         records = self._read_ring(f, base + ".ring")  # first: every id it uses is in the side table by now
         self._read_side(f, base + ".jsonl", new)
+        if f.rt.ended and not ended:
+            # The end record follows the rank's last call, which may have been written
+            # after the ring was read: read it now, or the rank looks absent from it.
+            records += self._read_ring(f, base + ".ring")
         for rec in records:
             try:
                 new.extend(self._ring_event(f, rec))
@@ -324,9 +330,11 @@ class TraceDirReader:
             if len(f.rt.probes) < MAX_PROBES:
                 f.rt.probes.append((float(rec.get("t", 0.0)), rec["pr"], rec.get("site"), rec.get("fn")))
         elif "end" in rec:
-            _check(isinstance(rec.get("error"), (str, type(None))), "bad end record")
+            _check(isinstance(rec.get("error"), (str, type(None))) and isinstance(rec.get("t", 0.0), (int, float)),
+                   "bad end record")
             f.rt.ended = "crashed" if rec.get("error") else "clean"
             f.rt.end_error = rec.get("error")
+            f.rt.end_t = rec.get("t")
         else:
             raise ValueError("unknown record")
 

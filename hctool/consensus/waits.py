@@ -11,6 +11,8 @@ class Waits(NamedTuple):
     busy: dict[int, set[str]]   # rank -> channels where one of its calls has not completed
     stuck: set[int]             # ranks in a wait cycle: a deadlock that can never resolve
     cycle: str = ""             # the cycle in words
+    calls: tuple = ()           # per rank of the first cycle's strongly connected set: {"rank", "group", "seq", "site"}
+    events: dict = {}           # rank -> the call it waits in (for those ranks)
 
 
 def wait_state(channels: dict, all_ranks: list[int], ended: dict[int, str | None],
@@ -26,6 +28,7 @@ def wait_state(channels: dict, all_ranks: list[int], ended: dict[int, str | None
         held[r] = held.get(r, True) and ev["state"] == "blocked" and not ev.get("async")
     busy: dict[int, set[str]] = {}
     edges: dict[int, dict[int, str]] = {}
+    waiting_in: dict[int, tuple] = {}  # rank -> (channel, seq, event) of its call that waits for others
     for ch in channels.values():
         members = ch.member_ranks(all_ranks)
         for r, seq in ch.seqs.items():
@@ -38,8 +41,10 @@ def wait_state(channels: dict, all_ranks: list[int], ended: dict[int, str | None
                 for m in members:
                     if m != r and len(ch.seqs.get(m, ())) <= i:
                         edges.setdefault(r, {})[m] = f"rank {r} waits in {ch.key} seq {ch.base + i} for rank {m}"
+                        waiting_in.setdefault(r, (ch.key, ch.base + i, ev))
     stuck: set[int] = set()
     words: list[str] = []
+    ring: list[int] = []
     for start in sorted(edges):
         if start in stuck:
             continue
@@ -59,6 +64,28 @@ def wait_state(channels: dict, all_ranks: list[int], ended: dict[int, str | None
                 cycle.append(r)
                 r = parent[r]
             cycle.reverse()  # start -> ... -> start, in wait order
+            low = cycle.index(min(cycle))
+            cycle = cycle[low:] + cycle[:low]  # told from its lowest rank
             stuck |= set(cycle)
-            words = words or [edges[a][b] for a, b in zip(cycle, cycle[1:] + cycle[:1])]
-    return Waits(busy, stuck, "; ".join(words))
+            if not words:
+                words = [edges[a][b] for a, b in zip(cycle, cycle[1:] + cycle[:1])]
+                ring = cycle + sorted(_strongly_connected(edges, start) - set(cycle))
+    calls = tuple({"rank": r, "group": waiting_in[r][0], "seq": waiting_in[r][1], "site": waiting_in[r][2].get("site")}
+                  for r in ring)
+    return Waits(busy, stuck, "; ".join(words), calls, {r: waiting_in[r][2] for r in ring})
+
+
+def _reach(edges: dict[int, dict[int, str]], start: int) -> set[int]:
+    seen, todo = {start}, [start]
+    while todo:
+        for m in edges.get(todo.pop(), {}):
+            if m not in seen:
+                seen.add(m)
+                todo.append(m)
+    return seen
+
+
+def _strongly_connected(edges: dict[int, dict[int, str]], start: int) -> set[int]:
+    """Every rank that waits, through others, for `start` and for which `start` waits:
+    all of them are on the deadlock (four ranks of two groups waiting crosswise)."""
+    return {m for m in _reach(edges, start) if start in _reach(edges, m)}

@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import NamedTuple
 
+from hctool.consensus.report import counts_line
 from hctool.gate.config import GateConfig
 from hctool.gate.run import Proc, python_hctool, run_command, tail
 
@@ -154,6 +155,8 @@ def repro_step(cfg: GateConfig, work: Path, deadline: float) -> StepResult:
             sites = "\n".join(f"rank {r}: {e.get('op')} @ {e.get('site')} ({e.get('function')})"
                               for r, e in first.get("ranks", {}).items())
             msg = f"verdict {v['verdict']}, expected {' | '.join(v['expected'])}"
+            if first:  # the calls seen, as the repro's JSON has them
+                sites += "\n" + counts_line(v)
             cases.append(Case(f"{incident}:{v['name']}", f"repro.{incident}", PASSED if v["ok"] else FAILED,
                               "" if v["ok"] else msg, f"{msg}\n{sites}\nartifacts: {v.get('artifacts', '')}".strip(),
                               float(v.get("seconds", 0))))

@@ -22,6 +22,7 @@ class RunRecord:
     exit_codes: dict[int, int | None]       # rank -> exit code (None: killed by hctool at the end)
     command_exit_code: int | None = None     # a wrapper command's own code (torchrun), if it ended by itself
     faults: list[dict] = field(default_factory=list)  # per fault: spec and how often it fired per rank
+    ended_at: float | None = None            # monotonic time hctool began ending ranks still running
 
     def write(self, folder: Path) -> Path:
         path = Path(folder) / NAME
@@ -49,6 +50,9 @@ class RunRecord:
             if not isinstance(faults, list) or not all(isinstance(f, dict) for f in faults):
                 raise ValueError("bad fault list")
             command = [str(c) for c in data.get("command") or []]
+            ended_at = data.get("ended_at")
+            if not (ended_at is None or isinstance(ended_at, (int, float))):
+                raise ValueError("bad ended_at")
         except (ValueError, TypeError, AttributeError) as exc:
             raise RunRecordError(f"{path}: not a run record ({exc})") from None
-        return cls(command, codes, command_exit, faults)
+        return cls(command, codes, command_exit, faults, ended_at)

@@ -122,7 +122,8 @@ def _outcome(report: dict, outcomes: dict[int, list[dict]], codes: dict[int, int
             parts.append(f"rank {r} died ({_describe(c)}) before reporting; last lines of its log:\n"
                          + _tail(Path(trace_dir) / f"rank{r}.log"))
     if failed and verdict != "consistent":  # the traceback is the news; the collectives give context
-        parts.append(f"collectives at that point ({verdict}):\n" + _sites(report))
+        from hctool.consensus.report import counts_line
+        parts.append(f"collectives at that point ({verdict}):\n" + _sites(report) + "\n" + counts_line(report))
     elif verdict != "consistent" or not parts:
         parts += [_headline(report, codes, timeout), _sites(report), _render(report)]
     return Outcome("failed", "\n".join(p for p in parts if p))

@@ -146,7 +146,9 @@ class ReproHarness:
         j = judge(obs, variant.expected, per_round, self.s.require_load_back, variant.mechanism, first, state)
         report = VariantReport(variant.name, list(variant.expected), j.verdict, j.ok, round(time.monotonic() - t0, 2),
                                per_round, driver.counts(), j.reason, j.mechanism, state, first,
-                               stacks or final.get("stacks") or {}, str(vdir))
+                               stacks or final.get("stacks") or {}, str(vdir),
+                               # calls per rank per op, from the analysis of every trace after teardown
+                               counts=final.get("counts") or (live or {}).get("counts") or {})
         (vdir / "report.json").write_text(json.dumps(report.to_json(), indent=2))
         if stacks:
             (vdir / "stacks.txt").write_text("".join(f"== rank {r} ==\n{t}\n" for r, t in sorted(stacks.items())))

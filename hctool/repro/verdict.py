@@ -108,6 +108,7 @@ class VariantReport:
     first_divergence: dict | None
     stacks: dict
     artifacts: str
+    counts: dict = field(default_factory=dict)  # calls per rank per op (what --json's analysis saw)
     runs: int | None = None              # --runs K: K, with every run's verdict
     ok_runs: int | None = None
     verdicts: list[str] = field(default_factory=list)
@@ -115,7 +116,8 @@ class VariantReport:
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in ("name", "expected", "verdict", "ok", "seconds",
                                              "load_back_tokens_by_round", "requests", "reason", "mechanism",
-                                             "state_divergence", "first_divergence", "stacks", "artifacts")}
+                                             "state_divergence", "first_divergence", "stacks", "counts",
+                                             "artifacts")}
         if self.runs is not None:
             out.update(runs=self.runs, ok_runs=self.ok_runs, verdicts=list(self.verdicts))
         return out

@@ -43,9 +43,9 @@ import atexit
 import os
 import sys
 import threading
-import time
 
 from hctool.agent.capture import cxx_kernel, funcol, recorder, state, tracefile
+from hctool.agent.clock import REAL
 
 # dispatcher op -> (recorded op, contributed-tensors arg, group arg, reduce-op arg, root arg, peer?)
 # The recorded name and described argument match what the Python wrapper records for the
@@ -201,7 +201,7 @@ def poll_pending() -> None:
 def _watch() -> None:
     while True:
         _has_pending.wait()
-        time.sleep(POLL_S)
+        REAL.sleep(POLL_S)  # not slowed by a thread-slow fault
         try:
             poll_pending()
         except Exception as exc:  # never let the watcher die silently

@@ -15,9 +15,9 @@ import signal
 import socket
 import sys
 import threading
-import time
 
 from hctool.agent.capture.state import _S, _Group
+from hctool.agent.clock import REAL
 from hctool.protocol.records import FORMAT_VERSION, RECORD_SIZE, SEGMENT
 
 STACK_DEPTH = 8
@@ -41,7 +41,7 @@ def _open() -> int:
         fd = os.open(base + ".jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         header = {"hdr": FORMAT_VERSION, "rank": _S.rank, "world_size": int(world) if world else None,
                   "pid": os.getpid(), "host": socket.gethostname(), "argv": sys.argv[:20],
-                  "start": time.time(), "mono": time.monotonic(), "record_size": RECORD_SIZE,
+                  "start": REAL.time(), "mono": REAL.monotonic(), "record_size": RECORD_SIZE,
                   "fastpath": _S.fastpath, "c10d_kernel": _S.c10d_kernel}
         os.write(fd, (json.dumps(header) + "\n").encode())
         _S.ring_fd = os.open(base + ".ring", os.O_RDWR | os.O_CREAT, 0o644)
@@ -102,7 +102,7 @@ def _register_faulthandler(path: str) -> None:
 
 def write_end() -> None:
     """The end record (atexit writes it; a process leaving by os._exit calls it first)."""
-    rec = {"end": 1, "t": time.monotonic()}
+    rec = {"end": 1, "t": REAL.monotonic()}
     if _S.error:
         rec["error"] = _S.error
     try:

@@ -14,10 +14,10 @@ import os
 import sys
 import tempfile
 import threading
-import time
 
 from hctool.agent.capture import c10d, recorder, state, tracefile
 from hctool.agent.capture.state import inside as _inside
+from hctool.agent.clock import REAL
 from hctool.protocol import env as protocol_env
 
 COLLECTIVES = (
@@ -339,7 +339,7 @@ def _wrap_destroy(fn):
         if group is None and state.S.fd is not None:
             try:
                 c10d.poll_pending()  # C++-issued calls that have finished complete before the end
-                tracefile._side({"end": 1, "t": time.monotonic(), "destroy": 1})
+                tracefile._side({"end": 1, "t": REAL.monotonic(), "destroy": 1})
             except Exception as exc:
                 tracefile.note_failure(exc)
         return fn(group, *args, **kwargs)

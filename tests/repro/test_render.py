@@ -1,0 +1,28 @@
+"""`hctool repro`'s text output prints the counts its JSON carries (it once rebuilt a
+report without them and printed `counts: no calls recorded` under a divergence)."""
+
+from __future__ import annotations
+
+from hctool.commands.repro import _render
+from hctool.gate.steps import counts_line
+
+FD = {"group": "0:[0,1]", "seq": 2884, "kind": "extra", "culprit_ranks": [0],
+      "ranks": {"0": {"op": "all_reduce", "site": "hiradix_cache.py:812", "function": "_vote_prefetch", "shapes": [[2]],
+                      "dtypes": ["int64"], "reduce_op": "MAX", "root": None, "label": None, "state": "blocked",
+                      "stack": []},
+                "1": {"op": "broadcast_object_list", "site": "scheduler.py:301", "function": "recv_requests",
+                      "shapes": [[1]], "dtypes": ["object"], "reduce_op": None, "root": 0, "label": None,
+                      "state": "blocked", "stack": []}}}
+VARIANT = {"name": "per-poll", "expected": ["deadlocked"], "verdict": "deadlocked", "ok": True, "seconds": 20.0,
+           "requests": {"sent": 16, "succeeded": 3, "failed": 0}, "reason": "ranks blocked", "mechanism": None,
+           "first_divergence": FD, "stacks": {}, "artifacts": "/tmp/x",
+           "counts": {"0": {"all_reduce": 2885, "broadcast_object_list": 140}, "1": {"all_reduce": 2884,
+                                                                                      "broadcast_object_list": 141}}}
+
+
+def test_repro_text_prints_the_variants_counts(capsys):
+    _render({"id": "30760", "title": "t", "variants": [VARIANT], "artifacts": "/tmp/x"})
+    out = capsys.readouterr().out
+    assert "no calls recorded" not in out
+    assert "rank 0: 3025 (2885 all_reduce, 140 broadcast_object_list)" in out, out
+    assert counts_line(VARIANT) in " ".join(out.split())
