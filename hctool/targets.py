@@ -43,17 +43,17 @@ class Command:
         words = list(self.words)
         if self.script_mode:
             return Path(words[0])
-        exe = os.path.basename(words[0])
-        i = 1
+        exe, i = os.path.basename(words[0]), 1
         if exe.startswith("python"):
             while i < len(words) and words[i].startswith("-") and words[i] != "-m":
                 i += 1
-        elif exe in ("torchrun",) or words[:3] == [words[0], "-m", "torch.distributed.run"]:
-            i = 3 if words[1:2] == ["-m"] else 1
-            while i < len(words) and words[i].startswith("-") and words[i] not in ("-m", "--module"):
-                i += 2 if words[i].split("=")[0] in _TORCHRUN_VALUED and "=" not in words[i] else 1
-        else:
+            if words[i:i + 2] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
+                exe, i = "torchrun", i + 2
+        elif exe != "torchrun":
             return None
+        if exe == "torchrun":  # its options, then the script (or -m module) and the script's own arguments
+            while i < len(words) and words[i].startswith("-") and words[i] not in ("-m", "--module"):
+                i += 2 if words[i] in _TORCHRUN_VALUED else 1
         if i < len(words) and words[i] in ("-m", "--module"):
             return _module_source(words[i + 1]) if i + 1 < len(words) else None
         return Path(words[i]) if i < len(words) and words[i].endswith(".py") else None

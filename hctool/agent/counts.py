@@ -1,6 +1,7 @@
 """How often each of this rank's faults fired, and whether a named target was found: written
-beside the traces as faults-rank{R}-{pid}.json (atomically, every 0.5 s while counts change,
-and at exit), so a report can say "fired 12 times on rank 1" or "never fired"."""
+beside the traces as faults-rank{R}-{pid}.json (atomically: at a fault's first firing, then at
+most every 0.5 s while counts change, at exit and before os._exit), so a report can say "fired
+12 times on rank 1" or "never fired". A rank killed in between loses at most 0.5 s of counts."""
 
 from __future__ import annotations
 
@@ -37,6 +38,12 @@ def start(faults, rank: int) -> None:
         _path = os.path.join(folder, faultcounts.file_name(rank, os.getpid()))
         threading.Thread(target=_flusher, name="hctool-fault-counts", daemon=True).start()
         atexit.register(flush)
+        real_exit = os._exit
+
+        def exit_after_flush(code):  # programs that leave by os._exit skip atexit
+            flush()
+            real_exit(code)
+        os._exit = exit_after_flush
 
 
 def fired(f) -> None:
@@ -44,6 +51,8 @@ def fired(f) -> None:
     if f in _counts:
         _counts[f] += 1  # a lost increment under a race costs one count, never a wrong answer
         _dirty = True
+        if _counts[f] == 1:
+            flush()  # "fired at all" survives whatever ends the rank next
 
 
 def track_target(f, target: str) -> None:

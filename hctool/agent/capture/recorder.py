@@ -76,8 +76,10 @@ def _record(op: str, group, tensors, reduce_op, root, async_op: bool, f, ident: 
                     f = _user_frame(sys._current_frames().get(main))
         if not site and f is not None:
             back = f.f_back
+            if back is not None and S.code_internal.get(id(back.f_code)) is not False:
+                back = _user_frame(back)  # one of our wrappers (a probe) sits between the call and its caller
             key = (id(f.f_code), f.f_lasti, id(back.f_code), back.f_lasti) if back is not None else (id(f.f_code), f.f_lasti)
-            site = interned["site"].get(key) or _intern("site", key, lambda: _new_site(f))
+            site = interned["site"].get(key) or _intern("site", key, lambda: _new_site(f, back))
         shape = getattr(tensors, "shape", None)
         desc = interned["desc"].get((shape, tensors.dtype)) if shape is not None else None
         if desc is None:
@@ -109,8 +111,10 @@ def site_of(frame) -> int:
     if f is None:
         return 0
     back = f.f_back
+    if back is not None and _S.code_internal.get(id(back.f_code)) is not False:
+        back = _user_frame(back)
     key = (id(f.f_code), f.f_lasti, id(back.f_code), back.f_lasti) if back is not None else (id(f.f_code), f.f_lasti)
-    return _S.interned["site"].get(key) or _intern("site", key, lambda: _new_site(f))
+    return _S.interned["site"].get(key) or _intern("site", key, lambda: _new_site(f, back))
 
 
 def _void(slot: int) -> None:

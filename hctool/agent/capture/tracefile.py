@@ -147,8 +147,10 @@ def _user_frame(frame):
     return None
 
 
-def _new_site(frame) -> dict:
-    _S.keep.extend((frame.f_code, frame.f_back and frame.f_back.f_code))  # ids in site keys stay unique
+def _new_site(frame, back=None) -> dict:
+    """The site of `frame`, called from `back` (its caller beyond any hctool wrapper)."""
+    back = back if back is not None else frame.f_back
+    _S.keep.extend((frame.f_code, back and back.f_code))  # ids in site keys stay unique
     return _site_value(frame)
 
 
