@@ -181,6 +181,43 @@ def _check_world(reader: TraceDirReader, known: set[int]) -> None:
                          f"have traces")
 
 
+class AnalysisSession:
+    """One job's traces, read incrementally into one Tracker: the live watcher (check() every
+    ~0.2 s while the job runs) and the offline analyzer (in rounds, until the files end) are its
+    two users, so both read, fold and report the same way."""
+
+    def __init__(self, trace_dir, world_size: int | None = None, strict: bool = False):
+        self.reader = TraceDirReader(os.fspath(trace_dir), strict=strict)
+        self.tracker = Tracker()
+        self.tracker.world_size = world_size
+        self.strict = strict
+
+    def feed(self, now: float, known_ranks=()) -> int:
+        """Fold what the files gained since the last call; drop the prefix every member agreed on
+        and completed (memory stays bounded on long runs). Returns the events read."""
+        events = self.reader.poll()
+        if self.strict:
+            _check_world(self.reader, set(self.reader.ranks) | set(known_ranks))
+        if self.reader.world_size and (self.strict or not self.tracker.world_size):
+            self.tracker.world_size = self.reader.world_size
+        self.tracker.groups.update(self.reader.groups)
+        for ev in events:
+            self.tracker.add(ev, now)
+        self.tracker.prune()
+        return len(events)
+
+    def ended(self, exit_codes: dict[int, int | None] | None, ended_at: float | None = None) -> dict[int, str | None]:
+        ranks = sorted(set(self.tracker.all_ranks()) | set(exit_codes or {}))
+        return ended_states(self.reader.ranks, exit_codes, ranks, ended_at)
+
+    def report(self, ended: dict[int, str | None], now: float, hang_after: float | None, final: bool,
+               stacks: dict[str, str] | None = None) -> tuple[dict, dict | None]:
+        """(report, finding): the first divergence given what ended, with probes annotated."""
+        finding = self.tracker.first_divergence(ended, now, hang_after=hang_after, final=final)
+        report = build_report(self.tracker, ended, finding, stacks, final=final)
+        return probes.annotate(report, self.reader.ranks, finding), finding
+
+
 def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: dict[str, str] | None = None,
                 command_exit: int | None = None, ended_at: float | None = None) -> dict:
     """The report for a trace folder (or Flight Recorder dumps). exit_codes: what
@@ -191,7 +228,7 @@ def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: d
     path = os.fspath(path)
     tracker = Tracker()
     now = time.monotonic()
-    reader = None
+    session = None
     if not trace_files(path) and is_flight_recorder_dir(path):
         per_rank, groups = read_flight_recorder(path)
         tracker.groups.update(groups)
@@ -204,22 +241,16 @@ def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: d
         if exit_codes:
             ended.update({r: None if c is None else ("clean" if c == 0 else "crashed") for r, c in exit_codes.items()})
     else:
-        reader = TraceDirReader(path, strict=True)
+        session = AnalysisSession(path, strict=True)
+        tracker = session.tracker
         while True:  # in rounds, dropping the agreed prefix: memory stays bounded on long traces
-            events = reader.poll()
-            _check_world(reader, set(reader.ranks) | set(exit_codes or {}))
-            tracker.world_size = reader.world_size
-            tracker.groups.update(reader.groups)
-            for ev in events:
-                tracker.add(ev, now)
-            tracker.prune()
-            if not reader.more or tracker.pending() > MAX_PENDING:
+            session.feed(now, exit_codes or {})
+            if not session.reader.more or tracker.pending() > MAX_PENDING:
                 break
-        ended = ended_states(reader.ranks, exit_codes, sorted(set(tracker.all_ranks()) | set(exit_codes or {})),
-                             ended_at)
+        ended = session.ended(exit_codes, ended_at)
         if exit_codes is None:
             # No end record and no exit code: the process died without atexit (SIGKILL, abort).
-            ended = {r: ("crashed" if s is None and r in reader.ranks else s) for r, s in ended.items()}
+            ended = {r: ("crashed" if s is None and r in session.reader.ranks else s) for r, s in ended.items()}
     tracker.ranks.update(exit_codes or {})
     if ended_at is not None:  # a call that failed when hctool ended its rank was still waiting
         for ch in tracker.channels.values():
@@ -228,10 +259,11 @@ def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: d
                     if ev["state"] == "failed" and (ev.get("t_done") or 0.0) > ended_at:
                         ev["state"] = "blocked"
     tracker.prune()
-    finding = tracker.first_divergence(ended, now, hang_after=None, final=True)
-    report = build_report(tracker, ended, finding, stacks, final=True)
-    if reader is not None:
-        probes.annotate(report, reader.ranks, finding)
+    if session is not None:
+        report, _ = session.report(ended, now, None, final=True, stacks=stacks)
+    else:
+        report = build_report(tracker, ended, tracker.first_divergence(ended, now, hang_after=None, final=True),
+                              stacks, final=True)
     if exit_codes is not None:
         report["exit_codes"] = {str(r): c for r, c in sorted(exit_codes.items())}
     if command_exit is not None:

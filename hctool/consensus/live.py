@@ -14,16 +14,13 @@ import time
 
 import psutil
 
-from hctool.consensus import probes
-from hctool.consensus.analyze import Tracker, build_report, ended_states
-from hctool.consensus.trace import TraceDirReader
+from hctool.consensus.analyze import AnalysisSession
 
 
 class LiveWatcher:
     def __init__(self, trace_dir, world_size: int | None, hang_after: float = 5.0, settle: float = 0.5):
-        self.reader = TraceDirReader(str(trace_dir))
-        self.tracker = Tracker()
-        self.tracker.world_size = world_size
+        self.session = AnalysisSession(trace_dir, world_size)
+        self.reader, self.tracker = self.session.reader, self.session.tracker
         self.hang_after = hang_after
         self.settle = settle
         self.events_seen = 0
@@ -34,24 +31,15 @@ class LiveWatcher:
         a call waits past hang_after for a peer that is elsewhere; else None.
         exit_codes: what the supervisor knows of its rank processes (None: alive)."""
         now = time.monotonic()
-        new = self.reader.poll()
-        self.tracker.groups.update(self.reader.groups)
-        if self.reader.world_size and not self.tracker.world_size:
-            self.tracker.world_size = self.reader.world_size
-        for ev in new:
-            self.tracker.add(ev, now)
-        self.events_seen += len(new)
-        self.tracker.prune()
-        ended = ended_states(self.reader.ranks, exit_codes, self.tracker.all_ranks())
+        self.events_seen += self.session.feed(now)
+        ended = self.session.ended(exit_codes)
         for r, state in ended.items():  # a rank gone without an end record was killed or aborted
             rt = self.reader.ranks.get(r)
             if state is None and rt is not None and (exit_codes is None or r not in exit_codes) and not _alive(rt.pid):
                 ended[r] = "crashed"
-        finding = self.tracker.first_divergence(ended, now, self.hang_after, final=False)
+        report, finding = self.session.report(ended, now, self.hang_after, final=False)
         if finding is None:
             return None
-        report = probes.annotate(build_report(self.tracker, ended, finding, None, final=False), self.reader.ranks,
-                                 finding)
         self.detection = {"divergent_call_wall": finding["time"], "detected_wall": time.time()}
         return report
 
@@ -63,7 +51,7 @@ class LiveWatcher:
 
     def pending(self) -> int:
         """Events held in memory (the part not yet agreed by every member)."""
-        return sum(len(s) for ch in self.tracker.channels.values() for s in ch.seqs.values())
+        return self.tracker.pending()
 
     def pids(self) -> dict[int, int]:
         return {r: rt.pid for r, rt in self.reader.ranks.items()}
