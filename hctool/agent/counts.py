@@ -17,7 +17,8 @@ from hctool.protocol import env as protocol_env
 from hctool.protocol import faultcounts
 
 FLUSH_S = 0.5
-_lock = threading.Lock()
+_lock = threading.RLock()
+_flushing = False  # a flush in progress (its own write must not count or flush again)
 _counts: dict = {}          # Fault -> times fired
 _targets: dict = {}         # Fault -> the function it acts on (by-name kinds)
 _order: list = []
@@ -48,7 +49,7 @@ def start(faults, rank: int) -> None:
 
 def fired(f) -> None:
     global _dirty
-    if f in _counts:
+    if f in _counts and not _flushing:
         _counts[f] += 1  # a lost increment under a race costs one count, never a wrong answer
         _dirty = True
         if _counts[f] == 1:
@@ -71,20 +72,24 @@ def snapshot() -> list[dict]:
 
 
 def flush() -> None:
-    global _dirty
-    if _path is None:
+    """Write the counts (os.write on a raw descriptor: open() may be faulted, io-delay)."""
+    global _dirty, _flushing
+    if _path is None or _flushing:
         return
     with _lock:
-        _dirty = False
-        data = json.dumps({"rank": _rank, "pid": os.getpid(), "faults": snapshot()})
+        _flushing, _dirty = True, False
         try:
-            os.makedirs(os.path.dirname(_path), exist_ok=True)
+            data = json.dumps({"rank": _rank, "pid": os.getpid(), "faults": snapshot()}).encode()
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(_path), prefix=".faults-", suffix=".tmp")
-            with os.fdopen(fd, "w") as fh:
-                fh.write(data)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
             os.replace(tmp, _path)
         except OSError:
             pass  # a full or vanished folder: the run goes on without the counts
+        finally:
+            _flushing = False
 
 
 def _flusher() -> None:

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 
+from hctool.agent.clock import REAL
 from hctool.protocol import env as protocol_env
 
 ENV = protocol_env.SUPERVISOR_PID
@@ -68,7 +69,7 @@ def _pidfd(pid: int) -> int | None:
 def _start_ticks(pid: int) -> int | None:
     """Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
+        with REAL.open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return None

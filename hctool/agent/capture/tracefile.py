@@ -95,7 +95,7 @@ def _register_faulthandler(path: str) -> None:
     import faulthandler
     try:
         if signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
-            faulthandler.register(signal.SIGUSR1, file=open(path, "w"), all_threads=True)  # noqa: SIM115
+            faulthandler.register(signal.SIGUSR1, file=REAL.open(path, "w"), all_threads=True)  # noqa: SIM115
     except (ValueError, OSError, RuntimeError):
         pass  # not in a state where a handler can be registered; py-spy remains
 
