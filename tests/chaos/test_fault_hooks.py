@@ -139,3 +139,56 @@ def test_wall_clock_and_page_faults_share_the_hooks(clock, real_time):
     assert (SEAMS.host_pool_pages(10), SEAMS.storage_exists(10)) == (8, 7)
     with pytest.raises(ValueError, match="needs pages=N"):
         parse_fault("storage-miss:rank=1")
+
+
+@pytest.fixture
+def restored():
+    """thread-slow and io-delay patch the process's queue, Event, sleep and open(): undo them."""
+    import builtins
+    import io
+    import queue
+    import threading
+    saved = (queue.Queue.get, threading.Event.wait, time.sleep, builtins.open, io.open)
+    yield
+    queue.Queue.get, threading.Event.wait, time.sleep, builtins.open, io.open = saved
+
+
+def test_thread_slow_holds_non_main_threads_only(clock, restored):
+    import queue
+    import threading
+    clock.write_text(repr(time.time()))
+    faults = [parse_fault("thread-slow:ms=150,thread=worker-*")]
+    agent_faults._install_thread_slow(agent_faults.FaultClock(faults, 0), faults)
+    q = queue.Queue()
+    took = {}
+
+    def worker(name):
+        t = time.monotonic()
+        q.get(timeout=5)
+        took[name] = time.monotonic() - t
+
+    threads = [threading.Thread(target=worker, args=(n,), name=n) for n in ("worker-1", "other")]
+    for t in threads:
+        t.start()
+    q.put(1), q.put(2)
+    for t in threads:
+        t.join(5)
+    t = time.monotonic()
+    q.put(3)
+    q.get()  # the main thread is never held
+    assert took["worker-1"] >= 0.15 > took["other"] and time.monotonic() - t < 0.1
+
+
+def test_io_delay_slows_reads_and_writes_of_matching_paths(clock, tmp_path, restored):
+    clock.write_text(repr(time.time()))
+    faults = [parse_fault(f"io-delay:path={tmp_path}/slow*,ms=60")]
+    agent_faults._install_io_delay(agent_faults.FaultClock(faults, 0), faults)
+    fast, slow = tmp_path / "fast.txt", tmp_path / "slow.txt"
+    t = time.monotonic()
+    fast.write_text("x")
+    assert fast.read_text() == "x" and time.monotonic() - t < 0.06
+    t = time.monotonic()
+    slow.write_text("y")   # pathlib goes through io.open
+    with open(slow) as f:
+        assert f.read() == "y"
+    assert time.monotonic() - t >= 0.12
