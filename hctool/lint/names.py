@@ -64,6 +64,7 @@ GENERIC_METHODS = frozenset({
 # PrefillAdder.rem_total_tokens) but out of one function result at most (add_one_req()'s verdict).
 # Further on it has become scheduling decisions (batches, queues) that are replicated in the group.
 MAX_HOPS = 1
+MAX_THREAD_HOPS = 2  # a field a thread writes: through at most two more results or fields, never a constructor
 MAX_BY_NAME_CANDIDATES = 6  # base classes named without a module: more same-named classes, no guess
 
 ORDERING_CALLS = frozenset({"sorted", "min", "max", "sort", "nsmallest", "nlargest"})

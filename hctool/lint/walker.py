@@ -12,8 +12,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from hctool.lint import latches as L
 from hctool.lint import names as N
 from hctool.lint import receivers as R
+from hctool.lint import sources as S
 from hctool.lint.shapes import (  # noqa: F401  (re-exported for project.py, checks.py, analysis.py)
     EMPTY, Src, CallAtom, AttrAtom, ParamAtom, FnAtom, Frame, Collective, Exit, ModuleInfo,
     _matches, _implicit, _truthy_args, _mode_exit, _size_guard, _role_branch, _same_ops,
@@ -40,8 +42,17 @@ class Walker:
     types: dict = field(default_factory=dict)  # local name -> receiver specs (receivers.py)
     field_types: dict = field(default_factory=dict)  # pass 1: self.NAME -> specs assigned to it
     mode_exit: tuple | None = None  # (param, position): see _mode_exit
-    key: str = ""  # pass 1: this function's project key (constructor parameters become ParamAtoms)
+    key: str = ""  # this function's project key (pass 1: constructor parameters become ParamAtoms)
+    qual: str = ""  # its qualified name: sources name the function they sit in
     saw_ordering: bool = False  # pass 1: a sort/heap call that pass 2 must look at
+    latches: list = field(default_factory=list)  # pass 1: fields of the `if self.F is None:` arms we are in
+    latch_assigned: set = field(default_factory=set)  # pass 1: latch fields this function sets in their arm
+    direct_latch: str | None = None
+    spawns: list = field(default_factory=list)  # pass 1: refs of functions handed to another thread
+    writes: list = field(default_factory=list)  # pass 1: (receiver specs or None, field, line) it assigns
+    nested: frozenset = EMPTY  # names of functions defined inside this one
+    items: set = field(default_factory=set)  # names bound by for-loops: items of a collection
+    state_writes: list = field(default_factory=list)  # (line, col, text, deadline Src): see _state_write
 
     # ---- statements -------------------------------------------------------
     def run(self, fn: ast.AST) -> Walker:
@@ -56,6 +67,8 @@ class Walker:
                 specs = self._annotation(arg.annotation)
                 if specs:
                     self.types[arg.arg] = specs
+        self.nested = frozenset(n.name for n in N._statements(fn.body)
+                                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
         self.stmts(fn.body)
         return self
 
@@ -72,22 +85,26 @@ class Walker:
         if isinstance(node, ast.Attribute):
             base = self.type_of(node.value)
             return frozenset((("attr", base, node.attr),)) if base else EMPTY
-        if isinstance(node, ast.Call):
+        if isinstance(node, ast.Call):  # a constructor: exactly that class ("new"), not a subclass
             m = self.mod
             spec = R.class_spec(N.dotted(node.func), m.imports, m.modname, m.local_defs)
-            return frozenset((spec,)) if spec else EMPTY
+            return frozenset((("new", *spec[1:]),)) if spec else EMPTY
         if isinstance(node, ast.Subscript):  # xs[i] with xs: List[Cls]
             return self.type_of(node.value)
         return EMPTY
 
-    def _bind_type(self, target, specs: frozenset) -> None:
+    def _bind_type(self, target, specs: frozenset, value=None) -> None:
+        if not specs and isinstance(value, ast.Constant):  # `self.x = None`: no class, and not open either
+            return
         if isinstance(target, ast.Name):
             if specs:
                 self.types[target.id] = specs
             else:
                 self.types.pop(target.id, None)
-        elif isinstance(target, ast.Attribute) and specs and isinstance(target.value, ast.Name) \
+        elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
                 and target.value.id == "self" and self.facts is None:
+            # A field assigned something of unknown type is "open": its constructed classes are not all known.
+            specs = specs or R.OPEN
             self.field_types[target.attr] = self.field_types.get(target.attr, EMPTY) | specs
 
     def stmts(self, body: list) -> None:
@@ -101,6 +118,7 @@ class Walker:
                         self.expr(child)
 
     def _push(self, frame: Frame) -> frozenset:
+        frame.taint = _control(frame.taint)
         self.stack.append(frame)
         saved = self.ctl
         if frame.taint:
@@ -125,16 +143,17 @@ class Walker:
                 for target in pairs:
                     for elt, t, v in zip(target.elts, parts, value.elts):
                         self.bind(elt, t)
-                        self._bind_type(elt, self.type_of(v))
+                        self._bind_type(elt, self.type_of(v), v)
                 return
         t = self.expr(value) | self.ctl
         specs = self.type_of(value)
         for target in s.targets:
             self.bind(target, t)
-            self._bind_type(target, specs)
+            self._bind_type(target, specs, value)
 
     def s_annassign(self, s) -> None:
-        self._bind_type(s.target, self._annotation(s.annotation) | (self.type_of(s.value) if s.value else EMPTY))
+        self._bind_type(s.target, self._annotation(s.annotation) | (self.type_of(s.value) if s.value else EMPTY),
+                        s.value)
         if s.value is not None:
             self.bind(s.target, self.expr(s.value) | self.ctl)
 
@@ -190,7 +209,14 @@ class Walker:
         self.env = merged
 
     def s_if(self, s) -> None:
-        self._arms(Frame("if", s.lineno, self.expr(s.test)), [s.body, s.orelse], s.test)
+        latch = L.unset_field(s.test, self.mod.latch_props.get(self.cls, {})) if self.facts is None and self.cls else None
+        if latch is None:
+            self._arms(Frame("if", s.lineno, self.expr(s.test)), [s.body, s.orelse], s.test)
+            return
+        self.latches.append(latch)  # the body runs while self.<latch> is unset (latches.py)
+        self._arms(Frame("if", s.lineno, self.expr(s.test)), [s.body, []], s.test)
+        self.latches.pop()
+        self.stmts(s.orelse)
 
     def s_match(self, s) -> None:
         arms = [c.body for c in s.cases]
@@ -210,7 +236,7 @@ class Walker:
             self.stmts(s.body)
             self.quiet = False
             if isinstance(s, ast.While):
-                frame.taint = frame.taint | self.expr(s.test)
+                frame.taint = frame.taint | _control(self.expr(s.test))
                 self.ctl = saved | _implicit(frame.taint)
         self.stmts(s.body)
         self._pop(saved)
@@ -220,6 +246,7 @@ class Walker:
         self.stmts(s.orelse)
 
     def s_for(self, s) -> None:
+        self.items.update(n.id for n in ast.walk(s.target) if isinstance(n, ast.Name))
         self._bind_type(s.target, self.type_of(s.iter))
         self._loop(s, self.expr(s.iter), s.target)
 
@@ -229,13 +256,22 @@ class Walker:
     def s_try(self, s) -> None:
         # Exceptions are not rank-local sources: `except ImportError` and friends are the same on
         # every rank, and a rank that fails for real dies rather than hanging its peers.
+        # The exception is: a handler that swallows the failure of an I/O call (a storage attach that
+        # fails on one rank) runs on that rank only, and what it returns or sets differs from its peers.
         self.stmts(s.body)
+        io = S.io_call(s.body) if s.handlers else None
         for h in s.handlers:
             if h.type is not None:
                 self.expr(h.type)
             if h.name:
                 self.env[h.name] = EMPTY
-            self.stmts(h.body)
+            if io and S.swallows(h):
+                src = self._src("io", f"a failure of `{io[0]}()` (I/O that can fail on one rank)", io[1])
+                saved = self._push(Frame("if", h.lineno, src))
+                self.stmts(h.body)
+                self._pop(saved)
+            else:
+                self.stmts(h.body)
         self.stmts(s.orelse)
         self.stmts(s.finalbody)
 
@@ -254,8 +290,15 @@ class Walker:
             if d is not None:
                 self.env[d] = t
             t = frozenset(a for a in t if not (isinstance(a, Src) and a.kind == "id-local"))
-            if t and isinstance(target.value, ast.Name) and target.value.id in ("self", "cls"):
+            on_self = isinstance(target.value, ast.Name) and target.value.id in ("self", "cls")
+            if isinstance(target.value, ast.Name) and target.value.id in self.items:
+                self._state_write(target)
+            if t and on_self:
                 self.attr_assigns[target.attr] = self.attr_assigns.get(target.attr, EMPTY) | t
+            if self.facts is None:
+                self._wrote(target.value, target.attr, target.lineno)
+                if on_self and target.attr in self.latches:
+                    self.latch_assigned.add(target.attr)
         elif isinstance(target, (ast.Tuple, ast.List)):
             for elt in target.elts:
                 self.bind(elt.value if isinstance(elt, ast.Starred) else elt, t)
@@ -264,6 +307,32 @@ class Walker:
             d = N.dotted(target.value)
             if d is not None:
                 self.env[d] = self.env.get(d, EMPTY) | t
+            if self.facts is None and isinstance(target.value, ast.Attribute):  # self.status[room] = ...
+                self._wrote(target.value.value, target.value.attr, target.lineno)
+
+    def _state_write(self, target) -> None:
+        """`req.to_finish = ...` on an item of a collection, under a per-rank deadline: every rank holds
+        that item (a request of the replicated batch), and now they hold it in different states (HC104)."""
+        src = next((min(d) for f in reversed(self.stack)
+                    if (d := [a for a in f.taint if isinstance(a, Src) and a.kind == "deadline"])), None)
+        if src is not None and not self.quiet:
+            self.state_writes.append((target.lineno, target.col_offset + 1, ast.unparse(target), src))
+
+    def _untyped(self, base) -> bool:
+        """An object of unknown type held in a local (not self, not a module)."""
+        return isinstance(base, ast.Name) and base.id not in ("self", "cls") and base.id not in self.mod.imports \
+            and not self.types.get(base.id)
+
+    def _wrote(self, base, name: str, line: int) -> None:
+        """Pass 1: this function assigns field NAME of BASE (threads.py: fields another thread writes)."""
+        if isinstance(base, ast.Name) and base.id in ("self", "cls"):
+            self.writes.append((None, name, line))
+        elif self._untyped(base):
+            self.writes.append(("loose", name, line))
+        else:
+            specs = self.type_of(base)
+            if specs:
+                self.writes.append((specs, name, line))
 
     # ---- expressions ------------------------------------------------------
     def expr(self, node) -> frozenset:
@@ -278,8 +347,11 @@ class Walker:
                     t = t | c
         return t
 
-    def _src(self, kind: str, what: str, line: int) -> frozenset:
-        return frozenset((Src(kind, what, self.mod.path, line),))
+    def _src(self, kind: str, what: str, line: int, col: int = 1) -> frozenset:
+        premise = S.premise_id(kind, what)
+        if premise and premise in self.mod.uniform:  # `uniform = ["kv-free-count"]` accepts the premise away
+            return EMPTY
+        return frozenset((Src(kind, what, self.mod.path, line, 0, col, self.qual),))
 
     def e_const(self, node) -> frozenset:
         return EMPTY
@@ -289,11 +361,21 @@ class Walker:
         return a | b if a and b else a or b
 
     def e_compare(self, node) -> frozenset:
-        t = self.expr(node.left)
-        for c in node.comparators:
-            c = self.expr(c)
-            if c:
-                t = t | c
+        parts = [self.expr(node.left), *(self.expr(c) for c in node.comparators)]
+        t = EMPTY
+        for p in parts:
+            if p:
+                t = t | p
+        if not t:
+            return t
+        if S.is_none_test(node):  # `os.getenv("RANK") is None`: whether the launcher set it, not the rank
+            t = frozenset(a for a in t if not (isinstance(a, Src) and a.kind.startswith("id")))
+        clocks = [[a for a in p if isinstance(a, Src) and a.kind == "clock"] for p in parts]
+        if any(clocks) and S.is_deadline_compare(node, [bool(c) for c in clocks]):
+            clock = min(a for c in clocks for a in c)
+            what = f"a per-rank deadline `{_short(node)}` (clock {clock.what} at line {clock.line})"
+            t = frozenset(a for a in t if not (isinstance(a, Src) and a.kind == "clock"))
+            t = t | self._src("deadline", what, node.lineno, node.col_offset + 1)
         return t
 
     def e_unary(self, node) -> frozenset:
@@ -344,6 +426,8 @@ class Walker:
             t = t | self._src("rank", f"`{d or attr}`", node.lineno)
         specs = self.type_of(base)
         if not specs:
+            if self.facts is not None and self._untyped(base):  # what a thread left in a field of an untyped object
+                return t | self.facts.loose(attr)
             return t
         if self.facts is None:
             return t | frozenset((AttrAtom(specs, attr),))
@@ -393,6 +477,7 @@ class Walker:
             frame = Frame("loop", node.lineno, header)
             frames.append((frame, self._push(frame)))
             self.bind(gen.target, header)
+            self._bind_type(gen.target, self.type_of(gen.iter))
             for cond in gen.ifs:
                 header = header | self.expr(cond)
         if isinstance(node, ast.DictComp):
@@ -427,18 +512,22 @@ class Walker:
         if last in N.UNIFORM_CALLS or _matches(self.mod.uniform, last, qual):
             return EMPTY
         if self._is_collective(func, last, qual):
-            self._collective(node, display, ())
+            self._collective(node, display, (), args)
             self._agreed(node)
             if self.facts is None and self.direct is None:
                 self.direct = (node.lineno, display)
+                self.direct_latch = self.latches[-1] if self.latches else None
             return EMPTY
         src = self._source(node, func, last, qual, display)
         if src:
             return src
+        if self.facts is None:
+            self._thread_facts(node, func, last)
+        order = EMPTY
         if last in N.ORDERING_CALLS or last in N.HEAP_PUSH:
             self.saw_ordering = True
             if self.facts is not None:
-                self._ordering(node, last, arg_taints)
+                order = self._ordering(node, func, last, arg_taints)
         if args and not (isinstance(func, ast.Name) and last in N.VALUE_BUILTINS):
             # Objects built from a rank id (a per-rank file, a model shard) are not rank-local
             # state: only plain value conversions carry a rank id on.
@@ -447,18 +536,36 @@ class Walker:
         if N.op_family(last) != last.lower():  # `self._all_reduce(t, MIN)`: a wrapper's in-place result
             self._agreed(node)
         if ref is None:
-            return args
+            return args | order
         if self.facts is None:
             per_arg = None
             if any(arg_taints) or any(kw_taints):  # by position and keyword, for constructors' fields
                 per_arg = (tuple(arg_taints), tuple((k.arg, t) for k, t in zip(node.keywords, kw_taints) if k.arg))
-            self.calls.append((ref, node.lineno, display, _truthy_args(node), node.col_offset + 1, per_arg))
+            self.calls.append((ref, node.lineno, display, _truthy_args(node), node.col_offset + 1, per_arg,
+                               self.latches[-1] if self.latches else None))
             return frozenset((CallAtom(ref, args),))
         chain, t = self.facts.call(ref, args, _truthy_args(node))
         if chain:
-            self._collective(node, display, chain)
+            self._collective(node, display, chain, args)
             self._agreed(node)
-        return t
+        return t | order
+
+    def _thread_facts(self, node, func, last: str) -> None:
+        """Pass 1: functions handed to another thread, and containers changed in place (`q.put(x)`)."""
+        target = S.spawn_target(node)
+        if target is not None:
+            ref = self._target_ref(target)
+            if ref is not None:
+                self.spawns.append((ref, node.lineno))
+        if last in S.MUTATORS and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute):
+            self._wrote(func.value.value, func.value.attr, node.lineno)
+
+    def _target_ref(self, target) -> tuple | None:
+        if isinstance(target, ast.Name) and target.id in self.nested:  # a closure defined right here
+            return ("key", f"{self.key}.{target.id}")
+        if isinstance(target, ast.Name):
+            return self._ref(target, target.id)
+        return self._ref(target, target.attr)
 
     def _agreed(self, node) -> None:
         """In-place collective arguments (all_reduce(t)) hold the replicated result afterwards."""
@@ -467,15 +574,17 @@ class Walker:
             if d is not None:
                 self.env[d] = EMPTY
 
-    def _collective(self, node, display: str, chain: tuple) -> None:
+    def _collective(self, node, display: str, chain: tuple, args: frozenset = EMPTY) -> None:
         if self.quiet:  # pass 1 records direct collectives too: _arms() compares arms with them
             return
         self.pos += 1
         real = chain[-1][2].rsplit("`", 2)[-2].rstrip("()") if chain else display
         group = next((ast.unparse(k.value) for k in node.keywords if k.arg in ("group", "process_group")), "")
+        order = next((a for a in sorted(x for x in args if isinstance(x, Src)) if a.kind == "order"), None) \
+            if args and self.facts is not None else None
         self.collectives.append(Collective(self.pos, node.lineno, getattr(node, "end_lineno", None) or node.lineno,
                                            node.col_offset + 1, display, chain, tuple(self.stack),
-                                           N.op_family(real), group))
+                                           N.op_family(real), group, order))
 
     def _is_collective(self, func, last: str, qual: str | None) -> bool:
         if last in N.COLLECTIVE_NAMES or _matches(self.mod.collectives, last, qual):
@@ -487,20 +596,23 @@ class Walker:
         return False
 
     def _source(self, node, func, last: str, qual: str | None, display: str) -> frozenset:
-        line = node.lineno
+        line, col = node.lineno, node.col_offset + 1
         if qual in N.CLOCK_CALLS:
-            return self._src("clock", f"`{display}()`", line)
+            return self._src("clock", f"`{display}()`", line, col)
         if last in N.RANK_CALLS:
-            return self._src("id", f"`{display}()`", line)
+            return self._src("id", f"`{display}()`", line, col)
         if _matches(self.mod.rank_local, last, qual):
-            return self._src("rank", f"`{display}()`", line)
-        if last in N.RANK_LOCAL_METHODS and isinstance(func, ast.Attribute):
-            base = N.dotted(func.value)
-            if base is None or base.split(".", 1)[0] not in self.mod.imports:
-                return self._src("rank", f"`{display}()`", line)
+            return self._src("rank", f"`{display}()`", line, col)
+        if isinstance(func, ast.Attribute):
+            kind = S.method_kind(func, self.mod.imports)
+            if kind and func.attr in S.SELF_METHODS_EXCLUDED and \
+                    any(sp[0] != "attr" for sp in self.type_of(func.value)):
+                kind = None  # `req.done()` with `req: Request`: that class's own method, resolved as a call
+            if kind:
+                return self._src(kind, f"`{display if N.dotted(func) else _short(func)}()`", line, col)
         if qual in ("os.getenv", "os.environ.get") and node.args and isinstance(node.args[0], ast.Constant) \
                 and node.args[0].value in N.RANK_ENV_VARS:
-            return self._src("id", f"`{display}({node.args[0].value!r})`", line)
+            return self._src("id", f"`{display}({node.args[0].value!r})`", line, col)
         return EMPTY
 
     def _ref(self, func, last: str) -> tuple | None:
@@ -524,19 +636,26 @@ class Walker:
         specs = self.type_of(value)  # never by method name alone: only on a receiver of known type
         return ("typed", last, specs) if specs else None
 
-    def _ordering(self, node, last: str, arg_taints: list) -> None:
-        """HC104 candidates: sort/min/max keys and heap items carrying a wall-clock value."""
-        if self.quiet:
-            return
+    def _ordering(self, node, func, last: str, arg_taints: list) -> frozenset:
+        """A list ordered by wall-clock stamps (sort/min/max keys, heap items) carries an "order" source:
+        no condition, but HC104 where it reaches a collective's arguments (checks.py)."""
         taint = EMPTY
         if last in N.HEAP_PUSH and len(arg_taints) >= 2:
             taint = arg_taints[1]
         for kw in node.keywords:
             if kw.arg == "key":
                 taint = taint | self._key_taint(kw.value)
-        for src in sorted(s for s in taint if isinstance(s, Src) and s.kind == "clock"):
-            self.orderings.append((node.lineno, node.col_offset + 1, last, src))
-            break
+        clock = min((s for s in taint if isinstance(s, Src) and s.kind == "clock"), default=None)
+        if clock is None:
+            return EMPTY
+        order = self._src("order", f"`{last}()` by wall-clock stamps ({clock.what})", node.lineno, node.col_offset + 1)
+        # In-place orders (`xs.sort(key=...)`, `heappush(heap, item)`) order the list they change.
+        target = func.value if last == "sort" and isinstance(func, ast.Attribute) else \
+            node.args[0] if last in N.HEAP_PUSH and node.args else None
+        d = N.dotted(target) if target is not None else None
+        if d is not None:
+            self.env[d] = self.env.get(d, EMPTY) | order
+        return order
 
     def _key_taint(self, key) -> frozenset:
         t = EMPTY
@@ -554,6 +673,19 @@ class Walker:
                 if isinstance(a, ast.Constant) and isinstance(a.value, str):
                     t = t | self.facts.clock_field(a.value.rsplit(".", 1)[-1])
         return t
+
+
+def _control(taint: frozenset) -> frozenset:
+    """What can decide a condition: a clock stamp decides nothing until a deadline compares it, and an
+    order by stamps is no condition at all."""
+    if taint and any(isinstance(a, Src) and a.kind in S.NOT_CONTROL for a in taint):
+        return frozenset(a for a in taint if not (isinstance(a, Src) and a.kind in S.NOT_CONTROL))
+    return taint
+
+
+def _short(node) -> str:
+    text = ast.unparse(node)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 _STMT = {
