@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from hctool.lint import names as N
 from hctool.lint import receivers as R
 from hctool.lint.checks import Finding, Relation, check_function
+from hctool.lint.cache import Recorder, digest
 from hctool.lint.config import LintConfig
 from hctool.lint.latches import latch_properties
 from hctool.lint.project import FuncSummary, ModuleSummary, Project
@@ -26,6 +27,10 @@ class FileResult:
     relations: list = field(default_factory=list)
     used: set = field(default_factory=set)  # (line, code) of suppression comments that matched
     error: tuple | None = None  # (line, message)
+    digest: str = ""  # of the bytes analyzed (the cache key)
+    answers: list = field(default_factory=list)  # project facts asked, with answers (cache.Recorder)
+    walked: tuple = ()  # the functions analyzed (those that issue collectives or set state on a deadline)
+    program: bool = False  # whether its program issues collectives (HC104 counts only there)
 
 
 def _functions(tree: ast.Module) -> list[tuple]:
@@ -81,6 +86,7 @@ def summarize_file(file: str, path: str, modname: str, cfg: LintConfig) -> Modul
     summary = ModuleSummary(path, modname)
     try:
         data, tree = _parse(file)
+        summary.digest = digest(data)
         summary.lines = data.count(b"\n") + 1
         if b"hctool:" in data:
             summary.suppressions = suppressions(data.decode("utf-8", errors="replace"))
@@ -178,24 +184,35 @@ def unused_suppressions(path: str, table: dict, used: set, select: frozenset) ->
     return out
 
 
+def walked(project: Project, keys) -> tuple:
+    """The functions pass 2 analyzes: those that issue collectives or set state under a deadline."""
+    return tuple(k for k in keys if k in project.coll or k in project.checked)
+
+
 def check_file(file: str, path: str, modname: str, cfg: LintConfig, project: Project) -> FileResult:
     """Pass 2: the relations of the functions that issue collectives (the only ones that can gate one)."""
     result = FileResult()
+    facts = Recorder(project)
     try:
         data, tree = _parse(file)
+        result.digest = digest(data)
         mod = _module_info(tree, path, modname, cfg)
         relations: list[Relation] = []
-        for node, cls, qual in _functions(tree):
+        functions = _functions(tree)
+        result.walked = walked(project, [f"{path}:{qual}" for _, _, qual in functions])
+        chosen = set(result.walked)
+        for node, cls, qual in functions:
             key = f"{path}:{qual}"
-            if key not in project.coll and key not in project.checked:
-                continue
-            relations += check_function(Walker(mod, project, cls, key=key, qual=qual).run(node), path)
-        if not project.program_has_collectives(modname):  # HC104 is about replicated state
+            if key in chosen:
+                relations += check_function(Walker(mod, facts, cls, key=key, qual=qual).run(node), path)
+        result.program = project.program_has_collectives(modname)
+        if not result.program:  # HC104 is about replicated state
             relations = [r for r in relations if r.rule != "HC104"]
         relations = [r for r in relations if r.rule in cfg.select]
         if relations and b"hctool:" in data:
             relations = suppress(relations, suppressions(data.decode("utf-8", errors="replace")), result.used)
         result.relations = relations
+        result.answers = facts.answers()
     except (SyntaxError, ValueError, OSError, RecursionError, MemoryError) as exc:
         result.error = _error(exc)
     return result

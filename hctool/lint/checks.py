@@ -129,7 +129,9 @@ def check_function(w: Walker, path: str) -> list[Relation]:
         if c.order is not None:  # a stamp-ordered list in a collective's arguments: contents differ per rank
             add("HC104", c, c.order, "carries a list ordered by per-rank stamps into the collective, so ranks "
                 "contribute it in different orders")
-    for line, col, text, src in w.state_writes:
+    for pos, line, col, text, src in w.state_writes:
+        if any(c.pos > pos and src in c.sent for c in w.collectives):
+            continue  # the state is what ranks then agree on (a MIN over per-request statuses)
         out.append(Relation("HC104", src, path, line, col, line, w.qual, f"`{text} = ...`",
                             "sets the state of an item every rank holds (a request of the replicated batch) "
                             "on this rank's clock: the next batch, and its collectives, differ between ranks"))

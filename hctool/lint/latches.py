@@ -60,8 +60,8 @@ def unset_field(test, props: dict) -> str | None:
 
 
 def memoized(project, candidates: dict) -> set:
-    """Of CANDIDATES {method key: field}, those whose every collective-reaching call (and direct
-    collective) sits under their latch, and whose class family has a finalizer calling them under it."""
+    """Of CANDIDATES {method key: field} (methods that set their latch and have a finalizer), those whose
+    every collective-reaching call (and direct collective) sits under their latch."""
     out = set()
     for key, fld in candidates.items():
         f = project.funcs[key]
@@ -70,12 +70,12 @@ def memoized(project, candidates: dict) -> set:
         if any(latch != fld and any(t in project.coll for t in project.resolve(ref))
                for ref, _line, _display, _consts, _col, _per_arg, latch in f.calls):
             continue
-        if _has_finalizer(project, key, fld):
-            out.add(key)
+        out.add(key)
     return out
 
 
-def _has_finalizer(project, key: str, fld: str) -> bool:
+def has_finalizer(project, key: str, fld: str) -> bool:
+    """Another method of the class family calls KEY under the same latch: `if not self._called: self.m()`."""
     cid = project.funcs[key].cid
     if cid is None:
         return False

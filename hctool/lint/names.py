@@ -154,7 +154,7 @@ def op_family(name: str) -> str:
     return next((fam for key, fam in _OP_FAMILIES if key in last), last)
 
 
-_SIZE_RE = re.compile(r"(^|_)(world|tp|pp|dp|cp|ep|group|attn_tp|attn_dp|attn_cp|moe_tp|moe_ep)_size$|^world_size$")
+_SIZE_RE = re.compile(r"(^|_)(world|tp|pp|dp|cp|ep|group|sync|attn_tp|attn_dp|attn_cp|moe_tp|moe_ep)_size$|^world_size$")
 
 
 def is_group_size(name: str) -> bool:

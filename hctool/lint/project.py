@@ -57,6 +57,7 @@ class ModuleSummary:
     attr_assigns: dict = field(default_factory=dict)  # (class, field) -> atoms
     field_types: dict = field(default_factory=dict)  # (class, field) -> receiver specs
     init_params: dict = field(default_factory=dict)  # constructor key -> positional parameter names
+    digest: str = ""  # of the bytes summarized (the cache key)
     suppressions: dict = field(default_factory=dict)  # line -> (column, codes) of each suppression comment
     error: tuple | None = None  # (line, message) when the file could not be analyzed
 
@@ -99,6 +100,7 @@ class Project:
         self.ret_src: dict[str, Src] = {}
         self.attr_src: dict = {}
         candidates = {f.key: f.latch_assigned[0] for f in self.funcs.values() if f.latch_assigned and f.cid}
+        candidates = {k: fld for k, fld in candidates.items() if latches.has_finalizer(self, k, fld)}
         self._solve_collectives(frozenset(candidates))
         self.memo = latches.memoized(self, candidates)
         if self.memo != set(candidates):  # a candidate issues a collective outside its latch too
@@ -292,6 +294,13 @@ class Project:
     # ---- fixpoints --------------------------------------------------------
     def nodes(self, ref: tuple, ctx: tuple | None = None) -> list:
         """Call-graph nodes a call REF reaches from a function run with `self` exactly of class CTX."""
+        key = ("nodes", ref, ctx)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = self._nodes(ref, ctx)
+        return hit
+
+    def _nodes(self, ref: tuple, ctx: tuple | None) -> list:
         kind = ref[0]
         if ctx is not None and kind == "self":
             return [(t, ctx) for t in self._mro(ctx, ref[1], set())]

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hctool.errors import UsageError
-from hctool.lint.analysis import check_file, summarize_file, suppress, unused_suppressions
+from hctool.lint.analysis import FileResult, check_file, summarize_file, suppress, unused_suppressions, walked
+from hctool.lint.cache import Cache, digest, still_valid
 from hctool.lint.checks import gated_callers
 from hctool.lint.config import LintConfig
-from hctool.lint.project import Project
+from hctool.lint.project import ModuleSummary, Project
 from hctool.lint.rootcause import fold
 
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache",
@@ -38,6 +39,7 @@ class Report:
     lines: int = 0
     seconds: float = 0.0
     root: Path = field(default_factory=Path.cwd)
+    analyzed: dict = field(default_factory=dict)  # files analyzed afresh per pass (the rest came from the cache)
 
     @property
     def exit_code(self) -> int:
@@ -132,48 +134,97 @@ def _map(fn, jobs: list, workers: int) -> list:
 
 
 def lint(paths: list[Path], cfg: LintConfig, jobs: int | None = None, cwd: Path | None = None,
-         progress=None) -> Report:
+         progress=None, cache_dir: Path | None = None) -> Report:
+    """Lint PATHS. With CACHE_DIR, reuse and store per-file results there (cache.py)."""
     # The analysis builds millions of small objects and few cycles: the cyclic collector would spend
     # half the run scanning them (measured on SGLang's srt). Reference counting frees the rest.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _lint(paths, cfg, jobs, cwd, progress)
+        return _lint(paths, cfg, jobs, cwd, progress, cache_dir)
     finally:
         if enabled:
             gc.enable()
 
 
-def _lint(paths: list[Path], cfg: LintConfig, jobs: int | None, cwd: Path | None, progress) -> Report:
+def _lint(paths: list[Path], cfg: LintConfig, jobs: int | None, cwd: Path | None, progress, cache_dir) -> Report:
     cwd = (cwd or Path.cwd()).resolve()
     started = time.perf_counter()
     files = discover(paths, cfg, cwd)
     workers = jobs or os.cpu_count() or 1
     job_list = [(str(f), _display(f, cwd), module_name(f, root)) for f, root in files.items()]
+    cache = Cache(cache_dir) if cache_dir is not None else None
+    analysis = (sorted(cfg.collectives), sorted(cfg.rank_local), sorted(cfg.uniform))
+    if cache is not None:  # what the files hold now; workers key what they store by what they read
+        digests = [_file_digest(file) for file, _, _ in job_list]
+        run_name = "run-" + digest(analysis, sorted(cfg.select), [(j[1], j[2], d) for j, d in zip(job_list, digests)])
+        hit = cache.get(run_name)
+        if isinstance(hit, Report):  # nothing changed since a run that gave this report
+            hit.root, hit.seconds, hit.analyzed = find_root(cwd), time.perf_counter() - started, {"pass1": 0, "pass2": 0}
+            return hit
     _STATE.update(cfg=cfg)
+    summaries: list = [None] * len(job_list)
+    todo = list(range(len(job_list)))
+    if cache is not None:
+        names = ["p1-" + digest(analysis, j[1], j[2], d) for j, d in zip(job_list, digests)]
+        summaries = [cache.get(n) for n in names]
+        todo = [i for i, sm in enumerate(summaries) if not isinstance(sm, ModuleSummary)]
+    fresh = len(todo)
     if progress:
-        progress(f"pass 1: summarizing {len(files)} files")
-    summaries = _map(_pass1, job_list, workers)
+        progress(f"pass 1: summarizing {fresh} of {len(files)} files")
+    for i, sm in zip(todo, _map(_pass1, [job_list[i] for i in todo], workers)):
+        summaries[i] = sm
+        if cache is not None and sm.error is None:
+            cache.put("p1-" + digest(analysis, sm.path, sm.modname, sm.digest), sm)
     project = Project(summaries)
     _STATE["project"] = project
-    report = Report(files=len(files), lines=sum(s.lines for s in summaries), root=find_root(cwd))
-    wanted = [j for j, s in zip(job_list, summaries) if s.error is None and project.module_has_collectives(s)]
+    report = Report(files=len(files), lines=sum(sm.lines for sm in summaries), root=find_root(cwd))
+    wanted = [i for i, sm in enumerate(summaries) if sm.error is None and project.module_has_collectives(sm)]
+    results: dict = {}
+    for i in wanted if cache is not None else ():
+        sm = summaries[i]
+        hit = cache.get(_pass2_name(analysis, cfg, sm))
+        if isinstance(hit, FileResult) and hit.walked == walked(project, [f.key for f in sm.funcs]) \
+                and hit.program == project.program_has_collectives(sm.modname) and still_valid(project, hit.answers):
+            results[i] = hit  # what the file asked of the project is answered the same way: reuse
+    todo = [i for i in wanted if i not in results]
     if progress:
-        progress(f"pass 2: checking {len(wanted)} files with collectives ({len(project.coll)} collective sites)")
-    for s in summaries:
-        if s.error:
-            report.errors.append(FileError(s.path, *s.error))
+        progress(f"pass 2: checking {len(todo)} of {len(wanted)} files with collectives "
+                 f"({len(project.coll)} collective sites)")
+    for i, (_path, result) in zip(todo, _map(_pass2, [job_list[i] for i in todo], workers)):
+        results[i] = result
+        if cache is not None and result.error is None and result.digest == summaries[i].digest:
+            cache.put(_pass2_name(analysis, cfg, summaries[i]), result)
+    for sm in summaries:
+        if sm.error:
+            report.errors.append(FileError(sm.path, *sm.error))
     relations, used = [], {}
-    for path, result in _map(_pass2, wanted, workers):
+    for i in wanted:
+        result = results[i]
         relations += result.relations
-        used[path] = result.used
+        used[summaries[i].path] = set(result.used)
         if result.error:
-            report.errors.append(FileError(path, *result.error))
+            report.errors.append(FileError(summaries[i].path, *result.error))
     report.findings = findings(relations, project, summaries, used, cfg)
     report.errors.sort(key=lambda e: (e.path, e.line))
+    report.analyzed = {"pass1": fresh, "pass2": len(todo)}
     report.seconds = time.perf_counter() - started
     _STATE.clear()
+    if cache is not None and not report.errors:
+        cache.put(run_name, report)
     return report
+
+
+def _pass2_name(analysis: tuple, cfg: LintConfig, sm: ModuleSummary) -> str:
+    return "p2-" + digest(analysis, sorted(cfg.select), sm.path, sm.modname, sm.digest)
+
+
+def _file_digest(file: str) -> str:
+    try:
+        with open(file, "rb") as fh:
+            return digest(fh.read())
+    except OSError:
+        return ""
 
 
 def findings(relations: list, project: Project, summaries: list, used: dict, cfg: LintConfig) -> list:

@@ -69,6 +69,7 @@ class Collective:
     group: str = ""  # the `group=` argument's text when visible here
     order: object = None  # a Src of kind "order" among its arguments (a stamp-ordered list, HC104)
     latch: str | None = None  # pass 1: the `self.F is None` latch it sits under (latches.py)
+    sent: frozenset = frozenset()  # order and deadline sources among its arguments (what ranks contribute)
 
 
 @dataclass

@@ -50,9 +50,9 @@ class Walker:
     direct_latch: str | None = None
     spawns: list = field(default_factory=list)  # pass 1: refs of functions handed to another thread
     writes: list = field(default_factory=list)  # pass 1: (receiver specs or None, field, line) it assigns
-    nested: frozenset = EMPTY  # names of functions defined inside this one
+    fn_node: object = None
     items: set = field(default_factory=set)  # names bound by for-loops: items of a collection
-    state_writes: list = field(default_factory=list)  # (line, col, text, deadline Src): see _state_write
+    state_writes: list = field(default_factory=list)  # (pos, line, col, text, deadline Src): see _state_write
 
     # ---- statements -------------------------------------------------------
     def run(self, fn: ast.AST) -> Walker:
@@ -67,8 +67,7 @@ class Walker:
                 specs = self._annotation(arg.annotation)
                 if specs:
                     self.types[arg.arg] = specs
-        self.nested = frozenset(n.name for n in N._statements(fn.body)
-                                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+        self.fn_node = fn
         self.stmts(fn.body)
         return self
 
@@ -316,7 +315,7 @@ class Walker:
         src = next((min(d) for f in reversed(self.stack)
                     if (d := [a for a in f.taint if isinstance(a, Src) and a.kind == "deadline"])), None)
         if src is not None and not self.quiet:
-            self.state_writes.append((target.lineno, target.col_offset + 1, ast.unparse(target), src))
+            self.state_writes.append((self.pos, target.lineno, target.col_offset + 1, ast.unparse(target), src))
 
     def _untyped(self, base) -> bool:
         """An object of unknown type held in a local (not self, not a module)."""
@@ -523,6 +522,10 @@ class Walker:
             return src
         if self.facts is None:
             self._thread_facts(node, func, last)
+        if last in S.MUTATORS and args and isinstance(func, ast.Attribute):  # `xs.append(v)`: xs now holds v
+            d = N.dotted(func.value)
+            if d is not None and d.split(".", 1)[0] not in ("self", "cls"):
+                self.env[d] = self.env.get(d, EMPTY) | (args - recv if recv else args)
         order = EMPTY
         if last in N.ORDERING_CALLS or last in N.HEAP_PUSH:
             self.saw_ordering = True
@@ -561,7 +564,8 @@ class Walker:
             self._wrote(func.value.value, func.value.attr, node.lineno)
 
     def _target_ref(self, target) -> tuple | None:
-        if isinstance(target, ast.Name) and target.id in self.nested:  # a closure defined right here
+        nested = {n.name for n in N._statements(self.fn_node.body) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        if isinstance(target, ast.Name) and target.id in nested:  # a closure defined right here
             return ("key", f"{self.key}.{target.id}")
         if isinstance(target, ast.Name):
             return self._ref(target, target.id)
@@ -580,11 +584,12 @@ class Walker:
         self.pos += 1
         real = chain[-1][2].rsplit("`", 2)[-2].rstrip("()") if chain else display
         group = next((ast.unparse(k.value) for k in node.keywords if k.arg in ("group", "process_group")), "")
-        order = next((a for a in sorted(x for x in args if isinstance(x, Src)) if a.kind == "order"), None) \
-            if args and self.facts is not None else None
+        sent = frozenset(a for a in args if isinstance(a, Src) and a.kind in ("order", "deadline")) \
+            if args and self.facts is not None else EMPTY
+        order = min((a for a in sent if a.kind == "order"), default=None)
         self.collectives.append(Collective(self.pos, node.lineno, getattr(node, "end_lineno", None) or node.lineno,
                                            node.col_offset + 1, display, chain, tuple(self.stack),
-                                           N.op_family(real), group, order))
+                                           N.op_family(real), group, order, None, sent))
 
     def _is_collective(self, func, last: str, qual: str | None) -> bool:
         if last in N.COLLECTIVE_NAMES or _matches(self.mod.collectives, last, qual):

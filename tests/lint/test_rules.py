@@ -279,6 +279,16 @@ class Scheduler:
             if req.entry_time:  # a stamp is set: no deadline
                 req.logged = True
 
+    def poll_timeouts(self, waiting, timeout_s):
+        now = clock.time()
+        statuses = []
+        for req in waiting:
+            if now - req.start_time > timeout_s:
+                req.status = 0  # this rank's verdict, then agreed: the MIN below is what counts
+            statuses.append(req.status)
+        t = torch.tensor(statuses)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+
     def step(self, t):
         dist.all_reduce(t)
 """,
