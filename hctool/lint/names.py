@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+from functools import lru_cache
 
 # Names that mean a collective whatever the receiver (dist.*, a ProcessGroup, a wrapper).
 COLLECTIVE_NAMES = frozenset({
@@ -148,6 +149,7 @@ _OP_FAMILIES = (("all_reduce", "all_reduce"), ("allreduce", "all_reduce"), ("all
                 ("gather", "gather"), ("scatter", "scatter"), ("reduce", "reduce"))
 
 
+@lru_cache(maxsize=1 << 14)
 def op_family(name: str) -> str:
     """`tensor_model_parallel_all_reduce`, `_all_reduce`, `dist.all_reduce` -> "all_reduce"."""
     last = name.rsplit(".", 1)[-1].lower()

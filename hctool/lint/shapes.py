@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from hctool.lint import names as N
 
@@ -95,7 +96,12 @@ class ModuleInfo:
 def _matches(entries: frozenset, last: str, qual: str | None) -> bool:
     if last in entries:
         return True
-    return qual is not None and any(qual == e or qual.endswith("." + e) for e in entries if "." in e)
+    return qual is not None and "." in qual and _dotted_match(entries, qual)
+
+
+@lru_cache(maxsize=1 << 16)
+def _dotted_match(entries: frozenset, qual: str) -> bool:
+    return any(qual == e or qual.endswith("." + e) for e in entries if "." in e)
 
 
 def _implicit(taint: frozenset) -> frozenset:

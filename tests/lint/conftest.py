@@ -52,3 +52,9 @@ def lint_snippets(tmp_path: Path):
         return {(f.path, f.rule, f.line) for f in report.findings}, report
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def _private_lint_cache(tmp_path_factory, monkeypatch):
+    """The CLI caches under ~/.cache/hctool by default: tests use a directory of their own."""
+    monkeypatch.setenv("HCTOOL_CACHE_DIR", str(tmp_path_factory.mktemp("lint-cache")))
