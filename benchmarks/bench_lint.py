@@ -63,7 +63,7 @@ def _line(label: str, runs: list) -> str:
 def bench_cache(tree: Path, runs: int, jobs: int, edit: str | None) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-lint-") as tmp:
         copy = Path(tmp) / tree.name
-        shutil.copytree(tree, copy, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(tree, copy, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
         target = copy / edit if edit else max(copy.rglob("*.py"), key=lambda p: p.stat().st_size)
         cache = Path(tmp) / "cache"
         cold = []

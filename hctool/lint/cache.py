@@ -7,7 +7,7 @@ keeps the project facts the file asked for (call sites, field sources, ...) with
 got: it is reused only while the new project gives the same answers, which is what "depends on"
 means here. Entries are written to a temporary file and renamed (atomic), read with a fallback to
 a fresh analysis on any error, and the directory must be the user's own and not writable by others
-(entries are pickles). Other linter versions' directories are removed on write.
+(entries are pickles). Other linter versions' directories unused for a week are removed.
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ import shutil
 import stat
 import sys
 import tempfile
+import time
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 
 from hctool.errors import UsageError
 
 _VERSION: str | None = None
+STALE_S = 7 * 24 * 3600  # another version's directory unused this long is deleted
 
 
 def default_dir() -> Path:
@@ -85,8 +87,10 @@ class Cache:
             if (hasattr(os, "getuid") and st.st_uid != os.getuid()) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
                 raise UsageError(f"refusing the lint cache in {d}: not yours, or writable by others",
                                  "use a private HCTOOL_CACHE_DIR, or pass --no-cache")
-        for other in self.dir.parent.iterdir():  # other linter versions: never read again
-            if other.is_dir() and other != self.dir:
+        now = time.time()
+        os.utime(self.dir)  # in use: other checkouts sharing this cache leave it alone
+        for other in self.dir.parent.iterdir():  # other linter versions, unused for a week
+            if other.is_dir() and other != self.dir and now - other.stat().st_mtime > STALE_S:
                 shutil.rmtree(other, ignore_errors=True)
 
     def get(self, name: str):

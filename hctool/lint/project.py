@@ -71,6 +71,7 @@ class Project:
         self.mods_by_tail = defaultdict(list)
         self._memo: dict = {}
         self._cls_memo: dict = {}
+        self._flat_memo: dict = {}
         self.field_types: dict[tuple, frozenset] = {}  # (module, class, field) -> specs
         self.class_path: dict[tuple, str] = {}  # classes with generated constructors -> path
         self.global_field = defaultdict(set)  # field -> class specs declared for it anywhere
@@ -158,7 +159,7 @@ class Project:
     def classes_of(self, specs: frozenset, depth: int = 0) -> list[tuple]:
         """The project classes an object of receiver type SPECS can be an instance of."""
         exact, inexact = self.classes_split(specs, depth)
-        return sorted(set(exact) | set(inexact))
+        return sorted(exact + inexact) if exact else list(inexact)
 
     def classes_split(self, specs: frozenset, depth: int = 0) -> tuple[tuple, tuple]:
         """(exact, inexact) classes of SPECS: an object built by `Cls(...)`, or held in a field that is only
@@ -198,7 +199,12 @@ class Project:
         return hit
 
     def attr_keys(self, specs: frozenset, name: str) -> list[tuple]:
-        return [(*c, name) for cid in self.classes_of(specs) for c in self.family(cid) if (*c, name) in self._attr_nodes]
+        key = ("attr_keys", specs, name)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = [(*c, name) for cid in self.classes_of(specs) for c in self.family(cid)
+                                     if (*c, name) in self._attr_nodes]
+        return hit
 
     def _mro(self, cid: tuple, name: str, seen: set) -> list[str]:
         if cid in seen or cid not in self.classes:
@@ -354,19 +360,33 @@ class Project:
         for a in atoms:
             if isinstance(a, Src):
                 srcs.append(a)
-            elif isinstance(a, AttrAtom):
-                deps.extend(("attr", k) for k in self.attr_keys(a.specs, a.name))
-            elif isinstance(a, FnAtom):
-                deps.append(("fn", a.key))
-            elif isinstance(a, ParamAtom):
-                deps.append(("init", a.key, a.name))
-            elif isinstance(a, CallAtom):
-                targets = self.resolve(a.ref)
-                deps.extend(("fn", t) for t in targets if not t.endswith(".__init__"))
-                # Collective results are replicated; a constructed object is not the values it was
-                # built from (its fields carry their own taint, keyed by its class).
-                if not any(t in self.coll for t in targets) and not self.is_class(a.ref):
-                    self._flatten(a.args, srcs, deps)
+            else:
+                s, d = self._flat1(a)
+                srcs.extend(s)
+                deps.extend(d)
+
+    def _flat1(self, a) -> tuple[tuple, tuple]:
+        """(sources, dependencies) of one symbolic atom; the same atoms recur across summaries."""
+        hit = self._flat_memo.get(a)
+        if hit is not None:
+            return hit
+        srcs: list = []
+        deps: list = []
+        if isinstance(a, AttrAtom):
+            deps.extend(("attr", k) for k in self.attr_keys(a.specs, a.name))
+        elif isinstance(a, FnAtom):
+            deps.append(("fn", a.key))
+        elif isinstance(a, ParamAtom):
+            deps.append(("init", a.key, a.name))
+        elif isinstance(a, CallAtom):
+            targets = self.resolve(a.ref)
+            deps.extend(("fn", t) for t in targets if not t.endswith(".__init__"))
+            # Collective results are replicated; a constructed object is not the values it was
+            # built from (its fields carry their own taint, keyed by its class).
+            if not any(t in self.coll for t in targets) and not self.is_class(a.ref):
+                self._flatten(a.args, srcs, deps)
+        hit = self._flat_memo[a] = (tuple(srcs), tuple(deps))
+        return hit
 
     def _solve_taint(self, modules: list[ModuleSummary]) -> None:
         nodes: dict[tuple, frozenset] = {("fn", k): f.ret for k, f in self.funcs.items() if f.ret}
