@@ -16,7 +16,7 @@ from hctool.lint.config import LintConfig
 from hctool.lint.latches import latch_properties
 from hctool.lint.project import FuncSummary, ModuleSummary, Project
 from hctool.lint.rules import RULES
-from hctool.lint.walker import EMPTY, FnAtom, ModuleInfo, ParamAtom, Walker
+from hctool.lint.walker import EMPTY, FnAtom, ModuleInfo, ParamAtom, Walker  # noqa: F401
 
 SUPPRESS_RE = re.compile(r"#\s*hctool:\s*ignore\[([^\]]*)\]")
 _COMPOUND = (ast.If, ast.Try, ast.With, ast.For, ast.While)
@@ -91,6 +91,7 @@ def summarize_file(file: str, path: str, modname: str, cfg: LintConfig) -> Modul
         if b"hctool:" in data:
             summary.suppressions = suppressions(data.decode("utf-8", errors="replace"))
         mod = _module_info(tree, path, modname, cfg)
+        summary.imports, summary.local_defs, summary.latch_props = mod.imports, mod.local_defs, mod.latch_props
         for node, cls, qual in _functions(tree):
             key = f"{path}:{qual}"
             w = Walker(mod, None, cls, key=key, qual=qual).run(node)
@@ -99,7 +100,9 @@ def summarize_file(file: str, path: str, modname: str, cfg: LintConfig) -> Modul
             summary.funcs.append(FuncSummary(key, qual, path, node.lineno, w.direct, w.calls, w.ret,
                                              w.mode_exit, (modname, cls) if cls else None, w.direct_latch,
                                              tuple(sorted(w.latch_assigned)), tuple(w.spawns), tuple(w.writes),
-                                             bool(w.state_writes)))
+                                             bool(w.state_writes), cls,
+                                             (min([d.lineno for d in node.decorator_list] + [node.lineno]),
+                                              node.end_lineno or node.lineno)))
             if cls:  # fields are keyed by their class: `self.rank` elsewhere is another field
                 for name, atoms in w.attr_assigns.items():
                     summary.attr_assigns[(cls, name)] = summary.attr_assigns.get((cls, name), EMPTY) | atoms
@@ -190,29 +193,54 @@ def walked(project: Project, keys) -> tuple:
 
 
 def check_file(file: str, path: str, modname: str, cfg: LintConfig, project: Project) -> FileResult:
-    """Pass 2: the relations of the functions that issue collectives (the only ones that can gate one)."""
+    """Pass 2: the relations of the functions that issue collectives (the only ones that can gate one).
+    Only those functions are parsed again, from their lines: a tenth of what the files hold in srt."""
     result = FileResult()
     facts = Recorder(project)
+    summary = project.modules[path]
     try:
-        data, tree = _parse(file)
+        with open(file, "rb") as fh:
+            data = fh.read()
         result.digest = digest(data)
-        mod = _module_info(tree, path, modname, cfg)
+        funcs = {f.key: f for f in summary.funcs}
+        result.walked = walked(project, list(funcs))
+        if result.digest == summary.digest:
+            mod = ModuleInfo(path, modname, summary.imports, summary.local_defs, cfg.collectives, cfg.rank_local,
+                             (cfg.uniform | N.DEFAULT_UNIFORM) - cfg.rank_local, summary.latch_props)
+            encoding = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
+            lines = data.splitlines(keepends=True)
+            todo = [(_function_node(lines, funcs[k].span, encoding), funcs[k].cls, funcs[k].qual) for k in result.walked]
+        else:  # the file changed since pass 1: analyze what it holds now
+            tree = ast.parse(data, filename=file)
+            mod = _module_info(tree, path, modname, cfg)
+            chosen = set(result.walked)
+            todo = [(n, c, q) for n, c, q in _functions(tree) if f"{path}:{q}" in chosen]
         relations: list[Relation] = []
-        functions = _functions(tree)
-        result.walked = walked(project, [f"{path}:{qual}" for _, _, qual in functions])
-        chosen = set(result.walked)
-        for node, cls, qual in functions:
-            key = f"{path}:{qual}"
-            if key in chosen:
-                relations += check_function(Walker(mod, facts, cls, key=key, qual=qual).run(node), path)
+        for node, cls, qual in todo:
+            w = Walker(mod, facts, cls, key=f"{path}:{qual}", qual=qual).run(node)
+            relations += check_function(w, path)
         result.program = project.program_has_collectives(modname)
         if not result.program:  # HC104 is about replicated state
             relations = [r for r in relations if r.rule != "HC104"]
         relations = [r for r in relations if r.rule in cfg.select]
-        if relations and b"hctool:" in data:
-            relations = suppress(relations, suppressions(data.decode("utf-8", errors="replace")), result.used)
+        if relations and summary.suppressions:
+            relations = suppress(relations, summary.suppressions, result.used)
         result.relations = relations
         result.answers = facts.answers()
     except (SyntaxError, ValueError, OSError, RecursionError, MemoryError) as exc:
         result.error = _error(exc)
     return result
+
+
+def _function_node(lines: list, span: tuple, encoding: str):
+    """The def at SPAN (decorators to its last line), parsed alone at its own line numbers and columns:
+    an indented def parses under an `if 1:` header, which keeps its indentation valid."""
+    first, last = span
+    text = b"".join(lines[first - 1:last]).decode(encoding, errors="replace")
+    if text[:1] in (" ", "\t"):
+        node = ast.parse("if 1:\n" + text).body[0].body[0]
+        ast.increment_lineno(node, first - 2)
+    else:
+        node = ast.parse(text).body[0]
+        ast.increment_lineno(node, first - 1)
+    return node

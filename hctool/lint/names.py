@@ -159,6 +159,7 @@ def op_family(name: str) -> str:
 _SIZE_RE = re.compile(r"(^|_)(world|tp|pp|dp|cp|ep|group|sync|attn_tp|attn_dp|attn_cp|moe_tp|moe_ep)_size$|^world_size$")
 
 
+@lru_cache(maxsize=1 << 14)
 def is_group_size(name: str) -> bool:
     """Group and parallel sizes are the same on every rank of a group (set by the launcher)."""
     return bool(_SIZE_RE.search(name))

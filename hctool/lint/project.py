@@ -34,6 +34,8 @@ class FuncSummary:
     spawns: tuple = ()  # (ref, line) of functions it hands to another thread
     writes: tuple = ()  # (receiver specs | None for self | "loose", field, line) it assigns or changes
     state_writes: bool = False  # sets items' state under a per-rank deadline: pass 2 looks (HC104)
+    cls: str | None = None  # the enclosing class's name
+    span: tuple = (0, 0)  # (first line, decorators included; last line): pass 2 parses just these
 
 
 def program_of(modname: str) -> str:
@@ -58,6 +60,9 @@ class ModuleSummary:
     field_types: dict = field(default_factory=dict)  # (class, field) -> receiver specs
     init_params: dict = field(default_factory=dict)  # constructor key -> positional parameter names
     digest: str = ""  # of the bytes summarized (the cache key)
+    imports: dict = field(default_factory=dict)  # what pass 2 needs of the module (walker.ModuleInfo)
+    local_defs: frozenset = frozenset()
+    latch_props: dict = field(default_factory=dict)
     suppressions: dict = field(default_factory=dict)  # line -> (column, codes) of each suppression comment
     error: tuple | None = None  # (line, message) when the file could not be analyzed
 
@@ -75,6 +80,7 @@ class Project:
         self.field_types: dict[tuple, frozenset] = {}  # (module, class, field) -> specs
         self.class_path: dict[tuple, str] = {}  # classes with generated constructors -> path
         self.global_field = defaultdict(set)  # field -> class specs declared for it anywhere
+        self.modules = {m.path: m for m in modules}
         for m in modules:
             for (cname, fname), specs in m.field_types.items():
                 self.field_types[(m.modname, cname, fname)] = specs

@@ -120,6 +120,7 @@ def swallows(handler: ast.ExceptHandler) -> bool:
 # Where a function is handed to another thread: Thread(target=f), Timer(t, f), pool.submit(f),
 # loop.run_in_executor(ex, f), future.add_done_callback(f), _thread.start_new_thread(f, args).
 _THREAD_CTORS = frozenset({"Thread", "Timer"})
+SPAWN_NAMES = _THREAD_CTORS | {"submit", "add_done_callback", "start_new_thread", "run_in_executor"}
 
 
 def spawn_target(node: ast.Call) -> ast.expr | None:

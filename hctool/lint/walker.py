@@ -531,7 +531,7 @@ class Walker:
             self.saw_ordering = True
             if self.facts is not None:
                 order = self._ordering(node, func, last, arg_taints)
-        if args and not (isinstance(func, ast.Name) and last in N.VALUE_BUILTINS):
+        if args and not (isinstance(func, ast.Name) and last in N.VALUE_BUILTINS) and _has_id(args):
             # Objects built from a rank id (a per-rank file, a model shard) are not rank-local
             # state: only plain value conversions carry a rank id on.
             args = frozenset(a for a in args if not (isinstance(a, Src) and a.kind.startswith("id")))
@@ -555,7 +555,7 @@ class Walker:
 
     def _thread_facts(self, node, func, last: str) -> None:
         """Pass 1: functions handed to another thread, and containers changed in place (`q.put(x)`)."""
-        target = S.spawn_target(node)
+        target = S.spawn_target(node) if last in S.SPAWN_NAMES else None
         if target is not None:
             ref = self._target_ref(target)
             if ref is not None:
@@ -678,6 +678,13 @@ class Walker:
                 if isinstance(a, ast.Constant) and isinstance(a.value, str):
                     t = t | self.facts.clock_field(a.value.rsplit(".", 1)[-1])
         return t
+
+
+def _has_id(taint: frozenset) -> bool:
+    for a in taint:
+        if type(a) is Src and a.kind.startswith("id"):
+            return True
+    return False
 
 
 def _control(taint: frozenset) -> frozenset:
