@@ -118,12 +118,20 @@ _STATE: dict = {}
 
 def _pass1(job: tuple):
     file, path, modname = job
-    return summarize_file(file, path, modname, _STATE["cfg"])
+    sm = summarize_file(file, path, modname, _STATE["cfg"])
+    cache = _STATE.get("cache")
+    if cache is not None and sm.error is None:  # the worker stores what it made: no second pickling
+        cache.put("p1-" + digest(_STATE["analysis"], sm.path, sm.modname, sm.digest), sm)
+    return sm
 
 
 def _pass2(job: tuple):
     file, path, modname = job
-    return path, check_file(file, path, modname, _STATE["cfg"], _STATE["project"])
+    result = check_file(file, path, modname, _STATE["cfg"], _STATE["project"])
+    cache, sm = _STATE.get("cache"), _STATE["project"].modules[path]
+    if cache is not None and result.error is None and result.digest == sm.digest:
+        cache.put(_pass2_name(_STATE["analysis"], _STATE["cfg"], sm), result)
+    return path, result
 
 
 def _map(fn, jobs: list, workers: int) -> list:
@@ -162,7 +170,7 @@ def _lint(paths: list[Path], cfg: LintConfig, jobs: int | None, cwd: Path | None
         if isinstance(hit, Report):  # nothing changed since a run that gave this report
             hit.root, hit.seconds, hit.analyzed = find_root(cwd), time.perf_counter() - started, {"pass1": 0, "pass2": 0}
             return hit
-    _STATE.update(cfg=cfg)
+    _STATE.update(cfg=cfg, cache=cache, analysis=analysis)
     summaries: list = [None] * len(job_list)
     todo = list(range(len(job_list)))
     if cache is not None:
@@ -174,8 +182,6 @@ def _lint(paths: list[Path], cfg: LintConfig, jobs: int | None, cwd: Path | None
         progress(f"pass 1: summarizing {fresh} of {len(files)} files")
     for i, sm in zip(todo, _map(_pass1, [job_list[i] for i in todo], workers)):
         summaries[i] = sm
-        if cache is not None and sm.error is None:
-            cache.put("p1-" + digest(analysis, sm.path, sm.modname, sm.digest), sm)
     project = Project(summaries)
     _STATE["project"] = project
     report = Report(files=len(files), lines=sum(sm.lines for sm in summaries), root=find_root(cwd))
@@ -193,8 +199,6 @@ def _lint(paths: list[Path], cfg: LintConfig, jobs: int | None, cwd: Path | None
                  f"({len(project.coll)} collective sites)")
     for i, (_path, result) in zip(todo, _map(_pass2, [job_list[i] for i in todo], workers)):
         results[i] = result
-        if cache is not None and result.error is None and result.digest == summaries[i].digest:
-            cache.put(_pass2_name(analysis, cfg, summaries[i]), result)
     for sm in summaries:
         if sm.error:
             report.errors.append(FileError(sm.path, *sm.error))

@@ -79,15 +79,15 @@ class Walker:
         """Receiver specs of an expression: a typed local, `self`, a field, or a constructor call."""
         if isinstance(node, ast.Name):
             if node.id in ("self", "cls") and self.cls:
-                return frozenset((("self", self.mod.modname, self.cls),))
+                return _intern(frozenset((("self", self.mod.modname, self.cls),)))
             return self.types.get(node.id, EMPTY)
         if isinstance(node, ast.Attribute):
             base = self.type_of(node.value)
-            return frozenset((("attr", base, node.attr),)) if base else EMPTY
+            return _intern(frozenset((("attr", base, node.attr),))) if base else EMPTY
         if isinstance(node, ast.Call):  # a constructor: exactly that class ("new"), not a subclass
             m = self.mod
             spec = R.class_spec(N.dotted(node.func), m.imports, m.modname, m.local_defs)
-            return frozenset((("new", *spec[1:]),)) if spec else EMPTY
+            return _intern(frozenset((("new", *spec[1:]),))) if spec else EMPTY
         if isinstance(node, ast.Subscript):  # xs[i] with xs: List[Cls]
             return self.type_of(node.value)
         return EMPTY
@@ -624,22 +624,22 @@ class Walker:
         mod = self.mod
         if isinstance(func, ast.Name):
             if last in mod.local_defs:
-                return ("local", last, mod.modname)
+                return _intern(("local", last, mod.modname))
             q = mod.imports.get(last)
-            return ("imported", last, q) if q else None
+            return _intern(("imported", last, q)) if q else None
         value = func.value
         if isinstance(value, ast.Name):
             if value.id in ("self", "cls") and self.cls:
-                return ("self", last, mod.modname, self.cls)
+                return _intern(("self", last, mod.modname, self.cls))
             q = mod.imports.get(value.id)
             if q and value.id not in self.env:
-                return ("modfunc", last, q)
+                return _intern(("modfunc", last, q))
         elif isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super" and self.cls:
-            return ("super", last, mod.modname, self.cls)
+            return _intern(("super", last, mod.modname, self.cls))
         if last in N.GENERIC_METHODS or last.startswith("__"):
             return None
         specs = self.type_of(value)  # never by method name alone: only on a receiver of known type
-        return ("typed", last, specs) if specs else None
+        return _intern(("typed", last, specs)) if specs else None
 
     def _ordering(self, node, func, last: str, arg_taints: list) -> frozenset:
         """A list ordered by wall-clock stamps (sort/min/max keys, heap items) carries an "order" source:
@@ -678,6 +678,14 @@ class Walker:
                 if isinstance(a, ast.Constant) and isinstance(a.value, str):
                     t = t | self.facts.clock_field(a.value.rsplit(".", 1)[-1])
         return t
+
+
+_INTERNED: dict = {}
+
+
+def _intern(x):
+    """One object per distinct receiver type or call target: summaries share them, and pickle each once."""
+    return _INTERNED.setdefault(x, x)
 
 
 def _has_id(taint: frozenset) -> bool:
