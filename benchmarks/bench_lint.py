@@ -5,7 +5,8 @@
 
 Without --cache: one line per tree (files, lines, seconds, lines/s, findings, unparsable files),
 linted in process without a cache. With --cache: the CLI as a user runs it (a subprocess, JSON
-output), in a copy of the tree: RUNS cold runs (an empty cache directory each), RUNS warm runs
+output), in a copy of the tree: RUNS cold runs with --no-cache and RUNS with an empty cache
+directory each (which they write), RUNS warm runs
 (nothing changed), and RUNS one-file edits (a line appended to REL.py, default the tree's largest
 file), each with its wall and CPU seconds; then the medians and the load average.
 """
@@ -66,8 +67,9 @@ def bench_cache(tree: Path, runs: int, jobs: int, edit: str | None) -> None:
         shutil.copytree(tree, copy, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
         target = copy / edit if edit else max(copy.rglob("*.py"), key=lambda p: p.stat().st_size)
         cache = Path(tmp) / "cache"
-        cold = []
+        cold, nocache = [], []
         for _ in range(runs):
+            nocache.append(_cli(copy, None, jobs))
             shutil.rmtree(cache, ignore_errors=True)
             cold.append(_cli(copy, cache, jobs))
         warm = [_cli(copy, cache, jobs) for _ in range(runs)]
@@ -77,7 +79,8 @@ def bench_cache(tree: Path, runs: int, jobs: int, edit: str | None) -> None:
                 fh.write(f"\n_bench_edit_{i} = {i}\n")
             edits.append(_cli(copy, cache, jobs))
         print(f"{tree} ({len(list(copy.rglob('*.py')))} files), jobs={jobs}, load average {os.getloadavg()[0]:.1f}")
-        print(_line("cold (empty cache)", cold))
+        print(_line("cold (--no-cache)", nocache))
+        print(_line("cold (empty cache, written)", cold))
         print(_line("warm (unchanged)", warm))
         print(_line(f"one-file edit ({target.relative_to(copy)})", edits))
 
