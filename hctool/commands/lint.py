@@ -25,6 +25,8 @@ def register(app: typer.Typer) -> None:
         baseline: Optional[Path] = typer.Option(None, "--baseline", help="Report only findings not in this baseline (JSON from --write-baseline)."),
         write_baseline: Optional[Path] = typer.Option(None, "--write-baseline", help="Write all current findings to this baseline file and exit 0."),
         diff: Optional[str] = typer.Option(None, "--diff", help="Only findings on lines changed since this git ref (working tree vs REF)."),
+        severity: Optional[str] = typer.Option(None, "--severity", help="Only findings of this severity or above: low, medium (a premise), high."),
+        no_cache: bool = typer.Option(False, "--no-cache", help="Analyze every file afresh and write no cache (default cache: $HCTOOL_CACHE_DIR or ~/.cache/hctool)."),
     ) -> None:
         """Find collectives whose execution depends on rank-local state (HC100-HC104).
 
@@ -47,13 +49,20 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"unknown format {fmt!r}", f"choose one of: {', '.join(FORMATS)}")
         if baseline is not None and write_baseline is not None:
             raise UsageError("--baseline and --write-baseline exclude each other", "write it once, then read it")
+        from hctool.lint.sources import LEVELS
+
+        if severity is not None and severity not in LEVELS:
+            raise UsageError(f"unknown severity {severity!r}", f"choose one of: {', '.join(LEVELS)}")
         cfg = load_config(config).with_cli(select, ignore)
         known = read_baseline(baseline) if baseline is not None else None  # bad file: exit 2 before the work
         cwd = Path.cwd()
         where = (cwd / paths[0]).resolve() if paths else cwd
         if diff is not None:
             changed_lines(where, diff)  # not a git repository / unknown ref: exit 2 before the work
-        report = lint(paths, cfg, jobs=jobs, progress=stderr_progress if fmt == "text" else None)
+        from hctool.lint.cache import default_dir
+
+        report = lint(paths, cfg, jobs=jobs, progress=stderr_progress if fmt == "text" else None,
+                      cache_dir=None if no_cache else default_dir())
         rel = lambda p: _rel(p, report)  # noqa: E731
         if write_baseline is not None:
             n = write_baseline_file(write_baseline, report.findings, rel, cwd)
@@ -63,11 +72,13 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2 if report.errors else 0)
         if diff is not None:
             report.findings = filter_diff(report.findings, cwd, where, diff)
+        if severity is not None:
+            report.findings = [f for f in report.findings if LEVELS.index(f.severity) >= LEVELS.index(severity)]
         if known is not None:
             result = apply_baseline(report.findings, known, rel, cwd)
             report.findings = result.new
             for k, n in result.fixed:
-                print(f"fixed: {k.rule} {k.path} in {k.function or '<module>'}: {k.collective} "
+                print(f"fixed: {k.rule} {k.path} in {k.function or '<module>'}: {k.source} "
                       f"({n} baseline entr{'y' if n == 1 else 'ies'} no longer found)", file=sys.stderr)
         if fmt == "text":
             from rich.console import Console

@@ -1,8 +1,10 @@
 """Adopting the linter on an existing codebase: a baseline of known findings, and `--diff REF`.
 
 A baseline entry is keyed on what survives unrelated edits: the rule, the repo-relative path,
-the enclosing function and the whitespace-normalized text of the reported (collective) line and
-of the deciding condition line, with a count. Line numbers are not part of the key.
+the enclosing function and the whitespace-normalized text of the reported line (the rank-local
+source) and of the first deciding condition, with a count. Line numbers are not part of the key.
+Version 1 baselines keyed findings on their collective line, before findings were one per root
+cause; they are refused with a hint to regenerate.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import NamedTuple
 
 from hctool.errors import UsageError
 
-BASELINE_VERSION = 1
+BASELINE_VERSION = 2
 _COMMENT = re.compile(r"\s+#[^'\"]*$")
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
 
@@ -25,7 +27,7 @@ class Key(NamedTuple):
     rule: str
     path: str
     function: str
-    collective: str
+    source: str
     condition: str
 
 
@@ -52,17 +54,17 @@ class _Lines:
         return " ".join(_COMMENT.sub("", lines[line - 1]).split())  # edits to comments keep the key
 
 
-def _condition_line(f) -> tuple[str, int] | None:
-    """The deciding line: the first related line in the same file naming a condition or loop."""
-    for p, ln, msg in f.related:
-        if p == f.path and ("condition" in msg or "loop" in msg):
-            return p, ln
-    return None
+def _condition_line(f) -> tuple[str, int]:
+    """The deciding line: the first related condition (or loop), else the source's own line."""
+    for r in f.related:
+        if r.role in ("condition", "loop"):
+            return r.path, r.line
+    return f.path, f.line
 
 
 def key(f, rel_path: str, lines: _Lines) -> Key:
     cond = _condition_line(f)
-    return Key(f.rule, rel_path, f.function, lines.get(f.path, f.line), lines.get(*cond) if cond else "")
+    return Key(f.rule, rel_path, f.function, lines.get(f.path, f.line), lines.get(*cond))
 
 
 def write_baseline(file: Path, findings: list, rel, cwd: Path) -> int:
@@ -86,6 +88,9 @@ def read_baseline(file: Path) -> Counter:
         raise UsageError(f"cannot read baseline {file}: {exc.strerror}", None) from None
     except ValueError as exc:
         raise UsageError(f"invalid baseline {file}: not JSON ({exc})", "regenerate it with --write-baseline") from None
+    if isinstance(doc, dict) and doc.get("version") == 1:
+        raise UsageError(f"baseline {file} is version 1 (one finding per collective call), and findings are now "
+                         "one per rank-local source", "regenerate it with --write-baseline")
     try:
         if doc["version"] != BASELINE_VERSION:
             raise ValueError(f"version {doc['version']!r}")
@@ -165,4 +170,4 @@ def filter_diff(findings: list, cwd: Path, where: Path, ref: str) -> list:
         lines = changed.get((cwd / path).resolve(), set())
         return lines is None or line in lines
 
-    return [f for f in findings if touched(f.path, f.line) or any(touched(p, ln) for p, ln, _ in f.related)]
+    return [f for f in findings if touched(f.path, f.line) or any(touched(r.path, r.line) for r in f.related)]

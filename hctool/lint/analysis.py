@@ -10,11 +10,13 @@ from dataclasses import dataclass, field
 
 from hctool.lint import names as N
 from hctool.lint import receivers as R
-from hctool.lint.checks import Finding, check_comparison, check_function
+from hctool.lint.checks import Finding, Relation, check_function
+from hctool.lint.cache import Recorder, digest
 from hctool.lint.config import LintConfig
+from hctool.lint.latches import latch_properties
 from hctool.lint.project import FuncSummary, ModuleSummary, Project
 from hctool.lint.rules import RULES
-from hctool.lint.walker import EMPTY, FnAtom, ModuleInfo, ParamAtom, Walker
+from hctool.lint.walker import EMPTY, FnAtom, ModuleInfo, ParamAtom, Walker  # noqa: F401
 
 SUPPRESS_RE = re.compile(r"#\s*hctool:\s*ignore\[([^\]]*)\]")
 _COMPOUND = (ast.If, ast.Try, ast.With, ast.For, ast.While)
@@ -22,8 +24,13 @@ _COMPOUND = (ast.If, ast.Try, ast.With, ast.For, ast.While)
 
 @dataclass
 class FileResult:
-    findings: list = field(default_factory=list)
+    relations: list = field(default_factory=list)
+    used: set = field(default_factory=set)  # (line, code) of suppression comments that matched
     error: tuple | None = None  # (line, message)
+    digest: str = ""  # of the bytes analyzed (the cache key)
+    answers: list = field(default_factory=list)  # project facts asked, with answers (cache.Recorder)
+    walked: tuple = ()  # the functions analyzed (those that issue collectives or set state on a deadline)
+    program: bool = False  # whether its program issues collectives (HC104 counts only there)
 
 
 def _functions(tree: ast.Module) -> list[tuple]:
@@ -49,11 +56,16 @@ def _functions(tree: ast.Module) -> list[tuple]:
 
 def _module_info(tree: ast.Module, path: str, modname: str, cfg: LintConfig) -> ModuleInfo:
     defs = set()
+    props = {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             defs.add(node.name)
+        if isinstance(node, ast.ClassDef):
+            found = latch_properties(node)
+            if found:
+                props[node.name] = found
     return ModuleInfo(path, modname, N.import_map(tree, modname), frozenset(defs),
-                      cfg.collectives, cfg.rank_local, (cfg.uniform | N.DEFAULT_UNIFORM) - cfg.rank_local)
+                      cfg.collectives, cfg.rank_local, (cfg.uniform | N.DEFAULT_UNIFORM) - cfg.rank_local, props)
 
 
 def _parse(file: str) -> tuple[bytes, ast.Module]:
@@ -74,17 +86,23 @@ def summarize_file(file: str, path: str, modname: str, cfg: LintConfig) -> Modul
     summary = ModuleSummary(path, modname)
     try:
         data, tree = _parse(file)
+        summary.digest = digest(data)
         summary.lines = data.count(b"\n") + 1
-        summary.wants_check = b"hctool:" in data
+        if b"hctool:" in data:
+            summary.suppressions = suppressions(data.decode("utf-8", errors="replace"))
         mod = _module_info(tree, path, modname, cfg)
+        summary.imports, summary.local_defs, summary.latch_props = mod.imports, mod.local_defs, mod.latch_props
         for node, cls, qual in _functions(tree):
             key = f"{path}:{qual}"
-            w = Walker(mod, None, cls, key=key).run(node)
-            summary.wants_check |= w.saw_ordering
+            w = Walker(mod, None, cls, key=key, qual=qual).run(node)
             if node.name == "__init__":
                 summary.init_params[key] = [a.arg for a in (*node.args.posonlyargs, *node.args.args)][1:]
             summary.funcs.append(FuncSummary(key, qual, path, node.lineno, w.direct, w.calls, w.ret,
-                                             w.mode_exit))
+                                             w.mode_exit, (modname, cls) if cls else None, w.direct_latch,
+                                             tuple(sorted(w.latch_assigned)), tuple(w.spawns), tuple(w.writes),
+                                             bool(w.state_writes), cls,
+                                             (min([d.lineno for d in node.decorator_list] + [node.lineno]),
+                                              node.end_lineno or node.lineno)))
             if cls:  # fields are keyed by their class: `self.rank` elsewhere is another field
                 for name, atoms in w.attr_assigns.items():
                     summary.attr_assigns[(cls, name)] = summary.attr_assigns.get((cls, name), EMPTY) | atoms
@@ -95,8 +113,6 @@ def summarize_file(file: str, path: str, modname: str, cfg: LintConfig) -> Modul
             if is_property and cls:
                 k = (cls, node.name)
                 summary.attr_assigns[k] = summary.attr_assigns.get(k, EMPTY) | {FnAtom(key)}
-            if node.name in N.COMPARISON_DUNDERS:
-                summary.wants_check = True
             if cls is None and "." not in qual:
                 summary.module_funcs[node.name] = key
         for node in tree.body:
@@ -147,50 +163,84 @@ def _comments(text: str):
         return
 
 
-def apply_suppressions(findings: list[Finding], text: str, path: str, select: frozenset) -> list[Finding]:
-    table = suppressions(text)
-    used: set[tuple[int, str]] = set()
+def suppress(relations: list[Relation], table: dict, used: set) -> list[Relation]:
+    """Drop relations whose statement carries `# hctool: ignore[RULE]`; note the comments used."""
     kept = []
-    for f in findings:
-        hit = next((ln for ln in range(f.line, max(f.line, f.end_line) + 1)
-                    if ln in table and f.rule in table[ln][1]), None)
+    for r in relations:
+        hit = next((ln for ln in range(r.line, max(r.line, r.end_line) + 1)
+                    if ln in table and r.rule in table[ln][1]), None)
         if hit is None:
-            kept.append(f)
+            kept.append(r)
         else:
-            used.add((hit, f.rule))
-    if "HC100" in select:
-        for line, (col, codes) in sorted(table.items()):
-            for code in sorted(codes):
-                if (line, code) not in used and (code in select or code not in RULES):
-                    kept.append(Finding(path, line, col, "HC100",
-                                        f"unused suppression `ignore[{code}]`: no {code} finding on this line", [], line,
-                                        "low"))
+            used.add((hit, r.rule))
     return kept
 
 
+def unused_suppressions(path: str, table: dict, used: set, select: frozenset) -> list[Finding]:
+    out = []
+    for line, (col, codes) in sorted(table.items()):
+        for code in sorted(codes):
+            if (line, code) not in used and (code in select or code not in RULES):
+                out.append(Finding(path, line, col, "HC100",
+                                   f"unused suppression `ignore[{code}]`: no {code} finding on this line", [], line,
+                                   "low"))
+    return out
+
+
+def walked(project: Project, keys) -> tuple:
+    """The functions pass 2 analyzes: those that issue collectives or set state under a deadline."""
+    return tuple(k for k in keys if k in project.coll or k in project.checked)
+
+
 def check_file(file: str, path: str, modname: str, cfg: LintConfig, project: Project) -> FileResult:
+    """Pass 2: the relations of the functions that issue collectives (the only ones that can gate one).
+    Only those functions are parsed again, from their lines: a tenth of what the files hold in srt."""
     result = FileResult()
+    facts = Recorder(project)
+    summary = project.modules[path]
     try:
-        data, tree = _parse(file)
-        mod = _module_info(tree, path, modname, cfg)
-        findings: list[Finding] = []
-        for node, cls, qual in _functions(tree):
-            w = Walker(mod, project, cls).run(node)
-            found = check_function(w, path)
-            if node.name in N.COMPARISON_DUNDERS and cls and project.program_has_collectives(modname):
-                found += check_comparison(w, path, qual, node.lineno, node.col_offset + 1)
-            for f in found:
-                f.function = qual
-            findings += found
-        if not project.program_has_collectives(modname):  # HC104 is about replicated state
-            findings = [f for f in findings if f.rule != "HC104"]
-        unique = {}
-        for f in sorted(findings):
-            unique.setdefault((f.rule, f.line, f.col, f.message), f)
-        selected = [f for f in unique.values() if f.rule in cfg.select]
-        text = data.decode("utf-8", errors="replace")
-        result.findings = sorted(apply_suppressions(selected, text, path, cfg.select))
+        with open(file, "rb") as fh:
+            data = fh.read()
+        result.digest = digest(data)
+        funcs = {f.key: f for f in summary.funcs}
+        result.walked = walked(project, list(funcs))
+        if result.digest == summary.digest:
+            mod = ModuleInfo(path, modname, summary.imports, summary.local_defs, cfg.collectives, cfg.rank_local,
+                             (cfg.uniform | N.DEFAULT_UNIFORM) - cfg.rank_local, summary.latch_props)
+            encoding = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
+            lines = data.splitlines(keepends=True)
+            todo = [(_function_node(lines, funcs[k].span, encoding), funcs[k].cls, funcs[k].qual) for k in result.walked]
+        else:  # the file changed since pass 1: analyze what it holds now
+            tree = ast.parse(data, filename=file)
+            mod = _module_info(tree, path, modname, cfg)
+            chosen = set(result.walked)
+            todo = [(n, c, q) for n, c, q in _functions(tree) if f"{path}:{q}" in chosen]
+        relations: list[Relation] = []
+        for node, cls, qual in todo:
+            w = Walker(mod, facts, cls, key=f"{path}:{qual}", qual=qual).run(node)
+            relations += check_function(w, path)
+        result.program = project.program_has_collectives(modname)
+        if not result.program:  # HC104 is about replicated state
+            relations = [r for r in relations if r.rule != "HC104"]
+        relations = [r for r in relations if r.rule in cfg.select]
+        if relations and summary.suppressions:
+            relations = suppress(relations, summary.suppressions, result.used)
+        result.relations = relations
+        result.answers = facts.answers()
     except (SyntaxError, ValueError, OSError, RecursionError, MemoryError) as exc:
         result.error = _error(exc)
     return result
 
+
+def _function_node(lines: list, span: tuple, encoding: str):
+    """The def at SPAN (decorators to its last line), parsed alone at its own line numbers and columns:
+    an indented def parses under an `if 1:` header, which keeps its indentation valid."""
+    first, last = span
+    text = b"".join(lines[first - 1:last]).decode(encoding, errors="replace")
+    if text[:1] in (" ", "\t"):
+        node = ast.parse("if 1:\n" + text).body[0].body[0]
+        ast.increment_lineno(node, first - 2)
+    else:
+        node = ast.parse(text).body[0]
+        ast.increment_lineno(node, first - 1)
+    return node

@@ -1,10 +1,21 @@
-"""Rules HC101-HC104 over one function's walker events; one finding per rank-local condition."""
+"""Rules HC101-HC104 over one function's walker events. Each gated collective is a Relation to the
+rank-local source that decides it; rootcause.py folds the relations of one source into one finding."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
+from hctool.lint import sources as S
 from hctool.lint.walker import Collective, Exit, Frame, Src, Walker
+
+
+class Rel(NamedTuple):
+    """A related location of a finding; ROLE: source, condition, loop, exit, collective, chain."""
+    path: str
+    line: int
+    message: str
+    role: str = ""
 
 
 @dataclass(order=True)
@@ -14,22 +25,40 @@ class Finding:
     col: int
     rule: str
     message: str
-    related: list = field(default_factory=list)  # [(path, line, message)]
+    related: list = field(default_factory=list)  # [Rel]
     end_line: int = 0  # suppression comments may sit on any line of the statement
-    severity: str = "low"  # "high": event poll, pool free count, clock, IO result; "low": rank-id role
-    function: str = ""  # enclosing function's qualified name (baseline key)
+    severity: str = "low"  # sources.py: high, medium (a premise), low (a rank-id role)
+    function: str = ""  # the function holding the reported line (baseline key)
+    premise: str | None = None
+    count: int = 0  # collective call sites the source gates
 
 
-def _first_src(taint) -> Src | None:
-    srcs = sorted(s for s in taint if isinstance(s, Src))
-    return srcs[0] if srcs else None
+@dataclass
+class Relation:
+    """One collective call (or a call entering one) whose execution SRC decides."""
+    rule: str
+    src: Src | None
+    path: str
+    line: int
+    col: int
+    end_line: int
+    function: str
+    what: str  # `self.loading_check()` (issues `all_reduce()` through 3 call(s))
+    how: str  # how the source decides it: "skipped by the `return` at line 1128"
+    cond: tuple | None = None  # (path, line) of the deciding condition
+    exit: tuple | None = None  # (path, line, kind) of the early exit
+    loop: tuple | None = None  # (path, line) of the loop
+    chain: tuple = ()
 
 
-def _src_related(src: Src | None) -> list:
-    if src is None:
-        return []
-    label = "rank id" if src.kind.startswith("id") else {"clock": "wall-clock source"}.get(src.kind, "rank-local source")
-    return [(src.path, src.line, f"{label}: {src.what}")]
+def _pref(src: Src, path: str) -> tuple:
+    return (-S.LEVELS.index(S.severity(src.kind)), src.path != path, src)
+
+
+def first_src(taint, path: str = "") -> Src | None:
+    """The source to name for a condition: the most severe, then one in this file, then the first."""
+    srcs = [s for s in taint if isinstance(s, Src) and s.kind not in S.NOT_CONTROL]
+    return min(srcs, key=lambda s: _pref(s, path)) if srcs else None
 
 
 def _what(c: Collective) -> str:
@@ -37,11 +66,6 @@ def _what(c: Collective) -> str:
         return f"collective `{c.name}()`"
     real = c.chain[-1][2].rsplit("issues ", 1)[-1]
     return f"`{c.name}()` (issues {real} through {len(c.chain)} call(s))"
-
-
-def _finding(path: str, rule: str, c: Collective, message: str, related: list) -> Finding:
-    rel = related + [tuple(h) for h in c.chain]
-    return Finding(path, c.line, c.col, rule, message, rel, c.end_line)
 
 
 def _tainted_inside(stack: tuple, loop: Frame) -> Frame | None:
@@ -57,17 +81,6 @@ def _innermost_loop(stack: tuple) -> Frame | None:
     return next((f for f in reversed(stack) if f.kind == "loop"), None)
 
 
-def severity(src: Src | None) -> str:
-    """Rank ids mostly pick roles (who writes the log, who is root): low. Event polls, pool free
-    counts, clocks and IO results differ between ranks at run time: high."""
-    return "low" if src is None or src.kind.startswith("id") else "high"
-
-
-def _preference(src: Src | None, path: str) -> tuple:
-    """Which deciding condition to name: high severity first, then a source in this file."""
-    return (severity(src) != "high", src is None or src.path != path)
-
-
 def _loop_exit(loop: Frame, c: Collective, exits: list[Exit], path: str) -> tuple[Exit, Frame] | None:
     """The exit of LOOP that can skip C, on a rank-local condition; the most severe first."""
     hits = []
@@ -79,123 +92,90 @@ def _loop_exit(loop: Frame, c: Collective, exits: list[Exit], path: str) -> tupl
         if e.kind == "continue" and e.pos > c.pos:
             continue  # the collective ran before the continue in this iteration
         cond = _tainted_inside(e.stack, loop)
-        if cond is not None:
+        if cond is not None and first_src(cond.taint, path) is not None:
             hits.append((e, cond))
-    hits.sort(key=lambda h: _preference(_first_src(h[1].taint), path))  # stable: earlier first
+    hits.sort(key=lambda h: _pref(first_src(h[1].taint, path), path)[:2])  # stable: earlier first
     return hits[0] if hits else None
 
 
-class _Sites:
-    """One finding per rank-local condition: the first collective it affects is the location,
-    the others are related lines."""
+def check_function(w: Walker, path: str) -> list[Relation]:
+    out: list[Relation] = []
 
-    def __init__(self, path: str):
-        self.path = path
-        self.by_frame: dict[int, list] = {}
+    def add(rule, c, src, how, cond=None, exit_=None, loop=None):
+        out.append(Relation(rule, src, path, c.line, c.col, c.end_line, w.qual, _what(c), how, cond, exit_, loop,
+                            c.chain))
 
-    def add(self, key: Frame, rule: str, c: Collective, message: str, related: list, src: Src | None) -> None:
-        hit = self.by_frame.get(id(key))
-        if hit is None:
-            self.by_frame[id(key)] = [rule, c, message, related, src, []]
-        elif c is not hit[1] and all(c is not o for o in hit[5]):
-            hit[5].append(c)
-
-    def findings(self) -> list[Finding]:
-        out = []
-        for rule, c, message, related, src, others in self.by_frame.values():
-            extra = [(self.path, o.line, f"also skipped or repeated: {_what(o)}") for o in others]
-            if others:
-                message += f" (and {len(others)} more collective call(s) under the same condition)"
-            f = _finding(self.path, rule, c, message, related + _src_related(src) + extra)
-            f.severity = severity(src)
-            out.append(f)
-        return out
-
-
-def check_function(w: Walker, path: str) -> list[Finding]:
-    sites = _Sites(path)
     for c in w.collectives:
+        # Every enclosing rank-local decision is a root cause of its own (rootcause.py folds repeats).
         for loop in (f for f in c.stack if f.kind == "loop"):
             hit = _loop_exit(loop, c, w.exits, path)  # an exit names the deciding line: report it first
             if hit:
                 e, cond = hit
-                src = _first_src(cond.taint)
-                msg = (f"{_what(c)} runs inside a loop (line {loop.line}) that can `{e.kind}` at line {e.line} "
-                       f"on rank-local {src.what if src else 'state'} (condition at line {cond.line}); "
-                       "ranks can issue it a different number of times")
-                related = [(path, loop.line, "the loop"),
-                           (path, cond.line, f"`{e.kind}` condition depends on rank-local state")]
-                sites.add(cond, "HC101", c, msg, related, src)
-                break
-            if loop.taint:
-                src = _first_src(loop.taint)
-                msg = (f"{_what(c)} runs inside a loop whose iterations depend on rank-local "
-                       f"{src.what if src else 'state'} (line {loop.line}); ranks can issue it a different number of times")
-                sites.add(loop, "HC101", c, msg, [(path, loop.line, "loop over rank-local state")], src)
-                break
-        branch = next((f for f in reversed(c.stack) if f.kind != "loop" and f.taint and not f.balanced), None)
-        if branch is not None:
-            src = _first_src(branch.taint)
-            msg = (f"{_what(c)} runs only under a condition on rank-local {src.what if src else 'state'} "
-                   f"(line {branch.line}); other arms do not issue the same collectives")
-            sites.add(branch, "HC102", c, msg, [(path, branch.line, "rank-local condition")], src)
+                add("HC101", c, first_src(cond.taint, path),
+                    f"runs in the loop at line {loop.line}, which can `{e.kind}` at line {e.line} "
+                    f"(condition at line {cond.line}): ranks can issue it a different number of times",
+                    (path, cond.line), (path, e.line, e.kind), (path, loop.line))
+            src = first_src(loop.taint, path)
+            if src is not None:
+                add("HC101", c, src, f"runs in the loop at line {loop.line}, whose iterations depend on it: "
+                    "ranks can issue it a different number of times", (path, loop.line), None, (path, loop.line))
+        named = set()
+        for branch in reversed(c.stack):
+            src = first_src(branch.taint, path) if branch.kind != "loop" and not branch.balanced else None
+            if src is not None and src not in named:
+                named.add(src)
+                add("HC102", c, src, f"runs only under the condition at line {branch.line}; other arms do not "
+                    "issue the same collectives", (path, branch.line))
+        if c.order is not None:  # a stamp-ordered list in a collective's arguments: contents differ per rank
+            add("HC104", c, c.order, "carries a list ordered by per-rank stamps into the collective, so ranks "
+                "contribute it in different orders")
+    for pos, line, col, text, src in w.state_writes:
+        if any(c.pos > pos and src in c.sent for c in w.collectives):
+            continue  # the state is what ranks then agree on (a MIN over per-request statuses)
+        out.append(Relation("HC104", src, path, line, col, line, w.qual, f"`{text} = ...`",
+                            "sets the state of an item every rank holds (a request of the replicated batch) "
+                            "on this rank's clock: the next batch, and its collectives, differ between ranks"))
     for e in w.exits:
         if e.kind != "return":
             continue
-        cond = next((f for f in reversed(e.stack) if f.taint), None)
-        if cond is None:
-            continue
         loops = {id(f) for f in e.stack if f.kind == "loop"}
-        for c in w.collectives:
-            if c.pos <= e.pos or cond in c.stack or any(id(f) in loops for f in c.stack):
+        named = set()
+        for cond in reversed(e.stack):
+            src = first_src(cond.taint, path)
+            if src is None or src in named:
                 continue
-            src = _first_src(cond.taint)
-            msg = (f"`return` at line {e.line} on rank-local {src.what if src else 'state'} "
-                   f"(condition at line {cond.line}) skips {_what(c)} that other ranks still issue")
-            sites.add(cond, "HC103", c, msg, [(path, cond.line, "rank-local condition"),
-                                               (path, e.line, "early `return`")], src)
-    out = sites.findings()
-    for line, col, call, src in w.orderings:
-        msg = (f"`{call}()` orders by a wall-clock value ({src.what}); clocks differ between ranks, "
-               "so a replicated order (eviction, admission, deadlines) diverges")
-        out.append(Finding(path, line, col, "HC104", msg, _src_related(src), line, "high"))
+            named.add(src)
+            for c in w.collectives:
+                if c.pos <= e.pos or cond in c.stack or any(id(f) in loops for f in c.stack):
+                    continue
+                add("HC103", c, src, f"is skipped by the `return` at line {e.line} (condition at line {cond.line}) "
+                    "on ranks that take it", (path, cond.line), (path, e.line, "return"))
     return out
 
 
-def check_comparison(w: Walker, path: str, qual: str, line: int, col: int) -> list[Finding]:
-    """`__lt__` and friends returning a wall-clock comparison order heaps and sorts by clock."""
-    src = next((s for s in sorted(x for x in w.ret if isinstance(x, Src)) if s.kind == "clock"), None)
-    if src is None:
-        return []
-    msg = (f"`{qual}` compares wall-clock values ({src.what}); heaps and sorts of these objects "
-           "order replicated state (e.g. eviction victims) differently on each rank")
-    return [Finding(path, line, col, "HC104", msg, _src_related(src), line, "high")]
-
-
-def gated_callers(findings: list[Finding], project, summaries: list) -> list[Finding]:
-    """Calls of a rank-local poll that hides a collective (`is_load_back_event_done()`: it returns
-    an event's state and issues loading_check()'s all_reduce only when the event is done). Each
-    call enters the collective on some ranks only, so each call site is a finding of its own."""
-    gates = {}
-    for f in findings:
-        key = f"{f.path}:{f.function}"
+def gated_callers(relations: list[Relation], project, summaries: list) -> list[Relation]:
+    """Calls of a rank-local poll that hides a collective (`is_load_back_event_done()`: it returns an
+    event's state and issues loading_check()'s all_reduce only when the event is done). Each call enters
+    the collective on some ranks only: a relation of the poll's source too."""
+    gates: dict = {}
+    for r in relations:
+        key = f"{r.path}:{r.function}"
         src = project.ret_src.get(key)
-        cond = next(((p, ln) for p, ln, msg in f.related if "condition" in msg), None)
-        polled = any(msg.startswith("rank-local source") and (p, ln) == cond for p, ln, msg in f.related)
         # The function itself polls (`if not event.query(): return False`) and returns what it saw.
-        if f.rule in ("HC102", "HC103") and polled and src is not None and not src.kind.startswith("id"):
-            gates.setdefault(key, f)
+        polled = r.src is not None and r.cond == (r.src.path, r.src.line)
+        if r.rule in ("HC102", "HC103") and polled and src is not None and not src.kind.startswith("id"):
+            gates.setdefault(key, r)
     out = []
+    if not gates:
+        return out
     for m in summaries:
         for fn in m.funcs:
-            for ref, line, display, consts, col, _ in fn.calls:
+            for ref, line, display, _consts, col, _per_arg, _latch in fn.calls:
                 gate = next((gates[t] for t in project.resolve(ref) if t in gates), None)
                 if gate is None or gate.path == m.path and gate.line == line:
                     continue
-                cond = next(((p, ln) for p, ln, msg in gate.related if "condition" in msg), (gate.path, gate.line))
-                msg = (f"`{display}()` issues a collective only when its rank-local state allows "
-                       f"({cond[0]}:{cond[1]}); this call enters the collective on some ranks only")
-                related = [(cond[0], cond[1], "rank-local condition in the callee"),
-                           (gate.path, gate.line, "the collective it guards")]
-                out.append(Finding(m.path, line, col, "HC102", msg, related, line, "high", fn.qual))
+                out.append(Relation("HC102", gate.src, m.path, line, col, line, fn.qual, f"`{display}()`",
+                                    f"calls a poll that enters {gate.what} only where its rank-local state allows "
+                                    f"({gate.path}:{gate.cond[1]}): some ranks enter the collective, others do not",
+                                    None, None, None, ()))
     return out

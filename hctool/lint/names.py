@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+from functools import lru_cache
 
 # Names that mean a collective whatever the receiver (dist.*, a ProcessGroup, a wrapper).
 COLLECTIVE_NAMES = frozenset({
@@ -64,6 +65,7 @@ GENERIC_METHODS = frozenset({
 # PrefillAdder.rem_total_tokens) but out of one function result at most (add_one_req()'s verdict).
 # Further on it has become scheduling decisions (batches, queues) that are replicated in the group.
 MAX_HOPS = 1
+MAX_THREAD_HOPS = 2  # a field a thread writes: through at most two more results or fields, never a constructor
 MAX_BY_NAME_CANDIDATES = 6  # base classes named without a module: more same-named classes, no guess
 
 ORDERING_CALLS = frozenset({"sorted", "min", "max", "sort", "nsmallest", "nlargest"})
@@ -147,15 +149,17 @@ _OP_FAMILIES = (("all_reduce", "all_reduce"), ("allreduce", "all_reduce"), ("all
                 ("gather", "gather"), ("scatter", "scatter"), ("reduce", "reduce"))
 
 
+@lru_cache(maxsize=1 << 14)
 def op_family(name: str) -> str:
     """`tensor_model_parallel_all_reduce`, `_all_reduce`, `dist.all_reduce` -> "all_reduce"."""
     last = name.rsplit(".", 1)[-1].lower()
     return next((fam for key, fam in _OP_FAMILIES if key in last), last)
 
 
-_SIZE_RE = re.compile(r"(^|_)(world|tp|pp|dp|cp|ep|group|attn_tp|attn_dp|attn_cp|moe_tp|moe_ep)_size$|^world_size$")
+_SIZE_RE = re.compile(r"(^|_)(world|tp|pp|dp|cp|ep|group|sync|attn_tp|attn_dp|attn_cp|moe_tp|moe_ep)_size$|^world_size$")
 
 
+@lru_cache(maxsize=1 << 14)
 def is_group_size(name: str) -> bool:
     """Group and parallel sizes are the same on every rank of a group (set by the launcher)."""
     return bool(_SIZE_RE.search(name))

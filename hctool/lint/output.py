@@ -26,9 +26,13 @@ def _rel(path: str, report: Report) -> str:
 def to_json(report: Report) -> list[dict]:
     return [
         {"rule": f.rule, "name": RULES[f.rule].name, "path": f.path, "line": f.line, "col": f.col,
-         "severity": f.severity, "message": f.message, "related": [{"path": p, "line": ln, "message": m} for p, ln, m in f.related]}
+         "severity": f.severity, "premise": f.premise, "count": f.count, "message": f.message,
+         "related": [{"path": r.path, "line": r.line, "message": r.message, "role": r.role} for r in f.related]}
         for f in report.findings
     ]
+
+
+LEVEL = {"high": "error", "medium": "warning", "low": "note"}
 
 
 def to_sarif(report: Report) -> dict:
@@ -54,10 +58,11 @@ def to_sarif(report: Report) -> dict:
         return loc
 
     results = [
-        {"ruleId": f.rule, "ruleIndex": index[f.rule], "level": "error" if f.severity == "high" else "note",
+        {"ruleId": f.rule, "ruleIndex": index[f.rule], "level": LEVEL[f.severity],
          "message": {"text": f.message}, "locations": [location(f.path, f.line, f.col)],
-         "relatedLocations": [location(p, ln, None, m, i) for i, (p, ln, m) in enumerate(f.related)],
-         "partialFingerprints": {"hctool/v1": f"{f.rule}:{_rel(f.path, report)}:{f.line}:{f.col}"}}
+         "relatedLocations": [location(r.path, r.line, None, r.message, i) for i, r in enumerate(f.related)],
+         "partialFingerprints": {"hctool/v1": f"{f.rule}:{_rel(f.path, report)}:{f.line}:{f.col}"},
+         "properties": {"severity": f.severity, "premise": f.premise, "count": f.count}}
         for f in report.findings
     ]
     notifications = [
@@ -87,7 +92,7 @@ def to_github(report: Report) -> str:
     lines = []
     for f in report.findings:
         title = _gh_escape(f"{f.rule} {RULES[f.rule].name}", prop=True)
-        kind = "error" if f.severity == "high" else "warning"
+        kind = {"high": "error", "medium": "warning"}.get(f.severity, "notice")
         lines.append(f"::{kind} file={_gh_escape(f.path, True)},line={f.line},col={f.col},title={title}::"
                      f"{_gh_escape(f.message)}")
     for e in report.errors:
@@ -100,12 +105,12 @@ def print_text(report: Report, console, statistics: bool) -> None:
     from rich.markup import escape
 
     for f in report.findings:
-        color = "red" if f.severity == "high" else "yellow"
+        color = {"high": "red", "medium": "yellow"}.get(f.severity, "blue")
         console.print(f"[bold]{escape(f.path)}:{f.line}:{f.col}[/bold] [{color}]{f.rule}[/{color}] "
                       f"[dim]{RULES[f.rule].name} ({f.severity})[/dim]", highlight=False)
         console.print(f"  {escape(f.message)}", highlight=False, soft_wrap=True)
-        for p, ln, m in f.related:
-            console.print(f"    [cyan]{escape(p)}:{ln}[/cyan] {escape(m)}", highlight=False, soft_wrap=True)
+        for r in f.related:
+            console.print(f"    [cyan]{escape(r.path)}:{r.line}[/cyan] {escape(r.message)}", highlight=False, soft_wrap=True)
     for e in report.errors:
         console.print(f"[bold]{escape(e.path)}:{e.line}[/bold] [red]error[/red] {escape(e.message)}", highlight=False)
     if statistics and report.findings:

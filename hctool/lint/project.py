@@ -11,10 +11,12 @@ value depends on rank-local state taints its callers. Fields are keyed by class.
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
+from hctool.lint import latches
 from hctool.lint import names as N
-from hctool.lint.walker import EMPTY, AttrAtom, CallAtom, FnAtom, ParamAtom, Src
+from hctool.lint.taint import TaintSolver
+from hctool.lint.walker import EMPTY, Src
 
 
 @dataclass
@@ -24,9 +26,17 @@ class FuncSummary:
     path: str
     line: int
     direct: tuple | None  # (line, name) of its first direct collective
-    calls: list  # (ref, line, display, truthy constant args, col, argument taint)
+    calls: list  # (ref, line, display, truthy constant args, col, argument taint, latch field)
     ret: frozenset
     mode_exit: tuple | None = None  # (param, position) whose truthy value returns before any collective
+    cid: tuple | None = None  # (module, class) of a method
+    direct_latch: str | None = None  # the latch its direct collective sits under (latches.py)
+    latch_assigned: tuple = ()  # latch fields it sets under their `is None` arm
+    spawns: tuple = ()  # (ref, line) of functions it hands to another thread
+    writes: tuple = ()  # (receiver specs | None for self | "loose", field, line) it assigns or changes
+    state_writes: bool = False  # sets items' state under a per-rank deadline: pass 2 looks (HC104)
+    cls: str | None = None  # the enclosing class's name
+    span: tuple = (0, 0)  # (first line, decorators included; last line): pass 2 parses just these
 
 
 def program_of(modname: str) -> str:
@@ -50,11 +60,15 @@ class ModuleSummary:
     attr_assigns: dict = field(default_factory=dict)  # (class, field) -> atoms
     field_types: dict = field(default_factory=dict)  # (class, field) -> receiver specs
     init_params: dict = field(default_factory=dict)  # constructor key -> positional parameter names
-    wants_check: bool = False  # suppressions or HC104 candidates: check even without collectives
+    digest: str = ""  # of the bytes summarized (the cache key)
+    imports: dict = field(default_factory=dict)  # what pass 2 needs of the module (walker.ModuleInfo)
+    local_defs: frozenset = frozenset()
+    latch_props: dict = field(default_factory=dict)
+    suppressions: dict = field(default_factory=dict)  # line -> (column, codes) of each suppression comment
     error: tuple | None = None  # (line, message) when the file could not be analyzed
 
 
-class Project:
+class Project(TaintSolver):
     def __init__(self, modules: list[ModuleSummary]):
         self.funcs: dict[str, FuncSummary] = {}
         self.mod_funcs: dict[str, dict] = {}
@@ -63,13 +77,15 @@ class Project:
         self.mods_by_tail = defaultdict(list)
         self._memo: dict = {}
         self._cls_memo: dict = {}
+        self._flat_memo: dict = {}
         self.field_types: dict[tuple, frozenset] = {}  # (module, class, field) -> specs
         self.class_path: dict[tuple, str] = {}  # classes with generated constructors -> path
         self.global_field = defaultdict(set)  # field -> class specs declared for it anywhere
+        self.modules = {m.path: m for m in modules}
         for m in modules:
             for (cname, fname), specs in m.field_types.items():
                 self.field_types[(m.modname, cname, fname)] = specs
-                self.global_field[fname] |= {sp for sp in specs if sp[0] == "q"}
+                self.global_field[fname] |= {("q", *sp[1:]) for sp in specs if sp[0] in ("q", "new")}
             self.mods_by_tail[m.modname.rsplit(".", 1)[-1]].append(m.modname)
             self.mod_funcs[m.modname] = m.module_funcs
             for cname, (bases, methods) in m.classes.items():
@@ -86,13 +102,21 @@ class Project:
                     self.children[parent].append(cid)
         self._family: dict = {}
         self._clock_fields: dict | None = None
-        self.coll: dict[str, tuple] = {}  # key -> (line, display, next key or None)
+        # Collective sites: node -> (line, display, next node or None); a node is a function key, or
+        # (key, class) for a method run on an object built as exactly that class (a constructor's chain).
+        self.coll: dict = {}
         self.ret_src: dict[str, Src] = {}
-        self.attr_src: dict[str, Src] = {}
-        self._solve_collectives()
+        self.attr_src: dict = {}
+        candidates = {f.key: f.latch_assigned[0] for f in self.funcs.values() if f.latch_assigned and f.cid}
+        candidates = {k: fld for k, fld in candidates.items() if latches.has_finalizer(self, k, fld)}
+        self._solve_collectives(frozenset(candidates))
+        self.memo = latches.memoized(self, candidates)
+        if self.memo != set(candidates):  # a candidate issues a collective outside its latch too
+            self._solve_collectives(frozenset(self.memo))
         self._solve_taint(modules)
+        self.checked = {k for k, f in self.funcs.items() if f.state_writes}  # pass 2 walks these too
         mod_of = {m.path: m.modname for m in modules}
-        self.coll_programs = {program_of(mod_of[self.funcs[k].path]) for k in self.coll}
+        self.coll_programs = {program_of(mod_of[self.funcs[_key(k)].path]) for k in self.coll}
 
     # ---- resolution -------------------------------------------------------
     def _find_modules(self, qual: str) -> list[str]:
@@ -141,32 +165,53 @@ class Project:
 
     def classes_of(self, specs: frozenset, depth: int = 0) -> list[tuple]:
         """The project classes an object of receiver type SPECS can be an instance of."""
+        exact, inexact = self.classes_split(specs, depth)
+        return sorted(exact + inexact) if exact else list(inexact)
+
+    def classes_split(self, specs: frozenset, depth: int = 0) -> tuple[tuple, tuple]:
+        """(exact, inexact) classes of SPECS: an object built by `Cls(...)`, or held in a field that is only
+        ever assigned such objects, is exactly its class; a declared type may be any subclass."""
         key = (specs, depth)
         hit = self._cls_memo.get(key)
         if hit is not None:
             return hit
-        self._cls_memo[key] = []  # cycle guard
-        out: set = set()
+        self._cls_memo[key] = ((), ())  # cycle guard
+        exact: set = set()
+        inexact: set = set()
         for sp in specs:
             if sp[0] == "q":
-                out.update(self._exact_class(sp[2], sp[1]))
+                inexact.update(self._exact_class(sp[2], sp[1]))
+            elif sp[0] == "new":
+                exact.update(self._exact_class(sp[2], sp[1]))
             elif sp[0] == "self":
                 if (sp[1], sp[2]) in self.classes:
-                    out.add((sp[1], sp[2]))
+                    inexact.add((sp[1], sp[2]))
             elif sp[0] == "attr" and depth < 4:
                 declared: set = set()
                 for cid in self.classes_of(sp[1], depth + 1):
                     for c in self.family(cid):
                         declared |= self.field_types.get((*c, sp[2]), EMPTY)
-                found = self.classes_of(frozenset(declared), depth + 1) if declared else []
+                built = frozenset(d for d in declared if d[0] == "new")
+                if built and ("open",) not in declared:  # override resolution by the constructed class
+                    e, i = self.classes_split(built, depth + 1)
+                    exact |= set(e)
+                    inexact |= set(i)
+                    continue
+                e, i = self.classes_split(frozenset(d for d in declared if d[0] != "open"), depth + 1)
+                found = set(e) | set(i)
                 if not found:  # the class never says: the types declared for this field elsewhere
-                    found = self.classes_of(frozenset(self.global_field.get(sp[2], ())), depth + 1)
-                out.update(found)
-        hit = self._cls_memo[key] = sorted(out)
+                    found = set(self.classes_of(frozenset(self.global_field.get(sp[2], ())), depth + 1))
+                inexact |= found
+        hit = self._cls_memo[key] = (tuple(sorted(exact - inexact)), tuple(sorted(inexact)))
         return hit
 
     def attr_keys(self, specs: frozenset, name: str) -> list[tuple]:
-        return [(*c, name) for cid in self.classes_of(specs) for c in self.family(cid) if (*c, name) in self._attr_nodes]
+        key = ("attr_keys", specs, name)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = [(*c, name) for cid in self.classes_of(specs) for c in self.family(cid)
+                                     if (*c, name) in self._attr_nodes]
+        return hit
 
     def _mro(self, cid: tuple, name: str, seen: set) -> list[str]:
         if cid in seen or cid not in self.classes:
@@ -248,25 +293,69 @@ class Project:
                 if out:
                     break
         elif kind == "typed":  # x.m() with x of a known class: its method and reachable overrides
-            for cid in self.classes_of(ref[2]):
+            exact, inexact = self.classes_split(ref[2])
+            for cid in inexact:
                 out += self._mro(cid, name, set()) + self._overrides(cid, name)
+            for cid in exact:  # a constructed object: no subclass's override
+                out += self._mro(cid, name, set())
+        elif kind == "key":  # a closure handed to a thread
+            out = [name] if name in self.funcs else []
         out = sorted(set(out))
         self._memo[ref] = out
         return out
 
     # ---- fixpoints --------------------------------------------------------
-    def _solve_collectives(self) -> None:
+    def nodes(self, ref: tuple, ctx: tuple | None = None) -> list:
+        """Call-graph nodes a call REF reaches from a function run with `self` exactly of class CTX."""
+        key = ("nodes", ref, ctx)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = self._nodes(ref, ctx)
+        return hit
+
+    def _nodes(self, ref: tuple, ctx: tuple | None) -> list:
+        kind = ref[0]
+        if ctx is not None and kind == "self":
+            return [(t, ctx) for t in self._mro(ctx, ref[1], set())]
+        if ctx is not None and kind == "super":
+            return [(t, ctx) for t in self.resolve(ref)]
+        cids = self.class_ids(ref)
+        if cids:  # Cls(...): its __init__ runs on exactly a Cls
+            return [(t, cid) for cid in cids for t in self._mro(cid, "__init__", set())]
+        if kind == "typed":
+            exact, inexact = self.classes_split(ref[2])
+            out = sorted({t for cid in inexact for t in self._mro(cid, ref[1], set()) + self._overrides(cid, ref[1])})
+            return out + [(t, cid) for cid in exact for t in self._mro(cid, ref[1], set())]
+        return self.resolve(ref)
+
+    def _solve_collectives(self, memo: frozenset) -> None:
+        """Which nodes transitively issue a collective. Calls of a memoized collective from outside its
+        class (MEMO, latches.py) do not count: every rank issues it once per object whatever they do."""
+        self.coll = {}
         callers = defaultdict(list)
-        queue = deque()
-        for key in sorted(self.funcs):
+        queue = deque(sorted(self.funcs))
+        seen = set(queue)
+        direct = []
+        while queue:
+            node = queue.popleft()
+            key, ctx = (node, None) if isinstance(node, str) else node
             f = self.funcs[key]
             if f.direct:
-                self.coll[key] = (f.direct[0], f.direct[1], None)
-                queue.append(key)
-            for ref, line, display, consts, _, _ in f.calls:
-                for target in self.resolve(ref):
-                    if not self._mode_skips(target, consts):
-                        callers[target].append((key, line, display))
+                direct.append(node)
+            for ref, line, display, consts, *_ in f.calls:
+                outside = ref[0] not in ("self", "super")
+                for t in self.nodes(ref, ctx):
+                    tkey = _key(t)
+                    if (outside and tkey in memo) or self._mode_skips(tkey, consts):
+                        continue
+                    callers[t].append((node, line, display))
+                    if t not in seen:
+                        seen.add(t)
+                        queue.append(t)
+        for node in direct:
+            f = self.funcs[_key(node)]
+            self.coll[node] = (f.direct[0], f.direct[1], None)
+        queue = deque(direct)
         while queue:  # breadth first: each site keeps its shortest chain
             target = queue.popleft()
             for caller, line, display in callers.get(target, ()):
@@ -274,91 +363,14 @@ class Project:
                     self.coll[caller] = (line, display, target)
                     queue.append(caller)
 
-    def _flatten(self, atoms, srcs: list, deps: list) -> None:
-        for a in atoms:
-            if isinstance(a, Src):
-                srcs.append(a)
-            elif isinstance(a, AttrAtom):
-                deps.extend(("attr", k) for k in self.attr_keys(a.specs, a.name))
-            elif isinstance(a, FnAtom):
-                deps.append(("fn", a.key))
-            elif isinstance(a, ParamAtom):
-                deps.append(("init", a.key, a.name))
-            elif isinstance(a, CallAtom):
-                targets = self.resolve(a.ref)
-                deps.extend(("fn", t) for t in targets if not t.endswith(".__init__"))
-                # Collective results are replicated; a constructed object is not the values it was
-                # built from (its fields carry their own taint, keyed by its class).
-                if not any(t in self.coll for t in targets) and not self.is_class(a.ref):
-                    self._flatten(a.args, srcs, deps)
-
-    def _solve_taint(self, modules: list[ModuleSummary]) -> None:
-        nodes: dict[tuple, frozenset] = {("fn", k): f.ret for k, f in self.funcs.items() if f.ret}
-        for m in modules:
-            for (cname, fname), atoms in m.attr_assigns.items():
-                k = ("attr", (m.modname, cname, fname))
-                nodes[k] = nodes.get(k, EMPTY) | atoms
-        self._attr_nodes = {k[1] for k in nodes if k[0] == "attr"}
-        params = {k: v for m in modules for k, v in m.init_params.items()}
-        for f in self.funcs.values():  # what each constructor parameter is passed, over all call sites
-            for ref, _, _, _, _, per_arg in f.calls:
-                if not per_arg:
-                    continue
-                inits = [t for t in self.resolve(ref) if t.endswith(".__init__")]
-                # A dataclass or NamedTuple has no __init__ of its own: its fields take the arguments.
-                inits += [f"{self.class_path[c]}:{c[1]}.__init__" for c in self.class_ids(ref) if c in self.class_path]
-                positional, keywords = per_arg
-                for t in inits:
-                    names = params.get(t, [])
-                    for name, taint in [*zip(names, positional), *keywords]:
-                        if taint:
-                            k = ("init", t, name)
-                            nodes[k] = nodes.get(k, EMPTY) | taint
-        dependents = defaultdict(list)
-        direct: dict[tuple, list] = {}
-        for node in sorted(nodes, key=repr):
-            srcs, deps = [], []
-            self._flatten(nodes[node], srcs, deps)
-            for d in deps:
-                dependents[d].append(node)
-            direct[node] = srcs
-        # Rank ids never flow out of a function result (see Walker.s_return); rank-local
-        # state does. Solve the two separately; a node keeps its most severe source.
-        local = self._spread(direct, dependents, lambda s: not s.kind.startswith("id"), lambda n: True)
-        ids = self._spread(direct, dependents, lambda s: s.kind.startswith("id"), lambda n: n[0] == "attr")
-        for node in set(local) | set(ids):
-            if node[0] == "init":
-                continue
-            kind, name = node
-            src = local.get(node) or ids.get(node)
-            (self.ret_src if kind == "fn" else self.attr_src)[name] = src
-
-    @staticmethod
-    def _spread(direct: dict, dependents: dict, keep, accepts) -> dict:
-        rep, queue = {}, deque()
-        for node in sorted(direct, key=repr):
-            srcs = [x for x in direct[node] if keep(x)]
-            if srcs and accepts(node):
-                rep[node] = min(srcs)
-                queue.append(node)
-        while queue:
-            node = queue.popleft()
-            src = rep[node]
-            for dep in dependents.get(node, ()):
-                hops = src.hops + (dep[0] == "fn")  # function results count; fields do not
-                if dep not in rep and accepts(dep) and hops <= N.MAX_HOPS:
-                    rep[dep] = replace(src, hops=hops)
-                    queue.append(dep)
-        return rep
-
     # ---- facts for pass 2 -------------------------------------------------
-    def chain(self, key: str) -> tuple:
-        """Hops from function KEY down to the collective it issues: (path, line, message)."""
+    def chain(self, key) -> tuple:
+        """Hops from node KEY down to the collective it issues: (path, line, message)."""
         hops, seen = [], set()
         while key is not None and key not in seen:
             seen.add(key)
             line, display, nxt = self.coll[key]
-            f = self.funcs[key]
+            f = self.funcs[_key(key)]
             what = f"calls `{display}()`" if nxt else f"issues `{display}()`"
             hops.append((f.path, line, f"`{f.qual}` {what}"))
             key = nxt
@@ -371,7 +383,9 @@ class Project:
 
     def call(self, ref: tuple, args: frozenset, consts: frozenset = frozenset()) -> tuple[tuple, frozenset]:
         targets = self.resolve(ref)
-        sites = [t for t in targets if t in self.coll and not self._mode_skips(t, consts)]
+        outside = ref[0] not in ("self", "super")
+        sites = [t for t in self.nodes(ref) if t in self.coll and not self._mode_skips(_key(t), consts)
+                 and not (outside and _key(t) in self.memo)]
         # A constructor returns the object, whatever its __init__ returns early on.
         t = frozenset(self.ret_src[k] for k in targets if k in self.ret_src and not k.endswith(".__init__"))
         if not sites and not self.is_class(ref):
@@ -381,6 +395,11 @@ class Project:
     def attr(self, specs: frozenset, name: str) -> frozenset:
         srcs = {self.attr_src[k] for k in self.attr_keys(specs, name) if k in self.attr_src}
         return frozenset((min(srcs),)) if srcs else EMPTY
+
+    def loose(self, name: str) -> frozenset:
+        """Field NAME of an object whose type is unknown: rank-local where a thread writes such a field."""
+        src = self.loose_src.get(name)
+        return frozenset((src,)) if src else EMPTY
 
     def clock_field(self, name: str) -> frozenset:
         """Any class's field NAME holding a wall-clock value (sort keys rarely name their type)."""
@@ -397,4 +416,10 @@ class Project:
         return program_of(modname) in self.coll_programs
 
     def module_has_collectives(self, m: ModuleSummary) -> bool:
-        return any(f.key in self.coll for f in m.funcs)
+        """Whether pass 2 has anything to look at in M."""
+        return any(f.key in self.coll or f.key in self.checked for f in m.funcs)
+
+
+def _key(node) -> str:
+    """The function key of a call-graph node (a key, or (key, exact class))."""
+    return node if isinstance(node, str) else node[0]

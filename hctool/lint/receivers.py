@@ -3,7 +3,9 @@
 A type is a frozenset of specs, solved by project.Project.classes_of:
   ("q", module, "pkg.mod.Cls")      a class named by an annotation or a constructor call
   ("self", module, "Cls")           `self` inside class Cls (a subclass at run time)
+  ("new", module, "pkg.mod.Cls")    an object built by calling Cls: exactly that class, no subclass
   ("attr", frozenset(specs), "x")   field `x` of an object of those types
+  ("open",)                         a field also assigned something of unknown type
 Specs come from parameter annotations, `x = Cls(...)`, `self.x = ...` and class-body field annotations.
 """
 
@@ -16,6 +18,7 @@ from hctool.lint import names as N
 # Generic wrappers whose arguments are the interesting types (Optional[Cls], List[Cls], ...).
 _WRAPPERS = frozenset({"Optional", "Union", "List", "list", "Sequence", "Iterable", "Iterator", "Deque", "deque",
                        "Set", "set", "Tuple", "tuple", "Type", "Final", "ClassVar", "Annotated", "Dict", "dict"})
+OPEN = frozenset({("open",)})
 # Annotations that name no project class: skip quickly.
 _SKIP = frozenset({"int", "float", "str", "bool", "bytes", "None", "Any", "object", "Callable"})
 

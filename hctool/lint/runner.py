@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import gc
 import multiprocessing
 import os
 import time
@@ -12,10 +13,12 @@ from pathlib import Path
 from hctool import log
 from hctool import progress as hprogress
 from hctool.errors import UsageError
-from hctool.lint.analysis import check_file, summarize_file, suppressions
+from hctool.lint.analysis import FileResult, check_file, summarize_file, suppress, unused_suppressions, walked
+from hctool.lint.cache import Cache, digest, still_valid
 from hctool.lint.checks import gated_callers
 from hctool.lint.config import LintConfig
-from hctool.lint.project import Project
+from hctool.lint.project import ModuleSummary, Project
+from hctool.lint.rootcause import fold
 
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache",
                        ".ruff_cache", ".pytest_cache", "node_modules", ".eggs"})
@@ -37,6 +40,7 @@ class Report:
     lines: int = 0
     seconds: float = 0.0
     root: Path = field(default_factory=Path.cwd)
+    analyzed: dict = field(default_factory=dict)  # files analyzed afresh per pass (the rest came from the cache)
 
     @property
     def exit_code(self) -> int:
@@ -58,14 +62,15 @@ def _excluded(p: Path, cfg: LintConfig, cwd: Path) -> bool:
                for c in candidates for pat in cfg.exclude)
 
 
-def discover(paths: list[Path], cfg: LintConfig, cwd: Path) -> list[Path]:
-    found: set[Path] = set()
+def discover(paths: list[Path], cfg: LintConfig, cwd: Path) -> dict[Path, Path | None]:
+    """{file: the directory it was found under (None for a file named on the command line)}."""
+    found: dict[Path, Path | None] = {}
     for given in paths:
         p = (cwd / given).resolve() if not given.is_absolute() else given.resolve()
         if not p.exists():
             raise UsageError(f"no such file or directory: {given}", "pass Python files or directories to lint")
         if p.is_file():
-            found.add(p)  # named explicitly: linted even if it does not end in .py
+            found[p] = None  # named explicitly: linted even if it does not end in .py
             continue
         for dirpath, dirnames, filenames in os.walk(p):
             dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS
@@ -74,22 +79,26 @@ def discover(paths: list[Path], cfg: LintConfig, cwd: Path) -> list[Path]:
                 if name.endswith(".py"):
                     f = Path(dirpath, name)
                     if not _excluded(f, cfg, cwd):
-                        found.add(f)
-    return sorted(found)
+                        found.setdefault(f, p)
+    return dict(sorted(found.items()))
 
 
 _pkg_cache: dict[Path, bool] = {}
 
 
-def module_name(p: Path) -> str:
-    """Dotted module name, climbing while the directory is a package."""
+def module_name(p: Path, root: Path | None = None) -> str:
+    """Dotted module name, climbing while the directory is a package, and through the directories
+    below ROOT (the directory linted) even without `__init__.py`: namespace packages (PEP 420), as
+    in SGLang's tree, where `sglang.srt.disaggregation.utils` has no `__init__.py` on its way
+    (it becomes `disaggregation.utils`, which imports of the full name match by suffix)."""
     parts = [] if p.name == "__init__.py" else [p.stem]
     d = p.parent
     while True:
         is_pkg = _pkg_cache.get(d)
         if is_pkg is None:
             is_pkg = _pkg_cache[d] = (d / "__init__.py").is_file()
-        if not is_pkg:
+        below = root is not None and root in d.parents  # strictly below the directory linted
+        if not (is_pkg or below):
             break
         parts.append(d.name)
         d = d.parent
@@ -110,12 +119,20 @@ _STATE: dict = {}
 
 def _pass1(job: tuple):
     file, path, modname = job
-    return summarize_file(file, path, modname, _STATE["cfg"])
+    sm = summarize_file(file, path, modname, _STATE["cfg"])
+    cache = _STATE.get("cache")
+    if cache is not None and sm.error is None:  # the worker stores what it made: no second pickling
+        cache.put("p1-" + digest(_STATE["analysis"], sm.path, sm.modname, sm.digest), sm)
+    return sm
 
 
 def _pass2(job: tuple):
     file, path, modname = job
-    return path, check_file(file, path, modname, _STATE["cfg"], _STATE["project"])
+    result = check_file(file, path, modname, _STATE["cfg"], _STATE["project"])
+    cache, sm = _STATE.get("cache"), _STATE["project"].modules[path]
+    if cache is not None and result.error is None and result.digest == sm.digest:
+        cache.put(_pass2_name(_STATE["analysis"], _STATE["cfg"], sm), result)
+    return path, result
 
 
 def _map(fn, jobs: list, workers: int, bar=None) -> list:
@@ -134,64 +151,124 @@ def _map(fn, jobs: list, workers: int, bar=None) -> list:
 
 
 def lint(paths: list[Path], cfg: LintConfig, jobs: int | None = None, cwd: Path | None = None,
-         progress=None) -> Report:
+         progress=None, cache_dir: Path | None = None) -> Report:
+    """Lint PATHS. With CACHE_DIR, reuse and store per-file results there (cache.py)."""
+    # The analysis builds millions of small objects and few cycles: the cyclic collector would spend
+    # half the run scanning them (measured on SGLang's srt). Reference counting frees the rest.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _lint(paths, cfg, jobs, cwd, progress, cache_dir)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _lint(paths: list[Path], cfg: LintConfig, jobs: int | None, cwd: Path | None, progress, cache_dir) -> Report:
+    with hprogress.task("lint", total=None, text="finding files") as bar:  # a terminal only (hctool.progress)
+        return _lint_files(paths, cfg, jobs, cwd, progress, cache_dir, bar)
+
+
+def _lint_files(paths: list[Path], cfg: LintConfig, jobs: int | None, cwd: Path | None, progress, cache_dir,
+                bar) -> Report:
     cwd = (cwd or Path.cwd()).resolve()
     started = time.perf_counter()
     files = discover(paths, cfg, cwd)
     workers = jobs or os.cpu_count() or 1
-    job_list = [(str(f), _display(f, cwd), module_name(f)) for f in files]
-    _STATE.update(cfg=cfg)
-    with hprogress.task("lint", total=len(files), text="pass 1: files summarized") as bar:
-        return _lint(files, job_list, cfg, workers, progress, bar, started, cwd)
-
-
-def _lint(files, job_list, cfg, workers, progress, bar, started, cwd) -> Report:
+    job_list = [(str(f), _display(f, cwd), module_name(f, root)) for f, root in files.items()]
+    cache = Cache(cache_dir) if cache_dir is not None else None
+    analysis = (sorted(cfg.collectives), sorted(cfg.rank_local), sorted(cfg.uniform))
+    if cache is not None:  # what the files hold now; workers key what they store by what they read
+        digests = [_file_digest(file) for file, _, _ in job_list]
+        run_name = "run-" + digest(analysis, sorted(cfg.select), [(j[1], j[2], d) for j, d in zip(job_list, digests)])
+        hit = cache.get(run_name)
+        if isinstance(hit, Report):  # nothing changed since a run that gave this report
+            hit.root, hit.seconds, hit.analyzed = find_root(cwd), time.perf_counter() - started, {"pass1": 0, "pass2": 0}
+            return hit
+    _STATE.update(cfg=cfg, cache=cache, analysis=analysis)
+    summaries: list = [None] * len(job_list)
+    todo = list(range(len(job_list)))
+    if cache is not None:
+        names = ["p1-" + digest(analysis, j[1], j[2], d) for j, d in zip(job_list, digests)]
+        summaries = [cache.get(n) for n in names]
+        todo = [i for i, sm in enumerate(summaries) if not isinstance(sm, ModuleSummary)]
+    fresh = len(todo)
     if progress:
-        progress(f"pass 1: summarizing {len(files)} files")
-    summaries = _map(_pass1, job_list, workers, bar)
+        progress(f"pass 1: summarizing {fresh} of {len(files)} files")
+    bar.update(completed=0, total=fresh, text="pass 1: files summarized")
+    for i, sm in zip(todo, _map(_pass1, [job_list[i] for i in todo], workers, bar)):
+        summaries[i] = sm
     project = Project(summaries)
     _STATE["project"] = project
-    report = Report(files=len(files), lines=sum(s.lines for s in summaries), root=find_root(cwd))
-    wanted = [j for j, s in zip(job_list, summaries)
-              if s.error is None and (s.wants_check or project.module_has_collectives(s))]
+    report = Report(files=len(files), lines=sum(sm.lines for sm in summaries), root=find_root(cwd))
+    wanted = [i for i, sm in enumerate(summaries) if sm.error is None and project.module_has_collectives(sm)]
+    results: dict = {}
+    for i in wanted if cache is not None else ():
+        sm = summaries[i]
+        hit = cache.get(_pass2_name(analysis, cfg, sm))
+        if isinstance(hit, FileResult) and hit.walked == walked(project, [f.key for f in sm.funcs]) \
+                and hit.program == project.program_has_collectives(sm.modname) and still_valid(project, hit.answers):
+            results[i] = hit  # what the file asked of the project is answered the same way: reuse
+    todo = [i for i in wanted if i not in results]
     if progress:
-        progress(f"pass 2: checking {len(wanted)} files with collectives ({len(project.coll)} collective sites)")
-    bar.update(completed=0, total=len(wanted), text="pass 2: files with collectives checked")
-    for s in summaries:
-        if s.error:
-            report.errors.append(FileError(s.path, *s.error))
-    for path, result in _map(_pass2, wanted, workers, bar):
-        report.findings += result.findings
+        progress(f"pass 2: checking {len(todo)} of {len(wanted)} files with collectives "
+                 f"({len(project.coll)} collective sites)")
+    bar.update(completed=0, total=len(todo), text="pass 2: files with collectives checked")
+    for i, (_path, result) in zip(todo, _map(_pass2, [job_list[i] for i in todo], workers, bar)):
+        results[i] = result
+    for sm in summaries:
+        if sm.error:
+            report.errors.append(FileError(sm.path, *sm.error))
+    relations, used = [], {}
+    for i in wanted:
+        result = results[i]
+        relations += result.relations
+        used[summaries[i].path] = set(result.used)
         if result.error:
-            report.errors.append(FileError(path, *result.error))
-    _add_gated_callers(report, project, summaries, job_list, cfg)
-    report.findings.sort()
+            report.errors.append(FileError(summaries[i].path, *result.error))
+    report.findings = findings(relations, project, summaries, used, cfg)
     report.errors.sort(key=lambda e: (e.path, e.line))
+    report.analyzed = {"pass1": fresh, "pass2": len(todo)}
     report.seconds = time.perf_counter() - started
     _STATE.clear()
+    if cache is not None and not report.errors:
+        cache.put(run_name, report)
     return report
 
 
-def _add_gated_callers(report: Report, project: Project, summaries: list, job_list: list, cfg: LintConfig) -> None:
-    """Pass 3: call sites of rank-local polls that hide a collective, with their suppressions."""
-    if "HC102" not in cfg.select:
-        return
-    files = {path: file for file, path, _ in job_list}
-    seen = {(f.path, f.line, f.rule) for f in report.findings}
-    for f in gated_callers(report.findings, project, summaries):
-        if (f.path, f.line, f.rule) in seen:
+def _pass2_name(analysis: tuple, cfg: LintConfig, sm: ModuleSummary) -> str:
+    return "p2-" + digest(analysis, sorted(cfg.select), sm.path, sm.modname, sm.digest)
+
+
+def _file_digest(file: str) -> str:
+    try:
+        with open(file, "rb") as fh:
+            return digest(fh.read())
+    except OSError:
+        return ""
+
+
+def findings(relations: list, project: Project, summaries: list, used: dict, cfg: LintConfig) -> list:
+    """Pass 3: the calls of polls that hide a collective join the relations; one finding per root cause;
+    suppressions on a finding's own line; unused suppressions (HC100)."""
+    tables = {s.path: s.suppressions for s in summaries if s.suppressions}
+    if "HC102" in cfg.select:
+        for r in gated_callers(relations, project, summaries):
+            table = tables.get(r.path)
+            relations += suppress([r], table, used.setdefault(r.path, set())) if table else [r]
+    out = []
+    for f in fold(relations):
+        table = tables.get(f.path, {})
+        codes = {f.rule} | {rel.message.split(":", 1)[0] for rel in f.related if rel.role == "collective"}
+        hit = table.get(f.line)
+        if hit and codes & hit[1]:
+            used.setdefault(f.path, set()).update((f.line, c) for c in codes & hit[1])
             continue
-        seen.add((f.path, f.line, f.rule))
-        try:
-            table = suppressions(Path(files[f.path]).read_text(errors="replace"))
-        except OSError:
-            table = {}
-        hit = next((ln for ln in range(f.line, f.end_line + 1) if ln in table and f.rule in table[ln][1]), None)
-        if hit is None:
-            report.findings.append(f)
-        else:  # the comment is used after all
-            report.findings = [x for x in report.findings
-                               if not (x.rule == "HC100" and x.path == f.path and x.line == hit and f.rule in x.message)]
+        out.append(f)
+    if "HC100" in cfg.select:
+        for path, table in sorted(tables.items()):
+            out += unused_suppressions(path, table, used.get(path, set()), cfg.select)
+    return sorted(out)
 
 
 def stderr_progress(message: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from hctool.lint import names as N
 
@@ -13,14 +14,16 @@ EMPTY: frozenset = frozenset()
 
 @dataclass(frozen=True, order=True)
 class Src:
-    """Where a rank-local value comes from; kind: "clock" (wall clock), "id" (rank id; "id-local": a bare
-    `rank`, which is not stored into fields), "rank" (local state: event polls, free counts, IO)."""
+    """Where a rank-local value comes from; kinds in sources.py ("id-local": a bare `rank`, which is
+    not stored into fields). FN is the enclosing function (a finding's baseline key)."""
 
     kind: str
     what: str
     path: str
     line: int
     hops: int = field(default=0, compare=False)  # function results / fields it crossed (project.py)
+    col: int = field(default=1, compare=False)
+    fn: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,9 @@ class Collective:
     stack: tuple
     op: str = ""  # the real collective's family (all_reduce, broadcast, ...): arms are compared by it
     group: str = ""  # the `group=` argument's text when visible here
+    order: object = None  # a Src of kind "order" among its arguments (a stamp-ordered list, HC104)
+    latch: str | None = None  # pass 1: the `self.F is None` latch it sits under (latches.py)
+    sent: frozenset = frozenset()  # order and deadline sources among its arguments (what ranks contribute)
 
 
 @dataclass
@@ -84,12 +90,18 @@ class ModuleInfo:
     collectives: frozenset = frozenset()
     rank_local: frozenset = frozenset()
     uniform: frozenset = frozenset()
+    latch_props: dict = field(default_factory=dict)  # class -> {property: field it tests} (latches.py)
 
 
 def _matches(entries: frozenset, last: str, qual: str | None) -> bool:
     if last in entries:
         return True
-    return qual is not None and any(qual == e or qual.endswith("." + e) for e in entries if "." in e)
+    return qual is not None and "." in qual and _dotted_match(entries, qual)
+
+
+@lru_cache(maxsize=1 << 16)
+def _dotted_match(entries: frozenset, qual: str) -> bool:
+    return any(qual == e or qual.endswith("." + e) for e in entries if "." in e)
 
 
 def _implicit(taint: frozenset) -> frozenset:

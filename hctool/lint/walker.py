@@ -12,8 +12,12 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from hctool.lint import latches as L
 from hctool.lint import names as N
 from hctool.lint import receivers as R
+from hctool.lint import sources as S
+from hctool.lint.exprs import Expressions
+from hctool.lint.observe import Observations, _intern
 from hctool.lint.shapes import (  # noqa: F401  (re-exported for project.py, checks.py, analysis.py)
     EMPTY, Src, CallAtom, AttrAtom, ParamAtom, FnAtom, Frame, Collective, Exit, ModuleInfo,
     _matches, _implicit, _truthy_args, _mode_exit, _size_guard, _role_branch, _same_ops,
@@ -21,7 +25,7 @@ from hctool.lint.shapes import (  # noqa: F401  (re-exported for project.py, che
 
 
 @dataclass
-class Walker:
+class Walker(Expressions, Observations):
     mod: ModuleInfo
     facts: object | None  # project.Facts in pass 2
     cls: str | None = None
@@ -40,8 +44,17 @@ class Walker:
     types: dict = field(default_factory=dict)  # local name -> receiver specs (receivers.py)
     field_types: dict = field(default_factory=dict)  # pass 1: self.NAME -> specs assigned to it
     mode_exit: tuple | None = None  # (param, position): see _mode_exit
-    key: str = ""  # pass 1: this function's project key (constructor parameters become ParamAtoms)
+    key: str = ""  # this function's project key (pass 1: constructor parameters become ParamAtoms)
+    qual: str = ""  # its qualified name: sources name the function they sit in
     saw_ordering: bool = False  # pass 1: a sort/heap call that pass 2 must look at
+    latches: list = field(default_factory=list)  # pass 1: fields of the `if self.F is None:` arms we are in
+    latch_assigned: set = field(default_factory=set)  # pass 1: latch fields this function sets in their arm
+    direct_latch: str | None = None
+    spawns: list = field(default_factory=list)  # pass 1: refs of functions handed to another thread
+    writes: list = field(default_factory=list)  # pass 1: (receiver specs or None, field, line) it assigns
+    fn_node: object = None
+    items: set = field(default_factory=set)  # names bound by for-loops: items of a collection
+    state_writes: list = field(default_factory=list)  # (pos, line, col, text, deadline Src): see _state_write
 
     # ---- statements -------------------------------------------------------
     def run(self, fn: ast.AST) -> Walker:
@@ -56,6 +69,7 @@ class Walker:
                 specs = self._annotation(arg.annotation)
                 if specs:
                     self.types[arg.arg] = specs
+        self.fn_node = fn
         self.stmts(fn.body)
         return self
 
@@ -67,27 +81,31 @@ class Walker:
         """Receiver specs of an expression: a typed local, `self`, a field, or a constructor call."""
         if isinstance(node, ast.Name):
             if node.id in ("self", "cls") and self.cls:
-                return frozenset((("self", self.mod.modname, self.cls),))
+                return _intern(frozenset((("self", self.mod.modname, self.cls),)))
             return self.types.get(node.id, EMPTY)
         if isinstance(node, ast.Attribute):
             base = self.type_of(node.value)
-            return frozenset((("attr", base, node.attr),)) if base else EMPTY
-        if isinstance(node, ast.Call):
+            return _intern(frozenset((("attr", base, node.attr),))) if base else EMPTY
+        if isinstance(node, ast.Call):  # a constructor: exactly that class ("new"), not a subclass
             m = self.mod
             spec = R.class_spec(N.dotted(node.func), m.imports, m.modname, m.local_defs)
-            return frozenset((spec,)) if spec else EMPTY
+            return _intern(frozenset((("new", *spec[1:]),))) if spec else EMPTY
         if isinstance(node, ast.Subscript):  # xs[i] with xs: List[Cls]
             return self.type_of(node.value)
         return EMPTY
 
-    def _bind_type(self, target, specs: frozenset) -> None:
+    def _bind_type(self, target, specs: frozenset, value=None) -> None:
+        if not specs and isinstance(value, ast.Constant):  # `self.x = None`: no class, and not open either
+            return
         if isinstance(target, ast.Name):
             if specs:
                 self.types[target.id] = specs
             else:
                 self.types.pop(target.id, None)
-        elif isinstance(target, ast.Attribute) and specs and isinstance(target.value, ast.Name) \
+        elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
                 and target.value.id == "self" and self.facts is None:
+            # A field assigned something of unknown type is "open": its constructed classes are not all known.
+            specs = specs or R.OPEN
             self.field_types[target.attr] = self.field_types.get(target.attr, EMPTY) | specs
 
     def stmts(self, body: list) -> None:
@@ -101,6 +119,7 @@ class Walker:
                         self.expr(child)
 
     def _push(self, frame: Frame) -> frozenset:
+        frame.taint = _control(frame.taint)
         self.stack.append(frame)
         saved = self.ctl
         if frame.taint:
@@ -125,16 +144,17 @@ class Walker:
                 for target in pairs:
                     for elt, t, v in zip(target.elts, parts, value.elts):
                         self.bind(elt, t)
-                        self._bind_type(elt, self.type_of(v))
+                        self._bind_type(elt, self.type_of(v), v)
                 return
         t = self.expr(value) | self.ctl
         specs = self.type_of(value)
         for target in s.targets:
             self.bind(target, t)
-            self._bind_type(target, specs)
+            self._bind_type(target, specs, value)
 
     def s_annassign(self, s) -> None:
-        self._bind_type(s.target, self._annotation(s.annotation) | (self.type_of(s.value) if s.value else EMPTY))
+        self._bind_type(s.target, self._annotation(s.annotation) | (self.type_of(s.value) if s.value else EMPTY),
+                        s.value)
         if s.value is not None:
             self.bind(s.target, self.expr(s.value) | self.ctl)
 
@@ -190,7 +210,14 @@ class Walker:
         self.env = merged
 
     def s_if(self, s) -> None:
-        self._arms(Frame("if", s.lineno, self.expr(s.test)), [s.body, s.orelse], s.test)
+        latch = L.unset_field(s.test, self.mod.latch_props.get(self.cls, {})) if self.facts is None and self.cls else None
+        if latch is None:
+            self._arms(Frame("if", s.lineno, self.expr(s.test)), [s.body, s.orelse], s.test)
+            return
+        self.latches.append(latch)  # the body runs while self.<latch> is unset (latches.py)
+        self._arms(Frame("if", s.lineno, self.expr(s.test)), [s.body, []], s.test)
+        self.latches.pop()
+        self.stmts(s.orelse)
 
     def s_match(self, s) -> None:
         arms = [c.body for c in s.cases]
@@ -210,7 +237,7 @@ class Walker:
             self.stmts(s.body)
             self.quiet = False
             if isinstance(s, ast.While):
-                frame.taint = frame.taint | self.expr(s.test)
+                frame.taint = frame.taint | _control(self.expr(s.test))
                 self.ctl = saved | _implicit(frame.taint)
         self.stmts(s.body)
         self._pop(saved)
@@ -220,6 +247,7 @@ class Walker:
         self.stmts(s.orelse)
 
     def s_for(self, s) -> None:
+        self.items.update(n.id for n in ast.walk(s.target) if isinstance(n, ast.Name))
         self._bind_type(s.target, self.type_of(s.iter))
         self._loop(s, self.expr(s.iter), s.target)
 
@@ -229,13 +257,22 @@ class Walker:
     def s_try(self, s) -> None:
         # Exceptions are not rank-local sources: `except ImportError` and friends are the same on
         # every rank, and a rank that fails for real dies rather than hanging its peers.
+        # The exception is: a handler that swallows the failure of an I/O call (a storage attach that
+        # fails on one rank) runs on that rank only, and what it returns or sets differs from its peers.
         self.stmts(s.body)
+        io = S.io_call(s.body) if s.handlers else None
         for h in s.handlers:
             if h.type is not None:
                 self.expr(h.type)
             if h.name:
                 self.env[h.name] = EMPTY
-            self.stmts(h.body)
+            if io and S.swallows(h):
+                src = self._src("io", f"a failure of `{io[0]}()` (I/O that can fail on one rank)", io[1])
+                saved = self._push(Frame("if", h.lineno, src))
+                self.stmts(h.body)
+                self._pop(saved)
+            else:
+                self.stmts(h.body)
         self.stmts(s.orelse)
         self.stmts(s.finalbody)
 
@@ -254,8 +291,15 @@ class Walker:
             if d is not None:
                 self.env[d] = t
             t = frozenset(a for a in t if not (isinstance(a, Src) and a.kind == "id-local"))
-            if t and isinstance(target.value, ast.Name) and target.value.id in ("self", "cls"):
+            on_self = isinstance(target.value, ast.Name) and target.value.id in ("self", "cls")
+            if isinstance(target.value, ast.Name) and target.value.id in self.items:
+                self._state_write(target)
+            if t and on_self:
                 self.attr_assigns[target.attr] = self.attr_assigns.get(target.attr, EMPTY) | t
+            if self.facts is None:
+                self._wrote(target.value, target.attr, target.lineno)
+                if on_self and target.attr in self.latches:
+                    self.latch_assigned.add(target.attr)
         elif isinstance(target, (ast.Tuple, ast.List)):
             for elt in target.elts:
                 self.bind(elt.value if isinstance(elt, ast.Starred) else elt, t)
@@ -264,296 +308,16 @@ class Walker:
             d = N.dotted(target.value)
             if d is not None:
                 self.env[d] = self.env.get(d, EMPTY) | t
+            if self.facts is None and isinstance(target.value, ast.Attribute):  # self.status[room] = ...
+                self._wrote(target.value.value, target.value.attr, target.lineno)
 
-    # ---- expressions ------------------------------------------------------
-    def expr(self, node) -> frozenset:
-        handler = _EXPR.get(type(node))
-        if handler is not None:
-            return handler(self, node)
-        t = EMPTY
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.expr):
-                c = self.expr(child)
-                if c:
-                    t = t | c
-        return t
 
-    def _src(self, kind: str, what: str, line: int) -> frozenset:
-        return frozenset((Src(kind, what, self.mod.path, line),))
-
-    def e_const(self, node) -> frozenset:
-        return EMPTY
-
-    def e_binop(self, node) -> frozenset:
-        a, b = self.expr(node.left), self.expr(node.right)
-        return a | b if a and b else a or b
-
-    def e_compare(self, node) -> frozenset:
-        t = self.expr(node.left)
-        for c in node.comparators:
-            c = self.expr(c)
-            if c:
-                t = t | c
-        return t
-
-    def e_unary(self, node) -> frozenset:
-        return self.expr(node.operand)
-
-    def e_unary_value(self, node) -> frozenset:
-        return self.expr(node.value)
-
-    def e_elts(self, node) -> frozenset:
-        t = EMPTY
-        for e in node.elts:
-            c = self.expr(e)
-            if c:
-                t = t | c
-        return t
-
-    def e_name(self, node) -> frozenset:
-        t = self.env.get(node.id)
-        if t is not None:
-            return t
-        if N.is_group_size(node.id):
-            return EMPTY
-        if node.id in N.RANK_VARIABLES:
-            # A bare `rank` is ambiguous (a LoRA or matrix rank): a rank id here, never stored in a field.
-            return self._src("id-local" if node.id == "rank" else "id", f"`{node.id}`", node.lineno)
-        if node.id in self.mod.rank_local:
-            return self._src("rank", f"`{node.id}`", node.lineno)
-        return EMPTY
-
-    def e_attribute(self, node) -> frozenset:
-        d = N.dotted(node)
-        if d is not None:
-            t = self.env.get(d)
-            if t is not None:
-                return t
-            if d.split(".", 1)[0] in self.mod.imports:
-                return EMPTY  # a module attribute such as dist.ReduceOp.MAX
-        attr = node.attr
-        if attr in self.mod.uniform or _matches(self.mod.uniform, attr, d) or N.is_group_size(attr):
-            return EMPTY
-        base = node.value
-        # A field is rank-local because of what its own class stores in it, not because of the
-        # object it hangs off; a tainted local object (a per-rank result) taints its fields.
-        t = EMPTY if isinstance(base, ast.Name) and base.id in ("self", "cls") else self.expr(base)
-        # A field is a rank id when its class stores one in it (`self.tp_rank = tp_rank`), not because
-        # of its name (`lora.rank` is a matrix rank); configured rank-local names still count.
-        if attr in self.mod.rank_local:
-            t = t | self._src("rank", f"`{d or attr}`", node.lineno)
-        specs = self.type_of(base)
-        if not specs:
-            return t
-        if self.facts is None:
-            return t | frozenset((AttrAtom(specs, attr),))
-        a = self.facts.attr(specs, attr)
-        return t | a if a else t
-
-    def e_subscript(self, node) -> frozenset:
-        if isinstance(node.slice, ast.Constant) and node.slice.value in N.RANK_ENV_VARS \
-                and N.qualify(N.dotted(node.value), self.mod.imports) == "os.environ":
-            return self._src("id", f"os.environ[{node.slice.value!r}]", node.lineno)
-        return self.expr(node.value) | self.expr(node.slice)
-
-    def e_lambda(self, node) -> frozenset:
-        return EMPTY  # its body runs later, where it is called
-
-    def e_boolop(self, node) -> frozenset:
-        # `a and f()` calls f only where a holds: later operands run under earlier ones.
-        t = self.expr(node.values[0])
-        for value in node.values[1:]:
-            saved = self._push(Frame("short", node.lineno, t))
-            t = t | self.expr(value)
-            self._pop(saved)
-        return t
-
-    def e_ifexp(self, node) -> frozenset:
-        test = self.expr(node.test)
-        frame = Frame("if", node.lineno, test)
-        saved = self._push(frame)
-        start = len(self.collectives)
-        body = self.expr(node.body)
-        mid = len(self.collectives)
-        orelse = self.expr(node.orelse)
-        self._pop(saved)
-        frame.balanced = _same_ops(self.collectives[start:mid], self.collectives[mid:])
-        return test | body | orelse
-
-    def e_namedexpr(self, node) -> frozenset:
-        t = self.expr(node.value)
-        self.bind(node.target, t | self.ctl)
-        return t
-
-    def e_comprehension(self, node) -> frozenset:
-        header = EMPTY
-        frames = []
-        for gen in node.generators:
-            header = header | self.expr(gen.iter)
-            frame = Frame("loop", node.lineno, header)
-            frames.append((frame, self._push(frame)))
-            self.bind(gen.target, header)
-            for cond in gen.ifs:
-                header = header | self.expr(cond)
-        if isinstance(node, ast.DictComp):
-            t = self.expr(node.key) | self.expr(node.value)
-        else:
-            t = self.expr(node.elt)
-        for frame, saved in reversed(frames):
-            self._pop(saved)
-        return t | header
-
-    def e_call(self, node) -> frozenset:
-        func = node.func
-        if isinstance(func, ast.Attribute):
-            last = func.attr
-            recv = self.expr(func.value)
-        elif isinstance(func, ast.Name):
-            last, recv = func.id, EMPTY
-        else:
-            t = self.expr(func)
-            for a in node.args:
-                t = t | self.expr(a)
-            return t
-        arg_taints = [self.expr(a) for a in node.args]
-        kw_taints = [self.expr(k.value) for k in node.keywords]
-        args = recv
-        for a in arg_taints + kw_taints:
-            if a:
-                args = args | a
-        name = N.dotted(func)
-        qual = N.qualify(name, self.mod.imports)
-        display = name or last
-        if last in N.UNIFORM_CALLS or _matches(self.mod.uniform, last, qual):
-            return EMPTY
-        if self._is_collective(func, last, qual):
-            self._collective(node, display, ())
-            self._agreed(node)
-            if self.facts is None and self.direct is None:
-                self.direct = (node.lineno, display)
-            return EMPTY
-        src = self._source(node, func, last, qual, display)
-        if src:
-            return src
-        if last in N.ORDERING_CALLS or last in N.HEAP_PUSH:
-            self.saw_ordering = True
-            if self.facts is not None:
-                self._ordering(node, last, arg_taints)
-        if args and not (isinstance(func, ast.Name) and last in N.VALUE_BUILTINS):
-            # Objects built from a rank id (a per-rank file, a model shard) are not rank-local
-            # state: only plain value conversions carry a rank id on.
-            args = frozenset(a for a in args if not (isinstance(a, Src) and a.kind.startswith("id")))
-        ref = self._ref(func, last)
-        if N.op_family(last) != last.lower():  # `self._all_reduce(t, MIN)`: a wrapper's in-place result
-            self._agreed(node)
-        if ref is None:
-            return args
-        if self.facts is None:
-            per_arg = None
-            if any(arg_taints) or any(kw_taints):  # by position and keyword, for constructors' fields
-                per_arg = (tuple(arg_taints), tuple((k.arg, t) for k, t in zip(node.keywords, kw_taints) if k.arg))
-            self.calls.append((ref, node.lineno, display, _truthy_args(node), node.col_offset + 1, per_arg))
-            return frozenset((CallAtom(ref, args),))
-        chain, t = self.facts.call(ref, args, _truthy_args(node))
-        if chain:
-            self._collective(node, display, chain)
-            self._agreed(node)
-        return t
-
-    def _agreed(self, node) -> None:
-        """In-place collective arguments (all_reduce(t)) hold the replicated result afterwards."""
-        for a in (*node.args, *(k.value for k in node.keywords)):
-            d = N.dotted(a.value if isinstance(a, ast.Starred) else a)
-            if d is not None:
-                self.env[d] = EMPTY
-
-    def _collective(self, node, display: str, chain: tuple) -> None:
-        if self.quiet:  # pass 1 records direct collectives too: _arms() compares arms with them
-            return
-        self.pos += 1
-        real = chain[-1][2].rsplit("`", 2)[-2].rstrip("()") if chain else display
-        group = next((ast.unparse(k.value) for k in node.keywords if k.arg in ("group", "process_group")), "")
-        self.collectives.append(Collective(self.pos, node.lineno, getattr(node, "end_lineno", None) or node.lineno,
-                                           node.col_offset + 1, display, chain, tuple(self.stack),
-                                           N.op_family(real), group))
-
-    def _is_collective(self, func, last: str, qual: str | None) -> bool:
-        if last in N.COLLECTIVE_NAMES or _matches(self.mod.collectives, last, qual):
-            return True
-        if last in N.AMBIGUOUS_COLLECTIVES:
-            if qual is not None and qual.startswith("torch.distributed"):
-                return True
-            return isinstance(func, ast.Attribute) and N.looks_like_group(N.dotted(func.value))
-        return False
-
-    def _source(self, node, func, last: str, qual: str | None, display: str) -> frozenset:
-        line = node.lineno
-        if qual in N.CLOCK_CALLS:
-            return self._src("clock", f"`{display}()`", line)
-        if last in N.RANK_CALLS:
-            return self._src("id", f"`{display}()`", line)
-        if _matches(self.mod.rank_local, last, qual):
-            return self._src("rank", f"`{display}()`", line)
-        if last in N.RANK_LOCAL_METHODS and isinstance(func, ast.Attribute):
-            base = N.dotted(func.value)
-            if base is None or base.split(".", 1)[0] not in self.mod.imports:
-                return self._src("rank", f"`{display}()`", line)
-        if qual in ("os.getenv", "os.environ.get") and node.args and isinstance(node.args[0], ast.Constant) \
-                and node.args[0].value in N.RANK_ENV_VARS:
-            return self._src("id", f"`{display}({node.args[0].value!r})`", line)
-        return EMPTY
-
-    def _ref(self, func, last: str) -> tuple | None:
-        mod = self.mod
-        if isinstance(func, ast.Name):
-            if last in mod.local_defs:
-                return ("local", last, mod.modname)
-            q = mod.imports.get(last)
-            return ("imported", last, q) if q else None
-        value = func.value
-        if isinstance(value, ast.Name):
-            if value.id in ("self", "cls") and self.cls:
-                return ("self", last, mod.modname, self.cls)
-            q = mod.imports.get(value.id)
-            if q and value.id not in self.env:
-                return ("modfunc", last, q)
-        elif isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super" and self.cls:
-            return ("super", last, mod.modname, self.cls)
-        if last in N.GENERIC_METHODS or last.startswith("__"):
-            return None
-        specs = self.type_of(value)  # never by method name alone: only on a receiver of known type
-        return ("typed", last, specs) if specs else None
-
-    def _ordering(self, node, last: str, arg_taints: list) -> None:
-        """HC104 candidates: sort/min/max keys and heap items carrying a wall-clock value."""
-        if self.quiet:
-            return
-        taint = EMPTY
-        if last in N.HEAP_PUSH and len(arg_taints) >= 2:
-            taint = arg_taints[1]
-        for kw in node.keywords:
-            if kw.arg == "key":
-                taint = taint | self._key_taint(kw.value)
-        for src in sorted(s for s in taint if isinstance(s, Src) and s.kind == "clock"):
-            self.orderings.append((node.lineno, node.col_offset + 1, last, src))
-            break
-
-    def _key_taint(self, key) -> frozenset:
-        t = EMPTY
-        if isinstance(key, ast.Lambda):
-            saved, self.env = self.env, {}
-            try:
-                t = self.expr(key.body)
-            finally:
-                self.env = saved
-            for n in ast.walk(key.body):
-                if isinstance(n, ast.Attribute):
-                    t = t | self.facts.clock_field(n.attr)
-        if isinstance(key, ast.Call) and N.dotted(key.func) in ("attrgetter", "operator.attrgetter"):
-            for a in key.args:
-                if isinstance(a, ast.Constant) and isinstance(a.value, str):
-                    t = t | self.facts.clock_field(a.value.rsplit(".", 1)[-1])
-        return t
+def _control(taint: frozenset) -> frozenset:
+    """What can decide a condition: a clock stamp decides nothing until a deadline compares it, and an
+    order by stamps is no condition at all."""
+    if taint and any(isinstance(a, Src) and a.kind in S.NOT_CONTROL for a in taint):
+        return frozenset(a for a in taint if not (isinstance(a, Src) and a.kind in S.NOT_CONTROL))
+    return taint
 
 
 _STMT = {
@@ -570,12 +334,3 @@ if hasattr(ast, "TryStar"):
 if hasattr(ast, "Match"):
     _STMT[ast.Match] = Walker.s_match
 
-_EXPR = {
-    ast.Constant: Walker.e_const, ast.BinOp: Walker.e_binop, ast.Compare: Walker.e_compare,
-    ast.UnaryOp: Walker.e_unary, ast.Tuple: Walker.e_elts, ast.List: Walker.e_elts, ast.Set: Walker.e_elts,
-    ast.Starred: Walker.e_unary_value, ast.Await: Walker.e_unary_value, ast.Name: Walker.e_name, ast.Attribute: Walker.e_attribute,
-    ast.Subscript: Walker.e_subscript, ast.Lambda: Walker.e_lambda, ast.BoolOp: Walker.e_boolop,
-    ast.IfExp: Walker.e_ifexp, ast.NamedExpr: Walker.e_namedexpr, ast.Call: Walker.e_call,
-    ast.ListComp: Walker.e_comprehension, ast.SetComp: Walker.e_comprehension,
-    ast.GeneratorExp: Walker.e_comprehension, ast.DictComp: Walker.e_comprehension,
-}

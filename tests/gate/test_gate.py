@@ -30,6 +30,7 @@ def _cases(junit_path) -> dict[str, dict]:
 def test_gate_stops_a_collective_under_a_rank_local_branch(tmp_path, no_leftover_processes):
     project = copy_project(tmp_path)
     path, line = add_rank_local_collective(project)
+    source = line - 2  # lint reports the rank-local source, `if dist.get_rank(self.group) == 0:`
     step_summary = tmp_path / "summary.md"
     res = gate(project, "--junit", "out/junit.xml", "--sarif", "out/lint.sarif",
                extra_env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(step_summary)})
@@ -38,8 +39,8 @@ def test_gate_stops_a_collective_under_a_rank_local_branch(tmp_path, no_leftover
     junit = (project / "out" / "junit.xml").read_text()
     assert junit_errors(junit) == []
     cases = _cases(project / "out" / "junit.xml")
-    lint = cases[f"lint/HC102 tpmini/layers.py:{line}"]
-    assert lint["outcome"] == "failure" and lint["file"] == "tpmini/layers.py" and lint["line"] == str(line)
+    lint = cases[f"lint/HC102 tpmini/layers.py:{source}"]
+    assert lint["outcome"] == "failure" and lint["file"] == "tpmini/layers.py" and lint["line"] == str(source)
     assert "dist.get_rank()" in lint["text"]
     test = cases["tests/test_tp_mlp_matches_the_unsplit_mlp"]
     # the multi-rank test names the divergent call on rank 0, by file, line and function
@@ -51,10 +52,10 @@ def test_gate_stops_a_collective_under_a_rank_local_branch(tmp_path, no_leftover
     [result] = sarif["runs"][0]["results"]
     region = result["locations"][0]["physicalLocation"]
     assert result["ruleId"] == "HC102" and region["artifactLocation"]["uri"] == "tpmini/layers.py"
-    assert region["region"]["startLine"] == line
+    assert region["region"]["startLine"] == source
 
     # GitHub: workflow commands on stdout, at the finding's file and line, and a step summary
-    assert f"::error file=tpmini/layers.py,line={line},title=hctool gate lint%3A HC102" in res.stdout
+    assert f"::error file=tpmini/layers.py,line={source},title=hctool gate lint%3A HC102" in res.stdout
     test_line = (project / "tests" / "test_tp.py").read_text().splitlines().index("@pytest.mark.world_size(2)") + 1
     assert f"::error file=tests/test_tp.py,line={test_line},title=hctool gate tests%3A test_tp_mlp" in res.stdout
     assert "| lint | ❌ failed |" in step_summary.read_text()

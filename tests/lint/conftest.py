@@ -1,4 +1,8 @@
-"""Helpers: write snippets to tmp_path and lint them; `# expect: HC101` marks expected findings."""
+"""Helpers: write snippets to tmp_path and lint them.
+
+`# expect: HC101` marks the line a finding is reported at (its rank-local source); `# gated` marks a
+collective call that some finding lists among its related collectives.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from hctool.lint.config import LintConfig
 from hctool.lint.runner import lint
 
 EXPECT_RE = re.compile(r"# expect: ((?:HC\d{3}[ ,]*)+)")
+GATED_RE = re.compile(r"#.*\bgated\b")
 
 
 def expected(files: dict[str, str]) -> set[tuple[str, str, int]]:
@@ -22,6 +27,16 @@ def expected(files: dict[str, str]) -> set[tuple[str, str, int]]:
             if m:
                 out |= {(name, code, lineno) for code in re.findall(r"HC\d{3}", m.group(1))}
     return out
+
+
+def expected_gated(files: dict[str, str]) -> set[tuple[str, int]]:
+    return {(name, lineno) for name, text in files.items()
+            for lineno, line in enumerate(textwrap.dedent(text).splitlines(), 1) if GATED_RE.search(line)}
+
+
+def gated(report) -> set[tuple[str, int]]:
+    """(path, line) of every collective call a finding of REPORT says its source gates."""
+    return {(r.path, r.line) for f in report.findings for r in f.related if r.role == "collective"}
 
 
 @pytest.fixture
@@ -37,3 +52,9 @@ def lint_snippets(tmp_path: Path):
         return {(f.path, f.rule, f.line) for f in report.findings}, report
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def _private_lint_cache(tmp_path_factory, monkeypatch):
+    """The CLI caches under ~/.cache/hctool by default: tests use a directory of their own."""
+    monkeypatch.setenv("HCTOOL_CACHE_DIR", str(tmp_path_factory.mktemp("lint-cache")))

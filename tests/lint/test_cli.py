@@ -48,14 +48,16 @@ def test_json_contract_on_the_30760_fixture(cli, tmp_path):
     res = cli(tmp_path, "sglang30760", "--format", "json")
     assert res.exit_code == 1
     (f,) = json.loads(res.stdout)
-    assert set(f) == {"rule", "name", "path", "line", "col", "severity", "message", "related"}
-    assert f["severity"] == "high"  # a pool free count, not a rank id
+    assert set(f) == {"rule", "name", "path", "line", "col", "severity", "premise", "count", "message", "related"}
+    # One finding at the rank-local source (the KV free count in PrefillAdder), a premise stated.
     assert (f["rule"], f["name"], f["path"], f["line"], f["col"]) == (
-        "HC101", "collective-in-rank-local-loop", "sglang30760/scheduler.py", 20, 20)
-    related = [(r["path"], r["line"]) for r in f["related"]]
-    assert related[:2] == [("sglang30760/scheduler.py", 16), ("sglang30760/scheduler.py", 17)]
-    assert ("sglang30760/hiradix_cache.py", 18) in related
-    assert all(set(r) == {"path", "line", "message"} for r in f["related"])
+        "HC101", "collective-in-rank-local-loop", "sglang30760/prefill.py", 9, 16)
+    assert f["severity"] == "medium" and "KV free count" in f["premise"] and f["count"] == 1
+    related = [(r["role"], r["path"], r["line"]) for r in f["related"]]
+    assert related[:4] == [("collective", "sglang30760/scheduler.py", 20), ("loop", "sglang30760/scheduler.py", 16),
+                           ("condition", "sglang30760/scheduler.py", 17), ("exit", "sglang30760/scheduler.py", 19)]
+    assert ("chain", "sglang30760/hiradix_cache.py", 18) in related
+    assert all(set(r) == {"path", "line", "message", "role"} for r in f["related"])
     alias = cli(tmp_path, "sglang30760", "--json")  # the flag every other command takes
     assert (alias.exit_code, alias.stdout) == (1, res.stdout)
 
@@ -73,11 +75,12 @@ def test_sarif_is_structurally_valid_with_relative_uris(cli, tmp_path):
     assert all(r["name"] and r["shortDescription"]["text"] and r["help"]["text"] for r in driver["rules"])
     (result,) = doc["runs"][0]["results"]
     assert result["ruleId"] == "HC102" and ids[result["ruleIndex"]] == "HC102"
-    assert result["level"] == "error"  # high severity: a pool free count
+    assert result["level"] == "warning"  # medium severity: a pool free count, under a premise
+    assert result["properties"]["premise"] and result["properties"]["count"] == 1
     loc = result["locations"][0]["physicalLocation"]
     assert loc["artifactLocation"]["uri"] == "pkg/bad.py"  # relative to the git root, not cwd
-    assert loc["region"]["startLine"] == 6
-    assert result["relatedLocations"][0]["physicalLocation"]["region"]["startLine"] == 5
+    assert loc["region"]["startLine"] == 5  # the source: `pool.available_size()`
+    assert result["relatedLocations"][0]["physicalLocation"]["region"]["startLine"] == 6  # the collective
 
 
 def test_github_annotations(cli, tmp_path):
@@ -85,7 +88,7 @@ def test_github_annotations(cli, tmp_path):
     res = cli(tmp_path, "bad.py", "--format", "github")
     assert res.exit_code == 1
     line = res.stdout.strip()
-    assert line.startswith("::error file=bad.py,line=6,col=9,title=HC102 collective-under-rank-local-branch::")
+    assert line.startswith("::warning file=bad.py,line=5,col=8,title=HC102 collective-under-rank-local-branch::")
 
 
 def test_clean_tree_exits_0_and_text_output(cli, tmp_path):
@@ -99,8 +102,8 @@ def test_text_output_names_collective_and_condition_lines(cli, tmp_path):
     write(tmp_path, "bad.py", BAD)
     res = cli(tmp_path, ".", "--statistics")
     assert res.exit_code == 1
-    assert "bad.py:6:9 HC102" in res.stdout
-    assert "bad.py:5 rank-local condition" in res.stdout
+    assert "bad.py:5:8 HC102" in res.stdout
+    assert "bad.py:6 HC102: collective `dist.all_reduce()` runs only under the condition at line 5" in res.stdout
     assert "1  HC102  collective-under-rank-local-branch" in res.stdout
 
 
@@ -155,7 +158,7 @@ def test_config_from_pyproject(cli, tmp_path):
     """)
     write(tmp_path, "vendored/v.py", BAD)
     res = cli(tmp_path, ".", "--format", "json")
-    assert [(f["path"], f["rule"], f["line"]) for f in json.loads(res.stdout)] == [("m.py", "HC102", 4)]
+    assert [(f["path"], f["rule"], f["line"]) for f in json.loads(res.stdout)] == [("m.py", "HC102", 3)]
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -193,4 +196,25 @@ def test_parallel_run_matches_serial(tmp_path):
     cfg = LintConfig(root=tmp_path)
     serial = lint([tmp_path], cfg, jobs=1, cwd=tmp_path)
     parallel = lint([tmp_path], cfg, jobs=2, cwd=tmp_path)
-    assert serial.findings == parallel.findings and len(serial.findings) == 12
+    # `pool.available_size()` in twelve files: one source expression under one premise, one finding
+    assert serial.findings == parallel.findings and len(serial.findings) == 1 and serial.findings[0].count == 12
+
+
+def test_severity_filter_and_premise_accepted_away(cli, tmp_path):
+    write(tmp_path, "bad.py", BAD + "\n\ndef g(ev, t):\n    if not ev.query():\n        return\n    dist.barrier()\n")
+    res = cli(tmp_path, ".", "-f", "json")
+    assert [(f["rule"], f["severity"]) for f in json.loads(res.stdout)] == [("HC102", "medium"), ("HC103", "high")]
+    res = cli(tmp_path, ".", "-f", "json", "--severity", "high")
+    assert [f["rule"] for f in json.loads(res.stdout)] == ["HC103"]
+    write(tmp_path, "pyproject.toml", '[tool.hctool.lint]\nuniform = ["pool-free-count"]\n')
+    res = cli(tmp_path, ".", "-f", "json")
+    assert [f["rule"] for f in json.loads(res.stdout)] == ["HC103"]  # the premise accepted: no pool finding
+    res = cli(tmp_path, ".", "-f", "json", "--severity", "urgent")
+    assert "unknown severity 'urgent'" in str(res.exception)  # the CLI's main() turns it into exit 2
+
+
+def test_suppression_on_the_source_line_suppresses_the_finding(cli, tmp_path):
+    write(tmp_path, "s.py", BAD.replace("if pool.available_size() > 0:",
+                                        "if pool.available_size() > 0:  # hctool: ignore[HC102] frees are agreed"))
+    res = cli(tmp_path, ".", "-f", "json")
+    assert res.exit_code == 0 and json.loads(res.stdout) == []

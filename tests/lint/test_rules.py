@@ -1,11 +1,12 @@
 """Each rule on positive snippets, and the negatives a naive linter gets wrong.
 
-Expected findings are marked in the snippets with `# expect: HCxxx` on the reported line.
+A finding is reported at its rank-local source (`# expect: HCxxx`); the collectives it gates are
+its related lines (`# gated`).
 """
 
 from __future__ import annotations
 
-from .conftest import expected
+from .conftest import expected, expected_gated, gated
 
 HEADER = "import time\nimport torch\nimport torch.distributed as dist\n"
 
@@ -14,29 +15,33 @@ def check(lint_snippets, files):
     files = {name: HEADER + text.lstrip("\n") if name.endswith(".py") else text for name, text in files.items()}
     found, report = lint_snippets(files)
     assert not report.errors
-    assert found == expected(files)
+    assert found == expected(files), [(f.path, f.rule, f.line, f.message) for f in report.findings]
+    assert gated(report) == expected_gated(files)
     return report
 
 
 def test_hc101_loop_exits_on_free_count(lint_snippets):
-    check(lint_snippets, {"m.py": """
+    report = check(lint_snippets, {"m.py": """
 def admit(pool, reqs, group):
     for req in reqs:
-        if pool.available_size() < req.size:
+        if pool.available_size() < req.size:  # expect: HC101
             break
         flag = torch.tensor([1])
-        dist.all_reduce(flag, group=group)  # expect: HC101
+        dist.all_reduce(flag, group=group)  # gated
 """})
+    (f,) = report.findings
+    assert (f.severity, f.count) == ("medium", 1) and "free count" in f.premise  # a pool: a premise
 
 
 def test_hc101_loop_trip_count_from_event_polls(lint_snippets):
-    check(lint_snippets, {"m.py": """
+    report = check(lint_snippets, {"m.py": """
 def drain(events, group):
     n = 0
-    while events[n].query():
-        dist.barrier(group=group)  # expect: HC101
+    while events[n].query():  # expect: HC101
+        dist.barrier(group=group)  # gated
         n += 1
 """})
+    assert report.findings[0].severity == "high" and report.findings[0].premise is None
 
 
 def test_hc101_continue_only_skips_later_collectives(lint_snippets):
@@ -44,9 +49,9 @@ def test_hc101_continue_only_skips_later_collectives(lint_snippets):
 def poll(reqs, group, t):
     for req in reqs:
         dist.all_reduce(t, group=group)
-        if not req.event.query():
+        if not req.event.query():  # expect: HC101
             continue
-        dist.all_reduce(t, group=group)  # expect: HC101
+        dist.all_reduce(t, group=group)  # gated
 """})
 
 
@@ -66,7 +71,7 @@ class Scheduler:
             if adder.rem_tokens <= 0:
                 self.batch_is_full = True
                 break
-            if not self.tree_cache.check_progress(req.rid):  # expect: HC101
+            if not self.tree_cache.check_progress(req.rid):  # gated
                 continue
             if adder.add_one(req) != 0:
                 break
@@ -79,7 +84,7 @@ class Adder:
 
     @property
     def rem_tokens(self):
-        return self.allocator.available_size() - self.used
+        return self.allocator.available_size() - self.used  # expect: HC101
 
     def add_one(self, req):
         return 0 if req.n <= self.rem_tokens else 1
@@ -96,11 +101,38 @@ class Cache:
 """,
     })
     (f,) = report.findings
-    lines = [(p, ln) for p, ln, _ in f.related]
-    assert lines[:2] == [("sched.py", 13), ("sched.py", 14)]  # the loop, the break condition
-    assert ("adder.py", 11) in lines  # available_size(), the rank-local source
-    assert lines[-2:] == [("cache.py", 6), ("cache.py", 10)]  # the call chain down to all_reduce
-    assert f.rule == "HC101" and "`break` at line 16" in f.message and f.severity == "high"
+    lines = [(r.path, r.line, r.role) for r in f.related]
+    assert lines[:4] == [("sched.py", 17, "collective"), ("sched.py", 13, "loop"), ("sched.py", 14, "condition"),
+                         ("sched.py", 16, "exit")]  # the call, the loop, the break's condition, the break
+    assert lines[-2:] == [("cache.py", 6, "chain"), ("cache.py", 10, "chain")]  # down to the all_reduce
+    assert f.rule == "HC101" and "`break` at line 16" in f.message and f.function == "Adder.rem_tokens"
+
+
+def test_one_finding_per_source_with_every_gated_collective(lint_snippets):
+    """One early return that skips three collectives, two of them one call apart: one finding."""
+    report = check(lint_snippets, {"m.py": """
+class Cache:
+    def sync(self, t):
+        if not self.event.query():  # expect: HC103
+            return
+        dist.all_reduce(t, group=self.group)  # gated
+        self.vote(t)  # gated
+        dist.barrier(group=self.group)  # gated
+
+    def vote(self, t):
+        dist.all_reduce(t, group=self.group)
+"""})
+    (f,) = report.findings
+    assert f.count == 3 and "3 collective calls" in f.message
+
+
+def test_two_sources_of_one_collective_are_two_findings(lint_snippets):
+    check(lint_snippets, {"m.py": """
+def step(pool, event, t):
+    if event.query():  # expect: HC102
+        if pool.available_size() > 4:  # expect: HC102
+            dist.all_reduce(t)  # gated
+"""})
 
 
 def test_hc101_negative_broadcast_list_and_uniform_exits(lint_snippets):
@@ -125,14 +157,15 @@ def tick(rank, group, t):
 
 
 def test_hc102_branch_on_rank_local_state(lint_snippets):
-    check(lint_snippets, {"m.py": """
+    report = check(lint_snippets, {"m.py": """
 def step(pool, event, group, t):
-    if pool.available_size() > 8:
-        dist.all_reduce(t, group=group)  # expect: HC102
-    if dist.get_rank() == 0:
-        dist.barrier()  # expect: HC102
-    ok = event.query() and dist.all_reduce(t, group=group)  # expect: HC102
+    if pool.available_size() > 8:  # expect: HC102
+        dist.all_reduce(t, group=group)  # gated
+    if dist.get_rank() == 0:  # expect: HC102
+        dist.barrier()  # gated
+    ok = event.query() and dist.all_reduce(t, group=group)  # expect: HC102, gated
 """})
+    assert [f.severity for f in report.findings] == ["medium", "low", "high"]  # pool, rank-id role, poll
 
 
 def test_hc102_negatives_uniform_guards_balanced_arms_collective_results(lint_snippets):
@@ -163,9 +196,9 @@ def test_hc103_early_return_skips_collective(lint_snippets):
     check(lint_snippets, {"m.py": """
 class Controller:
     def is_load_back_done(self, idx):
-        if not self.events[idx].query():
+        if not self.events[idx].query():  # expect: HC103
             return False
-        return self.loading_check()  # expect: HC103
+        return self.loading_check()  # gated
 
     def loading_check(self):
         n = torch.tensor([self.ready])
@@ -190,7 +223,9 @@ def f(group, t, tp_size, pool):
 """})
 
 
-def test_hc104_wall_clock_eviction_order(lint_snippets):
+def test_hc104_stamp_order_in_a_collectives_contents(lint_snippets):
+    """An order of per-rank stamps is an order of replicated events within one rank, so sorting or
+    heaping by them decides nothing across ranks; it does where the ordered list is what ranks send."""
     check(lint_snippets, {"m.py": """
 import heapq
 
@@ -199,17 +234,22 @@ class Node:
     def __init__(self):
         self.last_access_time = time.monotonic()
 
-    def __lt__(self, other):  # expect: HC104
+    def __lt__(self, other):
         return self.last_access_time < other.last_access_time
 
 
 def evict(nodes, group, t):
-    victims = sorted(nodes, key=lambda n: n.last_access_time)  # expect: HC104
+    victims = sorted(nodes, key=lambda n: n.last_access_time)
     heap = []
-    heapq.heappush(heap, (time.time(), 1))  # expect: HC104
-    by_id = sorted(nodes, key=lambda n: n.node_id)
+    heapq.heappush(heap, (time.time(), 1))
     dist.all_reduce(t, group=group)
-    return victims, heap, by_id
+    return victims, heap
+
+
+def share_victims(nodes, group):
+    victims = sorted(nodes, key=lambda n: n.last_access_time)  # expect: HC104
+    ids = torch.tensor([v.node_id for v in victims])
+    dist.all_reduce(ids, group=group)  # gated
 """})
 
 
@@ -218,22 +258,44 @@ def test_hc104_needs_collectives_in_the_tree(lint_snippets):
     assert found == set()
 
 
-def test_hc104_only_in_the_program_that_issues_collectives(lint_snippets):
-    """An engine linted beside its launcher: the launcher's wall-clock sorts order nothing ranks
-    replicate; the engine's, through a module-level alias of `time`, do."""
+def test_hc104_deadline_decides_replicated_request_state(lint_snippets):
+    """`_abort_on_running_timeout`: a per-rank deadline finishes requests of the replicated batch; only in
+    a program that issues collectives (a launcher's own deadlines order nothing ranks replicate)."""
     check(lint_snippets, {
         "engine/__init__.py": "", "launcher/__init__.py": "",
-        "engine/lru.py": """
+        "engine/sched.py": """
 clock = time
 
 
-def evict(nodes, t):
-    victims = sorted(nodes, key=lambda n: clock.monotonic())  # expect: HC104
-    dist.all_reduce(t)
-    return victims
+class Scheduler:
+    def abort_on_running_timeout(self, batch, timeout_s):
+        deadline = clock.perf_counter() - timeout_s
+        for req in batch.reqs:
+            if 0 < req.entry_time < deadline:  # expect: HC104
+                req.to_finish = "abort"  # gated
+
+    def log_slow(self, batch):
+        for req in batch.reqs:
+            if req.entry_time:  # a stamp is set: no deadline
+                req.logged = True
+
+    def poll_timeouts(self, waiting, timeout_s):
+        now = clock.time()
+        statuses = []
+        for req in waiting:
+            if now - req.start_time > timeout_s:
+                req.status = 0  # this rank's verdict, then agreed: the MIN below is what counts
+            statuses.append(req.status)
+        t = torch.tensor(statuses)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+
+    def step(self, t):
+        dist.all_reduce(t)
 """,
         "launcher/supervise.py": """
-def first_death(deaths):
-    return min(deaths, key=lambda d: time.monotonic())
+def reap(procs, deadline):
+    for p in procs:
+        if time.monotonic() > deadline:
+            p.killed = True
 """,
     })

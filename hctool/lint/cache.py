@@ -1,0 +1,152 @@
+"""The per-file cache: pass-1 summaries and pass-2 results, keyed by content, so an unchanged re-run
+reads results instead of analyzing and a one-file edit re-analyzes only what depends on it.
+
+Keys are digests of the linter's own source (its version), the configuration that shapes the
+analysis, the file's display path and module name, and the bytes analyzed. A pass-2 entry also
+keeps the project facts the file asked for (call sites, field sources, ...) with the answers it
+got: it is reused only while the new project gives the same answers, which is what "depends on"
+means here. Entries are written to a temporary file and renamed (atomic), read with a fallback to
+a fresh analysis on any error, and the directory must be the user's own and not writable by others
+(entries are pickles). Other linter versions' directories unused for a week are removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import shutil
+import stat
+import sys
+import tempfile
+import time
+from dataclasses import fields, is_dataclass
+from pathlib import Path
+
+from hctool.errors import UsageError
+
+_VERSION: str | None = None
+STALE_S = 7 * 24 * 3600  # another version's directory unused this long is deleted
+
+
+def default_dir() -> Path:
+    env = os.environ.get("HCTOOL_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "hctool"
+
+
+def version() -> str:
+    """A digest of this package's analysis code and the Python running it: any change is a new cache."""
+    global _VERSION
+    if _VERSION is None:
+        h = hashlib.blake2b(sys.version.encode(), digest_size=12)
+        for p in sorted(Path(__file__).parent.glob("*.py")):
+            h.update(p.name.encode())
+            h.update(p.read_bytes())
+        _VERSION = h.hexdigest()
+    return _VERSION
+
+
+def digest(*parts) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for p in parts:
+        h.update(p if isinstance(p, bytes) else repr(p).encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def canon(x):
+    """A form of X whose repr is the same in every process (sets are ordered; hash seeds differ)."""
+    if isinstance(x, (frozenset, set)):
+        return ("set", tuple(sorted((canon(v) for v in x), key=repr)))
+    if isinstance(x, (tuple, list)):
+        return tuple(canon(v) for v in x)
+    if isinstance(x, dict):
+        return ("dict", tuple(sorted(((canon(k), canon(v)) for k, v in x.items()), key=repr)))
+    if is_dataclass(x):
+        return (type(x).__name__, *(canon(getattr(x, f.name)) for f in fields(x)))
+    return x
+
+
+class Cache:
+    def __init__(self, root: Path):
+        self.dir = root / "lint" / version()
+        self._checked = False
+
+    def _prepare(self) -> None:
+        if self._checked:
+            return
+        self._checked = True
+        top = self.dir.parent.parent
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise UsageError(f"cannot create the lint cache in {top}: {exc.strerror}",
+                             "set HCTOOL_CACHE_DIR to a writable directory, or pass --no-cache") from None
+        for d in (top, self.dir.parent, self.dir):
+            st = d.stat()
+            if (hasattr(os, "getuid") and st.st_uid != os.getuid()) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                raise UsageError(f"refusing the lint cache in {d}: not yours, or writable by others",
+                                 "use a private HCTOOL_CACHE_DIR, or pass --no-cache")
+        now = time.time()
+        os.utime(self.dir)  # in use: other checkouts sharing this cache leave it alone
+        for other in self.dir.parent.iterdir():  # other linter versions, unused for a week
+            if other.is_dir() and other != self.dir and now - other.stat().st_mtime > STALE_S:
+                shutil.rmtree(other, ignore_errors=True)
+
+    def get(self, name: str):
+        try:
+            self._prepare()
+            with open(self.dir / name, "rb") as fh:
+                return pickle.load(fh)
+        except UsageError:
+            raise
+        except Exception:  # missing, truncated or from elsewhere: analyze afresh
+            return None
+
+    def put(self, name: str, value) -> None:
+        self._prepare()
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, self.dir / name)
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+class Recorder:
+    """The project as pass 2 of one file sees it: each question asked and a digest of its answer,
+    so a cached result can be checked against a new project by asking again."""
+
+    def __init__(self, project):
+        self.project = project
+        self.asked: dict = {}
+
+    def _ask(self, name: str, *args):
+        key = (name, args)
+        hit = self.asked.get(key)
+        if hit is None:
+            hit = self.asked[key] = getattr(self.project, name)(*args)
+        return hit
+
+    def call(self, ref, args, consts=frozenset()):
+        return self._ask("call", ref, args, consts)
+
+    def attr(self, specs, name):
+        return self._ask("attr", specs, name)
+
+    def loose(self, name):
+        return self._ask("loose", name)
+
+    def clock_field(self, name):
+        return self._ask("clock_field", name)
+
+    def answers(self) -> list:
+        return [(name, args, digest(canon(ans))) for (name, args), ans in self.asked.items()]
+
+
+def still_valid(project, answers: list) -> bool:
+    return all(digest(canon(getattr(project, name)(*args))) == d for name, args, d in answers)

@@ -1,0 +1,294 @@
+"""The walker's expressions: the taint of each expression, calls resolved against the project (pass 2)
+or kept symbolic (pass 1), collectives recorded with the control frames around them. A mixin of
+walker.Walker, which holds the state (env, stack, facts) these methods use."""
+
+from __future__ import annotations
+
+import ast
+
+from hctool.lint import names as N
+from hctool.lint import sources as S
+from hctool.lint.observe import _intern, _short
+from hctool.lint.shapes import (EMPTY, AttrAtom, CallAtom, Collective, Frame, Src, _matches, _same_ops,
+                                _truthy_args)
+
+
+class Expressions:
+    def expr(self, node) -> frozenset:
+        handler = _EXPR.get(type(node))
+        if handler is not None:
+            return handler(self, node)
+        t = EMPTY
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                c = self.expr(child)
+                if c:
+                    t = t | c
+        return t
+
+    def e_const(self, node) -> frozenset:
+        return EMPTY
+
+    def e_binop(self, node) -> frozenset:
+        a, b = self.expr(node.left), self.expr(node.right)
+        return a | b if a and b else a or b
+
+    def e_compare(self, node) -> frozenset:
+        parts = [self.expr(node.left), *(self.expr(c) for c in node.comparators)]
+        t = EMPTY
+        for p in parts:
+            if p:
+                t = t | p
+        if not t:
+            return t
+        if S.is_none_test(node):  # `os.getenv("RANK") is None`: whether the launcher set it, not the rank
+            t = frozenset(a for a in t if not (isinstance(a, Src) and a.kind.startswith("id")))
+        clocks = [[a for a in p if isinstance(a, Src) and a.kind == "clock"] for p in parts]
+        if any(clocks) and S.is_deadline_compare(node, [bool(c) for c in clocks]):
+            clock = min(a for c in clocks for a in c)
+            what = f"a per-rank deadline `{_short(node)}` (clock {clock.what} at line {clock.line})"
+            t = frozenset(a for a in t if not (isinstance(a, Src) and a.kind == "clock"))
+            t = t | self._src("deadline", what, node.lineno, node.col_offset + 1)
+        return t
+
+    def e_unary(self, node) -> frozenset:
+        return self.expr(node.operand)
+
+    def e_unary_value(self, node) -> frozenset:
+        return self.expr(node.value)
+
+    def e_elts(self, node) -> frozenset:
+        t = EMPTY
+        for e in node.elts:
+            c = self.expr(e)
+            if c:
+                t = t | c
+        return t
+
+    def e_name(self, node) -> frozenset:
+        t = self.env.get(node.id)
+        if t is not None:
+            return t
+        if N.is_group_size(node.id):
+            return EMPTY
+        if node.id in N.RANK_VARIABLES:
+            # A bare `rank` is ambiguous (a LoRA or matrix rank): a rank id here, never stored in a field.
+            return self._src("id-local" if node.id == "rank" else "id", f"`{node.id}`", node.lineno)
+        if node.id in self.mod.rank_local:
+            return self._src("rank", f"`{node.id}`", node.lineno)
+        return EMPTY
+
+    def e_attribute(self, node) -> frozenset:
+        d = N.dotted(node)
+        if d is not None:
+            t = self.env.get(d)
+            if t is not None:
+                return t
+            if d.split(".", 1)[0] in self.mod.imports:
+                return EMPTY  # a module attribute such as dist.ReduceOp.MAX
+        attr = node.attr
+        if attr in self.mod.uniform or _matches(self.mod.uniform, attr, d) or N.is_group_size(attr):
+            return EMPTY
+        base = node.value
+        # A field is rank-local because of what its own class stores in it, not because of the
+        # object it hangs off; a tainted local object (a per-rank result) taints its fields.
+        t = EMPTY if isinstance(base, ast.Name) and base.id in ("self", "cls") else self.expr(base)
+        # A field is a rank id when its class stores one in it (`self.tp_rank = tp_rank`), not because
+        # of its name (`lora.rank` is a matrix rank); configured rank-local names still count.
+        if attr in self.mod.rank_local:
+            t = t | self._src("rank", f"`{d or attr}`", node.lineno)
+        specs = self.type_of(base)
+        if not specs:
+            if self.facts is not None and self._untyped(base):  # what a thread left in a field of an untyped object
+                return t | self.facts.loose(attr)
+            return t
+        if self.facts is None:
+            return t | frozenset((AttrAtom(specs, attr),))
+        a = self.facts.attr(specs, attr)
+        return t | a if a else t
+
+    def e_subscript(self, node) -> frozenset:
+        if isinstance(node.slice, ast.Constant) and node.slice.value in N.RANK_ENV_VARS \
+                and N.qualify(N.dotted(node.value), self.mod.imports) == "os.environ":
+            return self._src("id", f"os.environ[{node.slice.value!r}]", node.lineno)
+        return self.expr(node.value) | self.expr(node.slice)
+
+    def e_lambda(self, node) -> frozenset:
+        return EMPTY  # its body runs later, where it is called
+
+    def e_boolop(self, node) -> frozenset:
+        # `a and f()` calls f only where a holds: later operands run under earlier ones.
+        t = self.expr(node.values[0])
+        for value in node.values[1:]:
+            saved = self._push(Frame("short", node.lineno, t))
+            t = t | self.expr(value)
+            self._pop(saved)
+        return t
+
+    def e_ifexp(self, node) -> frozenset:
+        test = self.expr(node.test)
+        frame = Frame("if", node.lineno, test)
+        saved = self._push(frame)
+        start = len(self.collectives)
+        body = self.expr(node.body)
+        mid = len(self.collectives)
+        orelse = self.expr(node.orelse)
+        self._pop(saved)
+        frame.balanced = _same_ops(self.collectives[start:mid], self.collectives[mid:])
+        return test | body | orelse
+
+    def e_namedexpr(self, node) -> frozenset:
+        t = self.expr(node.value)
+        self.bind(node.target, t | self.ctl)
+        return t
+
+    def e_comprehension(self, node) -> frozenset:
+        header = EMPTY
+        frames = []
+        for gen in node.generators:
+            header = header | self.expr(gen.iter)
+            frame = Frame("loop", node.lineno, header)
+            frames.append((frame, self._push(frame)))
+            self.bind(gen.target, header)
+            self._bind_type(gen.target, self.type_of(gen.iter))
+            for cond in gen.ifs:
+                header = header | self.expr(cond)
+        if isinstance(node, ast.DictComp):
+            t = self.expr(node.key) | self.expr(node.value)
+        else:
+            t = self.expr(node.elt)
+        for frame, saved in reversed(frames):
+            self._pop(saved)
+        return t | header
+
+    def e_call(self, node) -> frozenset:
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            last = func.attr
+            recv = self.expr(func.value)
+        elif isinstance(func, ast.Name):
+            last, recv = func.id, EMPTY
+        else:
+            t = self.expr(func)
+            for a in node.args:
+                t = t | self.expr(a)
+            return t
+        arg_taints = [self.expr(a) for a in node.args]
+        kw_taints = [self.expr(k.value) for k in node.keywords]
+        args = recv
+        for a in arg_taints + kw_taints:
+            if a:
+                args = args | a
+        name = N.dotted(func)
+        qual = N.qualify(name, self.mod.imports)
+        display = name or last
+        if last in N.UNIFORM_CALLS or _matches(self.mod.uniform, last, qual):
+            return EMPTY
+        if self._is_collective(func, last, qual):
+            self._collective(node, display, (), args)
+            self._agreed(node)
+            if self.facts is None and self.direct is None:
+                self.direct = (node.lineno, display)
+                self.direct_latch = self.latches[-1] if self.latches else None
+            return EMPTY
+        src = self._source(node, func, last, qual, display)
+        if src:
+            return src
+        if self.facts is None:
+            self._thread_facts(node, func, last)
+        if last in S.MUTATORS and args and isinstance(func, ast.Attribute):  # `xs.append(v)`: xs now holds v
+            d = N.dotted(func.value)
+            if d is not None and d.split(".", 1)[0] not in ("self", "cls"):
+                self.env[d] = self.env.get(d, EMPTY) | (args - recv if recv else args)
+        order = EMPTY
+        if last in N.ORDERING_CALLS or last in N.HEAP_PUSH:
+            self.saw_ordering = True
+            if self.facts is not None:
+                order = self._ordering(node, func, last, arg_taints)
+        if args and not (isinstance(func, ast.Name) and last in N.VALUE_BUILTINS) and _has_id(args):
+            # Objects built from a rank id (a per-rank file, a model shard) are not rank-local
+            # state: only plain value conversions carry a rank id on.
+            args = frozenset(a for a in args if not (isinstance(a, Src) and a.kind.startswith("id")))
+        ref = self._ref(func, last)
+        if N.op_family(last) != last.lower():  # `self._all_reduce(t, MIN)`: a wrapper's in-place result
+            self._agreed(node)
+        if ref is None:
+            return args | order
+        if self.facts is None:
+            per_arg = None
+            if any(arg_taints) or any(kw_taints):  # by position and keyword, for constructors' fields
+                per_arg = (tuple(arg_taints), tuple((k.arg, t) for k, t in zip(node.keywords, kw_taints) if k.arg))
+            self.calls.append((ref, node.lineno, display, _truthy_args(node), node.col_offset + 1, per_arg,
+                               self.latches[-1] if self.latches else None))
+            return frozenset((CallAtom(ref, args),))
+        chain, t = self.facts.call(ref, args, _truthy_args(node))
+        if chain:
+            self._collective(node, display, chain, args)
+            self._agreed(node)
+        return t | order
+
+    def _agreed(self, node) -> None:
+        """In-place collective arguments (all_reduce(t)) hold the replicated result afterwards."""
+        for a in (*node.args, *(k.value for k in node.keywords)):
+            d = N.dotted(a.value if isinstance(a, ast.Starred) else a)
+            if d is not None:
+                self.env[d] = EMPTY
+
+    def _collective(self, node, display: str, chain: tuple, args: frozenset = EMPTY) -> None:
+        if self.quiet:  # pass 1 records direct collectives too: _arms() compares arms with them
+            return
+        self.pos += 1
+        real = chain[-1][2].rsplit("`", 2)[-2].rstrip("()") if chain else display
+        group = next((ast.unparse(k.value) for k in node.keywords if k.arg in ("group", "process_group")), "")
+        sent = frozenset(a for a in args if isinstance(a, Src) and a.kind in ("order", "deadline")) \
+            if args and self.facts is not None else EMPTY
+        order = min((a for a in sent if a.kind == "order"), default=None)
+        self.collectives.append(Collective(self.pos, node.lineno, getattr(node, "end_lineno", None) or node.lineno,
+                                           node.col_offset + 1, display, chain, tuple(self.stack),
+                                           N.op_family(real), group, order, None, sent))
+
+    def _is_collective(self, func, last: str, qual: str | None) -> bool:
+        if last in N.COLLECTIVE_NAMES or _matches(self.mod.collectives, last, qual):
+            return True
+        if last in N.AMBIGUOUS_COLLECTIVES:
+            if qual is not None and qual.startswith("torch.distributed"):
+                return True
+            return isinstance(func, ast.Attribute) and N.looks_like_group(N.dotted(func.value))
+        return False
+
+    def _ref(self, func, last: str) -> tuple | None:
+        mod = self.mod
+        if isinstance(func, ast.Name):
+            if last in mod.local_defs:
+                return _intern(("local", last, mod.modname))
+            q = mod.imports.get(last)
+            return _intern(("imported", last, q)) if q else None
+        value = func.value
+        if isinstance(value, ast.Name):
+            if value.id in ("self", "cls") and self.cls:
+                return _intern(("self", last, mod.modname, self.cls))
+            q = mod.imports.get(value.id)
+            if q and value.id not in self.env:
+                return _intern(("modfunc", last, q))
+        elif isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super" and self.cls:
+            return _intern(("super", last, mod.modname, self.cls))
+        if last in N.GENERIC_METHODS or last.startswith("__"):
+            return None
+        specs = self.type_of(value)  # never by method name alone: only on a receiver of known type
+        return _intern(("typed", last, specs)) if specs else None
+
+def _has_id(taint: frozenset) -> bool:
+    for a in taint:
+        if type(a) is Src and a.kind.startswith("id"):
+            return True
+    return False
+
+_EXPR = {
+    ast.Constant: Expressions.e_const, ast.BinOp: Expressions.e_binop, ast.Compare: Expressions.e_compare,
+    ast.UnaryOp: Expressions.e_unary, ast.Tuple: Expressions.e_elts, ast.List: Expressions.e_elts, ast.Set: Expressions.e_elts,
+    ast.Starred: Expressions.e_unary_value, ast.Await: Expressions.e_unary_value, ast.Name: Expressions.e_name, ast.Attribute: Expressions.e_attribute,
+    ast.Subscript: Expressions.e_subscript, ast.Lambda: Expressions.e_lambda, ast.BoolOp: Expressions.e_boolop,
+    ast.IfExp: Expressions.e_ifexp, ast.NamedExpr: Expressions.e_namedexpr, ast.Call: Expressions.e_call,
+    ast.ListComp: Expressions.e_comprehension, ast.SetComp: Expressions.e_comprehension,
+    ast.GeneratorExp: Expressions.e_comprehension, ast.DictComp: Expressions.e_comprehension,
+}

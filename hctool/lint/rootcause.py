@@ -1,0 +1,86 @@
+"""One finding per root cause: a rank-local source and every collective it gates.
+
+The location is the source (the poll, the deadline comparison, the write on another thread, the
+swallowed I/O failure); `related` lists each gated collective with how the source decides it, the
+deciding conditions and exits, and the call chain of the nearest one down to the real collective.
+A source that is rank-local only under a premise (a pool's free count) is one finding per premise
+and source expression, however many places read it, with the premise named.
+"""
+
+from __future__ import annotations
+
+from hctool.lint import sources as S
+from hctool.lint.checks import Finding, Rel, Relation
+
+KIND_TEXT = {
+    "pool": "a pool's free count", "poll": "an event or future poll",
+    "deadline": "a per-rank deadline", "thread": "a field another thread writes",
+    "io": "an I/O failure that a handler swallows", "rank": "a configured rank-local value",
+    "id": "the rank id", "id-local": "the rank id", "order": "an order by per-rank wall-clock stamps",
+}
+
+
+def group_key(r: Relation) -> tuple:
+    src = r.src
+    if src is None:
+        return ("cond", *(r.cond or (r.path, r.line)))
+    pid = S.premise_id(src.kind, src.what)
+    if pid:
+        return ("premise", pid, src.what)
+    return ("src", src.path, src.line, src.kind, src.what)
+
+
+def fold(relations: list[Relation]) -> list[Finding]:
+    groups: dict[tuple, list[Relation]] = {}
+    for r in relations:
+        groups.setdefault(group_key(r), []).append(r)
+    return [_finding(rels) for _, rels in sorted(groups.items(), key=lambda kv: repr(kv[0]))]
+
+
+def _rel(path: str, line: int) -> str:
+    return f"{path.rsplit('/', 1)[-1]}:{line}"
+
+
+def _finding(rels: list[Relation]) -> Finding:
+    srcs = sorted({r.src for r in rels if r.src is not None})
+    gated: dict[tuple, Relation] = {}
+    for r in sorted(rels, key=lambda r: (r.path, r.line, r.rule)):
+        gated.setdefault((r.path, r.line), r)  # one entry per call site, its first rule
+    sites = list(gated.values())
+    if srcs:
+        loc = srcs[0]
+        path, line, col, fn, kind = loc.path, loc.line, loc.col, loc.fn, loc.kind
+    else:  # no named source: the deciding condition stands in
+        r0 = sites[0]
+        path, line = r0.cond or (r0.path, r0.line)
+        col, fn, kind = 1, r0.function, None
+    primary = min(sites, key=lambda r: (r.path != path, abs(r.line - line), r.path, r.line))
+    related: list[Rel] = []
+    for s in srcs[1:]:
+        related.append(Rel(s.path, s.line, f"the same source: {s.what}", "source"))
+    seen = {(path, line)}
+    for r in sorted(sites, key=lambda r: (r is not primary, r.path, r.line)):
+        related.append(Rel(r.path, r.line, f"{r.rule}: {r.what} {r.how}", "collective"))
+        for where, role in ((r.loop, "loop"), (r.cond, "condition"), (r.exit, "exit")):
+            if where and (where[0], where[1]) not in seen:
+                seen.add((where[0], where[1]))
+                label = {"loop": "the loop", "condition": "the deciding condition",
+                         "exit": f"the early `{where[2] if len(where) > 2 else 'return'}`"}[role]
+                related.append(Rel(where[0], where[1], label, role))
+    related += [Rel(p, ln, m, "chain") for p, ln, m in primary.chain]
+    premise_id = S.premise_id(kind, loc.what) if srcs else None
+    premise = S.PREMISES.get(premise_id) if premise_id else None
+    what = loc.what if srcs else "state"
+    n = len(sites)
+    head = f"rank-local {what} ({KIND_TEXT.get(kind, 'rank-local state')})"
+    if primary.rule == "HC104":
+        message = f"{head} decides {primary.what} ({_rel(primary.path, primary.line)}), which {primary.how}"
+    else:
+        message = (f"{head} decides whether {'a collective call runs' if n == 1 else f'{n} collective calls run'}: "
+                   f"{primary.what} ({_rel(primary.path, primary.line)}) {primary.how}")
+    if n > 1:
+        message += f"; and {n - 1} more (related)"
+    if premise:
+        message += (f". Premise: {premise}; if that cannot happen here, accept it with "
+                    f"`uniform = [\"{premise_id}\"]` in [tool.hctool.lint]")
+    return Finding(path, line, col, primary.rule, message, related, line, S.severity(kind), fn, premise, n)
