@@ -67,6 +67,23 @@ class FrontendLink:
             pass  # the shutdown message arrives on the next recv
 
 
+def model_backend(args: ServerArgs, local_rank: int, world: int) -> tuple[str, torch.device]:
+    """(backend of the model's group, this rank's device). On CUDA each rank takes GPU
+    local_rank % count; ranks that share a GPU cannot use NCCL (it refuses two ranks on one
+    device), so auto picks gloo on the CUDA tensors there: real streams, events and kernels,
+    a CPU-staged all_reduce."""
+    if args.device != "cuda":
+        if args.model_backend == "nccl":
+            sys.exit("Error: --model-backend nccl needs --device cuda")
+        return "gloo", torch.device("cpu")
+    count = torch.cuda.device_count()
+    if count == 0:
+        sys.exit("Error: --device cuda but no CUDA device is visible")
+    shared = int(os.environ.get("LOCAL_WORLD_SIZE", world)) > count
+    backend = args.model_backend if args.model_backend != "auto" else ("gloo" if shared else "nccl")
+    return backend, torch.device(f"cuda:{local_rank % count}")
+
+
 def main() -> None:
     args = ServerArgs.from_json(os.environ[contract.ARGS_ENV])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -74,14 +91,13 @@ def main() -> None:
     if world != args.tp_size:
         sys.exit(f"WORLD_SIZE {world} != --tp {args.tp_size}")
     cuda = args.device == "cuda"
-    device = torch.device(f"cuda:{local_rank}") if cuda else torch.device("cpu")
+    backend, device = model_backend(args, local_rank, world)
     if cuda:
         torch.cuda.set_device(device)
     torch.set_num_threads(1)  # ranks share the host's cores; one BLAS thread each
     timeout = timedelta(seconds=args.dist_timeout)
     try:
-        init_distributed_environment("nccl" if cuda else "gloo", rank, world, timeout,
-                                     device_id=device if cuda else None)
+        init_distributed_environment(backend, rank, world, timeout, device_id=device if backend == "nccl" else None)
     except RendezvousError as exc:
         sys.exit(f"Error: {exc}")
     # Created in the same order on every rank: the model uses the default group,

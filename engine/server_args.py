@@ -63,6 +63,8 @@ NUMBER_LIMITS = {
 class ServerArgs:
     tp_size: int = _opt(1, "tensor-parallel ranks")
     device: str = _opt("cpu", "cpu or cuda (NCCL for the model's group on cuda)", DEVICES)
+    model_backend: str = _opt("auto", "backend of the model's group: auto (NCCL on cuda with a GPU per rank, gloo "
+                              "when ranks share a GPU or on cpu), nccl or gloo", ("auto", "nccl", "gloo"))
     model_seed: int = _opt(0, "seed of the model weights")
     page_size: int = _opt(16, "tokens per KV page (L1, L2 and L3 move whole pages)")
     max_total_tokens: int = _opt(8192, "L1 (device) KV pool size in tokens, per rank")

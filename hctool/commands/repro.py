@@ -93,6 +93,17 @@ def shard_ids(ids: list[str], shard: tuple[int, int]) -> list[str]:
 
 RunsOpt = typer.Option(1, "--runs", min=1, help="Repeat every variant K times and count the reproductions.")
 TimeoutOpt = typer.Option(None, "--timeout", help="Seconds a variant's workload may take (default: the scenario's).")
+CudaOpt = typer.Option(False, "--cuda", help="The model and KV pools on GPUs (NCCL for the model's group with a GPU "
+                       "per rank; gloo on CUDA tensors where ranks share one); same verdicts and JSON.")
+
+
+def _device(cuda: bool) -> str:
+    if not cuda:
+        return "cpu"
+    import torch  # only for --cuda: the CLI stays light otherwise
+    if not torch.cuda.is_available():
+        raise UsageError("--cuda but torch sees no CUDA device", "run without --cuda, or on a machine with a GPU")
+    return "cuda"
 
 
 @app.command("run")
@@ -105,6 +116,7 @@ def run_cmd(
     timeout: float = TimeoutOpt,
     runs: int = RunsOpt,
     catalogue: list[Path] = CatalogueOpt,
+    cuda: bool = CudaOpt,
 ) -> None:
     """Run every variant (or the chosen ones) of one incident; exit 0 iff each verdict is an expected one."""
     from hctool.procs import sigterm_as_interrupt
@@ -122,7 +134,8 @@ def run_cmd(
     root = artifacts or Path("hctool-runs") / f"repro-{incident}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     log.info(f"repro {incident}: artifacts in {root}")
     with sigterm_as_interrupt():
-        result = _run(scenario, [scenario.variant(n) for n in (variant or names)], root, tp, runs, timeout)
+        result = _run(scenario, [scenario.variant(n) for n in (variant or names)], root, tp, runs, timeout,
+                      _device(cuda))
     write_run_report(root, result)
     if as_json:
         print(json.dumps(result, indent=2))
@@ -143,10 +156,12 @@ def all_cmd(
     timeout: float = TimeoutOpt,
     runs: int = RunsOpt,
     catalogue: list[Path] = CatalogueOpt,
+    cuda: bool = CudaOpt,
 ) -> None:
     """Run every incident of the catalogue (or one shard of it) and print one table; exit 0 iff all as expected."""
     from hctool.procs import sigterm_as_interrupt
 
+    device = _device(cuda)
     part = _parse_shard(shard)
     scenarios = _catalogue(catalogue)
     ids = shard_ids(list(scenarios), part)
@@ -156,7 +171,7 @@ def all_cmd(
     with sigterm_as_interrupt():
         for sid in ids:
             s = scenarios[sid]
-            results.append(_run(s, list(s.variants), root / sid, None, runs, timeout))
+            results.append(_run(s, list(s.variants), root / sid, None, runs, timeout, device))
     ok = all(v["ok"] for r in results for v in r["variants"])
     write_run_report(root, {"shard": f"{part[0]}/{part[1]}", "ok": ok, "incidents": results})
     if as_json:
@@ -166,9 +181,9 @@ def all_cmd(
     raise typer.Exit(0 if ok else 1)
 
 
-def _run(scenario, variants, root: Path, tp, runs: int, timeout) -> dict:
+def _run(scenario, variants, root: Path, tp, runs: int, timeout, device: str = "cpu") -> dict:
     from hctool.repro.harness import HarnessOptions, ReproHarness
-    harness = ReproHarness(scenario, HarnessOptions(artifacts=root, tp=tp, runs=runs, timeout=timeout))
+    harness = ReproHarness(scenario, HarnessOptions(artifacts=root, tp=tp, runs=runs, timeout=timeout, device=device))
     return harness.run(variants)
 
 

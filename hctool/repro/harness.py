@@ -45,6 +45,7 @@ class HarnessOptions:
     runs: int = 1
     timeout: float | None = None      # overrides the scenario's per-variant deadline
     startup_timeout: float = 300.0
+    device: str = "cpu"               # cuda: the model and pools on GPUs (hctool repro --cuda)
 
 
 class ReproHarness:
@@ -56,16 +57,17 @@ class ReproHarness:
         vocab = ServerArgs().model.vocab_size
         self.rounds, self.cold = build_prompts(scenario.workload, vocab)
         self.storage_seed: Path | None = None
+        self.device_flags: tuple[str, ...] = () if opts.device == "cpu" else ("--device", opts.device)
         self.reference: dict | None = None
 
     # -- once per invocation ------------------------------------------------------------
     def prepare(self) -> None:
         if self.s.path is not None:
             shutil.copy(self.s.path, self.root / "scenario.toml")
-        first = self.s.server_args(self.s.variants[0], self.tp)
+        first = self.s.server_args(self.s.variants[0], self.tp, self.device_flags)
         if first.hicache_storage_backend and self.cold:
             self.storage_seed = self.root / "storage-seed"
-            args = self.s.server_args(self.s.variants[0], self.tp, (*self.s.setup_flags, "--hicache-storage-dir",
+            args = self.s.server_args(self.s.variants[0], self.tp, (*self.device_flags, *self.s.setup_flags, "--hicache-storage-dir",
                                                                     str(self.storage_seed)))
             log(f"setup: writing {len(self.cold)} cold prefixes to storage ({self.storage_seed})")
             with Topology(args, self.root / "setup") as topo:
@@ -98,7 +100,7 @@ class ReproHarness:
         if self.storage_seed is not None:
             shutil.copytree(self.storage_seed, vdir / "storage")
             extra = ("--hicache-storage-dir", str(vdir / "storage"))
-        args = self.s.server_args(variant, self.tp, extra)
+        args = self.s.server_args(variant, self.tp, (*self.device_flags, *extra))
         deadline_s = self.opts.timeout or self.s.deadline
         shape = f"PD prefill TP={self.s.prefill_tp} + decode TP={self.tp}" if self.s.pd else f"TP={self.tp}"
         log(f"{name}: starting {shape} with faults {', '.join(faults) or 'none'}")
