@@ -74,8 +74,8 @@ class Channel:
 
     def prune(self, all_ranks: list[int]) -> None:
         """Drop the prefix on which every member made an equal call and completed it.
-        A meeting out of step stays (it is evidence), and so does a cross-site
-        pairing until HOLD more calls follow it (a later divergence may be located there)."""
+        A cross-site pairing stays until HOLD more calls follow it (a later divergence may
+        be located there)."""
         ranks = self.member_ranks(all_ranks)
         seqs = [self.seqs.get(r) for r in ranks]
         if len(ranks) < 2 or any(not s for s in seqs):
@@ -87,7 +87,7 @@ class Channel:
                 return
             events = {r: s[0] for r, s in zip(ranks, seqs)}
             what = scan.classify(events)
-            if what[0] == "out_of_step" or what[0] == "cross" and min(map(len, seqs)) <= HOLD:
+            if what[0] == "cross" and min(map(len, seqs)) <= HOLD:
                 return
             scan.step(self.base, events, what)
             if what[0] == "cross":
@@ -218,8 +218,9 @@ def find_divergence(ch: Channel, all_ranks: list[int], ended: dict[int, str | No
     (docs/consensus.md "Evidence and location"): calls that differ in op, shapes,
     dtypes, reduce op, root or label; a rank absent from a call its peers made,
     once that is conclusive (a count that differs at the end, a rank blocked
-    while its peers are gone or waiting in a cycle); calls of one line meeting
-    out of step. A pairing of equal calls from different call sites is only
+    while its peers are gone or waiting in a cycle). A pairing of equal calls from
+    different call sites, even one that shifts how often each line meets (a joined
+    rank's shadow all-reduces, a neutral vote from another line), is only
     where such a divergence is located. waits: which ranks are inside a
     collective elsewhere and which wait in a cycle (see wait_state)."""
     look = _Look(ch, list(ch.member_ranks(all_ranks)), ended, now, hang_after, final, settle, waits or Waits({}, set()))
@@ -233,9 +234,7 @@ def find_divergence(ch: Channel, all_ranks: list[int], ended: dict[int, str | No
         present = {r: e for r, e in at.items() if e is not None}
         equal = len({hard_signature(e) for e in present.values()}) == 1
         if equal and len(present) == len(look.ranks):
-            what = scan.step(ch.base + i, at)
-            if what[0] == "out_of_step":
-                return look.out_of_step(i, what[1], what[2])
+            scan.step(ch.base + i, at)  # cross-site pairings: where a later divergence is located, not evidence
             continue
         if equal:
             return look.absent(i, at, present)
@@ -293,20 +292,6 @@ class _Look:
         if len(absent) < len(present) or not all(ended.get(r) == "clean" for r in absent):
             return _finding(ch, i, at, "missing", absent, waits)
         return _finding(ch, i, at, "extra", sorted(present), waits)
-
-    def out_of_step(self, i: int, rank: int, since: int) -> dict | None:
-        """Calls of one line met at i out of step with their meeting at seq `since`:
-        the divergence is the first cross-site pairing in between."""
-        ch, ref = self.ch, self.ranks[0]
-        p = locate.cross_between(self.seqs[ref], self.seqs[rank], since - ch.base + 1, i)
-        if p is not None:
-            return self.mismatch(p, {r: s[p] for r, s in self.seqs.items()}, located=True)
-        for seq, events in ch.pattern.log:  # dropped from the window already: name it, undecided
-            if seq > since:
-                times = [e["w"] for e in events.values() if e.get("w") is not None]
-                return {"channel": ch.key, "seq": seq, "kind": "site", "culprits": sorted({ref, rank}),
-                        "events": events, "time": min(times) if times else 0.0}
-        return self.finding(i, "site", sorted({ref, rank}))
 
     def mismatch(self, i: int, at: dict, located: bool = False) -> dict | None:
         """The members' calls at i differ (or, located, pair across call sites):

@@ -1,16 +1,12 @@
-"""Call-site patterns of a channel: which equal calls paired across call sites,
-and whether the calls of one call site still meet in step.
+"""Call-site patterns of a channel: which equal calls paired across call sites.
 
 A pairing of equal calls (same op, shapes, dtypes, reduce op, root) from
 different call sites is not a divergence by itself: Join's shadow all-reduces,
-the rank-0-first barriers and the sender/receiver arms of a broadcast pair so
-by design. It counts only through evidence (docs/consensus.md, "Evidence and
-location"). The one piece of evidence this module finds is a meeting out of
-step: two ranks meet at one call site (callers included) at occurrence
-offset k after meeting there at offset j != k, so between the two meetings one
-rank called that line more often than the other, over the same calls of the
-group; a cross-site pairing in between paired calls that do not belong
-together. The state is bounded by the program's call sites, not its length.
+the rank-0-first barriers, the sender/receiver arms of a broadcast and a neutral
+vote from another line pair so by design, also when that shifts how often each
+line meets its peer's. It counts only through evidence found elsewhere
+(docs/consensus.md, "Evidence and location"); the pairings say where such a
+divergence is located. The state is bounded by the program's call sites.
 """
 
 from __future__ import annotations
@@ -73,7 +69,6 @@ class Pattern:
 
     def __init__(self) -> None:
         self.occ: dict = {}       # (rank, pattern key) -> calls from there so far
-        self.meet: dict = {}      # (rank, key) -> (occurrence offset to the reference rank, seq) at the last meeting
         self.pairings: dict = {}  # combo (pattern key per member) -> {"seq", "count", "events"}
         self.log: deque = deque(maxlen=64)  # (seq, events) of cross-site positions dropped from the window
 
@@ -85,21 +80,11 @@ class Scan:
     def __init__(self, pattern: Pattern, ranks: list[int], commit: bool = False):
         self.pattern, self.ranks, self.ref, self.commit = pattern, ranks, ranks[0], commit
         self.occ = pattern.occ if commit else ChainMap({}, pattern.occ)
-        self.meet = pattern.meet if commit else ChainMap({}, pattern.meet)
         self.pairings = pattern.pairings if commit else {}
 
     def classify(self, events: dict[int, dict]):
-        """("same",) | ("cross", combo) | ("out_of_step", rank, seq of the previous meeting)
-        for one position at which every member made an equal call."""
+        """("same",) | ("cross", combo) for one position at which every member made an equal call."""
         keys = {r: pattern_key(events[r]) for r in self.ranks}
-        ref_key = keys[self.ref]
-        for r in self.ranks[1:]:
-            if keys[r] != ref_key:
-                continue
-            offset = self.occ.get((r, ref_key), 0) - self.occ.get((self.ref, ref_key), 0)
-            last = self.meet.get((r, ref_key))
-            if last is not None and last[0] != offset:
-                return ("out_of_step", r, last[1])
         if len(set(keys.values())) == 1:
             return ("same",)
         return ("cross", tuple(keys[r] for r in self.ranks))
@@ -107,10 +92,6 @@ class Scan:
     def step(self, seq: int, events: dict[int, dict], what=None):
         what = what or self.classify(events)
         keys = {r: pattern_key(events[r]) for r in self.ranks}
-        for r in self.ranks[1:]:
-            if keys[r] == keys[self.ref]:
-                k = keys[r]
-                self.meet[(r, k)] = (self.occ.get((r, k), 0) - self.occ.get((self.ref, k), 0), seq)
         for r, k in keys.items():
             self.occ[(r, k)] = self.occ.get((r, k), 0) + 1
         if what[0] == "cross":
