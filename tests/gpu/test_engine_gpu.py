@@ -17,6 +17,7 @@ from tests.engine.test_engine_cache import groups, tiers  # noqa: F401 - fixture
 CUDA = torch.device("cuda:0")
 
 
+@pytest.mark.two_gpus
 def test_tp2_nccl_matches_tp1(tmp_path, no_leftover_processes):
     ref_cpu = compute_cases(TinyTransformer(ModelConfig(), 0, 1, torch.device("cpu")), torch.device("cpu"))
     ref_gpu = compute_cases(TinyTransformer(ModelConfig(), 0, 1, CUDA), CUDA)

@@ -5,6 +5,8 @@ equal a TP1 no-cache server's on CUDA."""
 
 from __future__ import annotations
 
+import pytest
+
 import requests
 
 from engine.server_args import ServerArgs
@@ -19,6 +21,7 @@ def load_back_tokens(url: str) -> int:
     return -1
 
 
+@pytest.mark.two_gpus
 def test_pd_prefill_gpu0_decode_gpu1_matches_tp1(tmp_path, no_leftover_processes):
     prompts = pd_prompts()
     ref_args = ServerArgs(tp_size=1, device="cuda", disable_radix_cache=True, max_total_tokens=2048)
