@@ -63,7 +63,7 @@ def extract(examples: Path, case: str, work: Path) -> Path:
     git_dir = examples if (examples / "objects").is_dir() else examples / ".git"
     out = work / case
     if out.exists():
-        return out / Path(sub).name
+        return out / sub
     out.mkdir(parents=True)
     if git_dir.is_dir():
         with tempfile.TemporaryFile() as tar:
