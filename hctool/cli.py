@@ -13,6 +13,7 @@ import typer
 
 from hctool import __version__
 from hctool.errors import UsageError, report_error
+from hctool.protocol.safefile import UnsafeFile
 
 app = typer.Typer(
     name="hctool",
@@ -57,6 +58,9 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv, prog_name="hctool")
     except UsageError as exc:
         report_error(str(exc), exc.hint)
+        sys.exit(2)
+    except UnsafeFile as exc:  # a link or FIFO planted where hctool writes (hctool/protocol/safefile.py)
+        report_error(exc.strerror, "someone else can write into that folder: use one of your own")
         sys.exit(2)
     except KeyboardInterrupt:
         print("Interrupted.", file=sys.stderr)

@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 
 from hctool.protocol import env as protocol_env
+from hctool.protocol.safefile import open_append
 
 AGENT_SITE_DIR = Path(__file__).resolve().parent / "agent" / "site"  # holds sitecustomize.py only
 
@@ -101,13 +102,14 @@ class ProcessSet:
               log_path: Path | None = None, cwd: str | None = None, stdout_path: Path | None = None) -> Child:
         """log_path takes stdout and stderr, unless stdout_path is given for stdout alone."""
         stdout = stderr = None
+        # Logs go into run folders others may write into: never through a planted link or FIFO.
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
-            stdout = open(log_path, "ab", buffering=0)  # noqa: SIM115 - closed with the child
+            stdout = open(open_append(log_path), "ab", buffering=0)  # noqa: SIM115 - closed with the child
             stderr = subprocess.STDOUT
         if stdout_path is not None:
             stderr = stdout if stdout is not None else None
-            stdout = open(stdout_path, "ab", buffering=0)  # noqa: SIM115 - closed with the child
+            stdout = open(open_append(stdout_path), "ab", buffering=0)  # noqa: SIM115 - closed with the child
         popen = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=stdout, stderr=stderr,
                                  stdin=subprocess.DEVNULL, start_new_session=True)
         for f in (stdout, stderr):
