@@ -91,6 +91,9 @@ def run(
         raise UsageError(f"the traces of this run cannot be read: {exc}", "was something else writing into --trace-dir?") from None
     if latency is not None:
         _err(f"hctool: reported {latency * 1000:.0f} ms after the first divergent call")
+    from hctool.consensus.truncation import describe
+    for entry in report.get("incomplete", []):  # said on stderr with --json too
+        _err(f"hctool: {describe(entry)}")
     write_run_report(trace_dir, report)
     _emit(report, as_json)
     raise typer.Exit(_exit_code(report))

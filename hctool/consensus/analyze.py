@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from hctool.consensus import probes
+from hctool.consensus import probes, truncation
 from hctool.consensus.align import Channel, channel_members, find_divergence, route
 from hctool.consensus.flight_recorder import is_flight_recorder_dir, read_flight_recorder
 from hctool.consensus.trace import TraceDirReader, TraceError, trace_files
@@ -184,10 +184,13 @@ def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: d
             ended = {r: ("crashed" if s is None and r in reader.ranks else s) for r, s in ended.items()}
     tracker.ranks.update(exit_codes or {})
     tracker.prune()
+    incomplete = truncation.cut(tracker, reader.ranks) if reader is not None else []
     finding = tracker.first_divergence(ended, now, hang_after=None, final=True)
     report = build_report(tracker, ended, finding, stacks, final=True)
     if reader is not None:
         probes.annotate(report, reader.ranks, finding)
+    if incomplete:
+        report["incomplete"] = incomplete  # a full trace folder: compared up to there (truncation.py)
     if exit_codes is not None:
         report["exit_codes"] = {str(r): c for r, c in sorted(exit_codes.items())}
     if command_exit is not None:

@@ -14,7 +14,7 @@ import time
 
 import psutil
 
-from hctool.consensus import probes
+from hctool.consensus import probes, truncation
 from hctool.consensus.analyze import Tracker, build_report, ended_states
 from hctool.consensus.trace import TraceDirReader
 
@@ -42,6 +42,7 @@ class LiveWatcher:
             self.tracker.add(ev, now)
         self.events_seen += len(new)
         self.tracker.prune()
+        truncation.cut(self.tracker, self.reader.ranks)  # a rank whose folder filled up: unknown, not absent
         ended = ended_states(self.reader.ranks, exit_codes, self.tracker.all_ranks())
         for r, state in ended.items():  # a rank gone without an end record was killed or aborted
             rt = self.reader.ranks.get(r)

@@ -138,7 +138,10 @@ def run_job(opts: RunOptions) -> tuple[dict, float | None]:
     if command_exit and not codes:
         _log(f"the command failed ({procs.describe_exit(command_exit)}) before any rank recorded a collective")
     faults = fault_counts(opts, controller)
-    RunRecord(list(opts.command), codes, command_exit, faults).write(opts.trace_dir)
+    try:
+        RunRecord(list(opts.command), codes, command_exit, faults).write(opts.trace_dir)
+    except OSError as exc:  # a full folder: the report below still has it all
+        _log(f"no run record ({exc.strerror or exc}): a later `analyze` will not know the exit codes")
     report = analyze_dir(opts.trace_dir, exit_codes=codes, stacks=stacks, command_exit=command_exit)
     if report["verdict"] == "consistent" and finding is not None:
         # the live finding stands if the final data lost it

@@ -66,6 +66,7 @@ class RankTrace:
     last_event: dict | None = None
     probes: list = field(default_factory=list)        # (t, name, caller site, caller function), in order
     probe_counts: dict = field(default_factory=dict)  # name -> entries recorded
+    truncated: dict | None = None     # the recorder stopped (its folder was full): {"why", "slot"}
 
 
 @dataclass
@@ -323,6 +324,9 @@ class TraceDirReader:
             counts[rec["pr"]] = counts.get(rec["pr"], 0) + 1
             if len(f.rt.probes) < MAX_PROBES:
                 f.rt.probes.append((float(rec.get("t", 0.0)), rec["pr"], rec.get("site"), rec.get("fn")))
+        elif "trace_truncated" in rec:  # the folder was full: this process recorded nothing after it
+            _check(isinstance(rec["trace_truncated"], str) and _is_int(rec.get("slot", 0)), "bad truncation mark")
+            f.rt.truncated = {"why": rec["trace_truncated"], "slot": rec.get("slot", 0)}
         elif "end" in rec:
             _check(isinstance(rec.get("error"), (str, type(None))), "bad end record")
             f.rt.ended = "crashed" if rec.get("error") else "clean"
