@@ -42,9 +42,9 @@ def _log(msg: str) -> None:
     log.info(f"hctool: {msg}")
 
 
-def _c10d_kernel() -> dict[str, str]:
+def _c10d_kernel(timeout: float) -> dict[str, str]:
     """HCTOOL_C10D_KERNEL for the ranks: the C++ capture kernel, built for this torch if need be."""
-    path, why = kernel_build.ensure_built(log=_log)
+    path, why = kernel_build.ensure_built(log=_log, timeout=timeout)
     if path is None:
         if why != f"{kernel_build.ENV}=0":
             _log(f"C++-issued collectives (DDP's reducer) go through the Python kernel, ~100 us a call: {why}")
@@ -53,7 +53,7 @@ def _c10d_kernel() -> dict[str, str]:
 
 
 def _start(opts: RunOptions, ps: procs.ProcessSet, controller: JobController | None) -> dict[int, procs.Child]:
-    extra = dict(_c10d_kernel())
+    extra = dict(_c10d_kernel(opts.timeout))  # the build counts against the run's --timeout
     in_rank = [f.spec() for f in opts.faults if f.kind in IN_RANK]
     if in_rank:
         extra[protocol_env.FAULTS] = ";".join(in_rank)
