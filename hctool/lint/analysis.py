@@ -14,6 +14,7 @@ from hctool.lint.checks import Finding, check_comparison, check_function
 from hctool.lint.config import LintConfig
 from hctool.lint.project import FuncSummary, ModuleSummary, Project
 from hctool.lint.rules import RULES
+from hctool.lint.source import read_source
 from hctool.lint.walker import EMPTY, FnAtom, ModuleInfo, ParamAtom, Walker
 
 SUPPRESS_RE = re.compile(r"#\s*hctool:\s*ignore\[([^\]]*)\]")
@@ -57,8 +58,7 @@ def _module_info(tree: ast.Module, path: str, modname: str, cfg: LintConfig) -> 
 
 
 def _parse(file: str) -> tuple[bytes, ast.Module]:
-    with open(file, "rb") as fh:
-        data = fh.read()
+    data = read_source(file)  # never a FIFO, a followed link or an unbounded read (source.py)
     return data, ast.parse(data, filename=file)
 
 

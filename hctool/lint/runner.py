@@ -16,6 +16,7 @@ from hctool.lint.analysis import check_file, summarize_file, suppressions
 from hctool.lint.checks import gated_callers
 from hctool.lint.config import LintConfig
 from hctool.lint.project import Project
+from hctool.lint.source import read_source
 
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache",
                        ".ruff_cache", ".pytest_cache", "node_modules", ".eggs"})
@@ -64,8 +65,8 @@ def discover(paths: list[Path], cfg: LintConfig, cwd: Path) -> list[Path]:
         p = (cwd / given).resolve() if not given.is_absolute() else given.resolve()
         if not p.exists():
             raise UsageError(f"no such file or directory: {given}", "pass Python files or directories to lint")
-        if p.is_file():
-            found.add(p)  # named explicitly: linted even if it does not end in .py
+        if not p.is_dir():
+            found.add(p)  # named explicitly: linted even if it does not end in .py (read_source refuses a FIFO)
             continue
         for dirpath, dirnames, filenames in os.walk(p):
             dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS
@@ -183,7 +184,7 @@ def _add_gated_callers(report: Report, project: Project, summaries: list, job_li
             continue
         seen.add((f.path, f.line, f.rule))
         try:
-            table = suppressions(Path(files[f.path]).read_text(errors="replace"))
+            table = suppressions(read_source(files[f.path]).decode(errors="replace"))
         except OSError:
             table = {}
         hit = next((ln for ln in range(f.line, f.end_line + 1) if ln in table and f.rule in table[ln][1]), None)
