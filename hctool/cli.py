@@ -53,7 +53,18 @@ _register()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: user mistakes become `Error: ...` and exit 2, never a traceback."""
+    """Entry point: user mistakes become `Error: ...` and exit 2, never a traceback; a command
+    stopped by SIGINT, SIGTERM or SIGHUP ends by that signal once it has reaped its children."""
+    from hctool import signals
+
+    signals.install()
+    try:
+        _main(argv)
+    finally:
+        signals.end_by_received()
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         app(args=argv, prog_name="hctool")
     except UsageError as exc:

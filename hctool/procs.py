@@ -149,11 +149,11 @@ class ProcessSet:
 @contextlib.contextmanager
 def sigterm_as_interrupt():
     """Turn SIGTERM (and SIGHUP) into KeyboardInterrupt in the main thread, so the
-    same teardown path runs for Ctrl-C, `kill` and a closed terminal."""
-    def handler(signum, frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
+    same teardown path runs for Ctrl-C, `kill` and a closed terminal (hctool/signals.py
+    remembers which, and the command ends by it)."""
+    from hctool.signals import as_interrupt
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    old = {s: signal.signal(s, as_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
