@@ -65,8 +65,12 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(argv: list[str] | None) -> None:
+    from hctool.optlimits import bound_numbers
+
     try:
-        app(args=argv, prog_name="hctool")
+        command = typer.main.get_command(app)
+        bound_numbers(command)  # every numeric option: a number, finite, in range (hctool/optlimits.py)
+        command(args=argv, prog_name="hctool")
     except UsageError as exc:
         report_error(str(exc), exc.hint)
         sys.exit(2)
