@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import sys
 import threading
 import uuid
-from multiprocessing.connection import Connection, Listener
+from multiprocessing.connection import Connection
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -23,6 +24,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from engine import tokenizer
 from engine.lab import contract
+from engine.entrypoints.ipc_auth import accept_peer
 from engine.entrypoints.request_guard import BodyError, body_limit, parse_json, read_body
 from engine.managers.io_struct import (ErrorOutput, FlushCacheReqInput, FlushCacheReqOutput, GenerateReqOutput,
                                        MetricsOutput, ReadyOutput, SamplingParams, TokenizedGenerateReqInput)
@@ -95,8 +97,8 @@ class BadRequest(Exception):
 class RankLink:
     """The one connection to rank 0: a reader thread resolves per-request futures."""
 
-    def __init__(self, listener: Listener, metrics: MetricsSnapshot):
-        self.listener = listener
+    def __init__(self, server: socket.socket, authkey: bytes, metrics: MetricsSnapshot):
+        self.server, self.authkey = server, authkey
         self.metrics = metrics
         self.conn: Connection | None = None
         self.ready: ReadyOutput | None = None  # once every rank is up
@@ -109,9 +111,10 @@ class RankLink:
         return self.ready is not None and not self.disconnected
 
     def run(self) -> None:
-        """Reader thread: accept rank 0, then dispatch its messages until it goes away."""
-        self.conn = self.listener.accept()
-        print(f"rank 0 connected from {self.listener.last_accepted}", file=sys.stderr, flush=True)
+        """Reader thread: accept rank 0 (stray connections are dropped: ipc_auth.py), then
+        dispatch its messages until it goes away."""
+        self.conn, addr = accept_peer(self.server, self.authkey)
+        print(f"rank 0 connected from {addr}", file=sys.stderr, flush=True)
         try:
             while True:
                 self._dispatch(self.conn.recv())
@@ -278,9 +281,8 @@ def build_app(link: RankLink, server_args: ServerArgs) -> FastAPI:
 
 def main() -> None:
     server_args = ServerArgs.from_json(os.environ[contract.ARGS_ENV])
-    listener = Listener(("127.0.0.1", int(os.environ[contract.IPC_PORT_ENV])),
-                        authkey=bytes.fromhex(os.environ[contract.IPC_AUTHKEY_ENV]))
-    link = RankLink(listener, MetricsSnapshot())
+    server = socket.create_server(("127.0.0.1", int(os.environ[contract.IPC_PORT_ENV])))
+    link = RankLink(server, bytes.fromhex(os.environ[contract.IPC_AUTHKEY_ENV]), MetricsSnapshot())
     threading.Thread(target=link.run, name="rank0-reader", daemon=True).start()
     config = uvicorn.Config(build_app(link, server_args), host=os.environ.get(contract.HTTP_HOST_ENV, "127.0.0.1"),
                             port=int(os.environ[contract.HTTP_PORT_ENV]), log_level="warning",
