@@ -85,16 +85,18 @@ def test_every_numeric_engine_flag_refuses_bad_values(name, capsys):
         assert code == 2 and len(errors) == 1 and _flag(name) in errors[0], (name, raw, err)
 
 
+TICKER = str(REPO / "tests" / "consensus" / "programs" / "ticker.py")
+
+
 @pytest.mark.parametrize("argv", [
     ["launch", "--cpu", "--disaggregation-transfer-timeout", "nan"],
-    ["check-consensus", "run", "--timeout", "inf", "--", "prog.py"],
-    ["check-consensus", "run", "--hang-after", "nan", "--", "prog.py"],
-    ["chaos", "explore", "--budget", "inf"],
+    ["check-consensus", "run", "--timeout", "inf", "--", TICKER],
+    ["check-consensus", "run", "--hang-after", "nan", "--", TICKER],
+    ["lint", "--jobs", "nan", TICKER],
 ])
 def test_a_real_process_refuses_before_it_starts_anything(argv, tmp_path):
-    done = subprocess.run([sys.executable, "-m", "hctool", *argv], cwd=tmp_path, env=child_env(), capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "hctool", *argv], cwd=tmp_path,
+                          env={**child_env(), "TICKER_SECONDS": "0.5"}, capture_output=True, text=True, timeout=120)
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("Error:")]
     assert done.returncode == 2 and len(errors) == 1 and done.stdout == "", done.stderr
     assert list(tmp_path.iterdir()) == [], "a refused command created files"
-    assert REPO  # the CLI of this checkout (child_env puts it first on PYTHONPATH)

@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client
@@ -33,6 +34,24 @@ def _connect(port: int, deadline_s: float = 60) -> socket.socket:
             time.sleep(0.02)
 
 
+def _client_within(port: int, key: bytes, deadline_s: float = 20):
+    """multiprocessing's Client (it has no timeout of its own), or the exception it raised;
+    fails when the handshake does not finish in time (before: a silent peer held the accept)."""
+    out: list = []
+
+    def connect():
+        try:
+            out.append(Client(("127.0.0.1", port), authkey=key))
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            out.append(exc)
+
+    t = threading.Thread(target=connect, daemon=True)
+    t.start()
+    t.join(deadline_s)
+    assert out, f"the link's handshake did not finish within {deadline_s} s"
+    return out[0]
+
+
 @pytest.fixture
 def frontend(tmp_path):
     ipc, http, key = free_port(), free_port(), os.urandom(16)
@@ -51,10 +70,10 @@ def test_stray_connections_are_dropped_and_rank0_still_connects(frontend):
     silent = _connect(ipc)                       # connects and says nothing
     garbage = _connect(ipc)
     garbage.sendall(b"\x00\x00\x00\x10GET / HTTP/1.1\r\n\r\n")  # a length-prefixed message that is no answer
-    with pytest.raises((AuthenticationError, EOFError, ConnectionError)):
-        Client(("127.0.0.1", ipc), authkey=b"not the key")
-    time.sleep(0.5)
-    rank0 = Client(("127.0.0.1", ipc), authkey=key)  # the real one, while the silent peer still waits
+    wrong = _client_within(ipc, b"not the key")
+    assert isinstance(wrong, (AuthenticationError, EOFError, ConnectionError)), wrong
+    rank0 = _client_within(ipc, key)  # the real one, while the silent peer still waits
+    assert not isinstance(rank0, BaseException), rank0
     rank0.send(ReadyOutput(1, 32768, 8000))
     end = time.monotonic() + 30
     while True:
