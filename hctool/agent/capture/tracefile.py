@@ -38,6 +38,8 @@ def _open() -> int:
     with _S.lock:
         if _S.fd is not None:
             return _S.fd
+        if _S.trace_dir is None:
+            raise OSError(errno.EPERM, "recording is off in this process")
         dist = _S.dist
         live = dist is not None and dist.is_initialized()
         rank = str(dist.get_rank()) if live else os.environ.get("RANK")
