@@ -51,6 +51,7 @@ class ModelConfig:
 NUMBER_LIMITS = {
     "tp_size": (1, 1 << 12), "model_seed": (0, 2**63 - 1), "page_size": (1, 4096),
     "max_total_tokens": (1, 1 << 26), "max_running_requests": (1, 1 << 16), "max_prefill_tokens": (1, 1 << 26),
+    "max_queued_requests": (0, 1 << 20),
     "hicache_ratio": (0, 1000), "hicache_size": (0, 10_000), "prefetch_timeout_base": (0, 86_400),
     "prefetch_timeout_per_ki_token": (0, 86_400), "prefetch_timeout_max": (0, 86_400),
     "prefetch_threshold": (0, 1 << 26), "req_waiting_timeout": (0, 7 * 86_400),
@@ -69,6 +70,7 @@ class ServerArgs:
     page_size: int = _opt(16, "tokens per KV page (L1, L2 and L3 move whole pages)")
     max_total_tokens: int = _opt(8192, "L1 (device) KV pool size in tokens, per rank")
     max_running_requests: int = _opt(32, "most requests in a batch")
+    max_queued_requests: int = _opt(0, "most requests waiting; one more is answered 503 (0: no bound)")
     max_prefill_tokens: int = _opt(16384, "most new tokens in one prefill batch")
     disable_radix_cache: bool = _opt(False, "no prefix reuse at all (the no-cache reference)")
     enable_hierarchical_cache: bool = _opt(False, "add the L2 host tier (and L3 with a storage backend)")

@@ -13,6 +13,7 @@ import typer
 
 from hctool import __version__
 from hctool.errors import UsageError, report_error
+from hctool.protocol.safefile import UnsafeFile
 
 app = typer.Typer(
     name="hctool",
@@ -52,11 +53,29 @@ _register()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: user mistakes become `Error: ...` and exit 2, never a traceback."""
+    """Entry point: user mistakes become `Error: ...` and exit 2, never a traceback; a command
+    stopped by SIGINT, SIGTERM or SIGHUP ends by that signal once it has reaped its children."""
+    from hctool import signals
+
+    signals.install()
     try:
-        app(args=argv, prog_name="hctool")
+        _main(argv)
+    finally:
+        signals.end_by_received()
+
+
+def _main(argv: list[str] | None) -> None:
+    from hctool.optlimits import bound_numbers
+
+    try:
+        command = typer.main.get_command(app)
+        bound_numbers(command)  # every numeric option: a number, finite, in range (hctool/optlimits.py)
+        command(args=argv, prog_name="hctool")
     except UsageError as exc:
         report_error(str(exc), exc.hint)
+        sys.exit(2)
+    except UnsafeFile as exc:  # a link or FIFO planted where hctool writes (hctool/protocol/safefile.py)
+        report_error(exc.strerror, "someone else can write into that folder: use one of your own")
         sys.exit(2)
     except KeyboardInterrupt:
         print("Interrupted.", file=sys.stderr)

@@ -20,6 +20,8 @@ from pathlib import Path
 import psutil
 
 from hctool.protocol import env as protocol_env
+from hctool.protocol.safefile import open_append
+from hctool.signals import deferred
 
 AGENT_SITE_DIR = Path(__file__).resolve().parent / "agent" / "site"  # holds sitecustomize.py only
 
@@ -101,20 +103,24 @@ class ProcessSet:
               log_path: Path | None = None, cwd: str | None = None, stdout_path: Path | None = None) -> Child:
         """log_path takes stdout and stderr, unless stdout_path is given for stdout alone."""
         stdout = stderr = None
+        # Logs go into run folders others may write into: never through a planted link or FIFO.
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
-            stdout = open(log_path, "ab", buffering=0)  # noqa: SIM115 - closed with the child
+            stdout = open(open_append(log_path), "ab", buffering=0)  # noqa: SIM115 - closed with the child
             stderr = subprocess.STDOUT
         if stdout_path is not None:
             stderr = stdout if stdout is not None else None
-            stdout = open(stdout_path, "ab", buffering=0)  # noqa: SIM115 - closed with the child
-        popen = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=stdout, stderr=stderr,
-                                 stdin=subprocess.DEVNULL, start_new_session=True)
-        for f in (stdout, stderr):
-            if f is not None and f is not subprocess.STDOUT:
-                f.close()
-        child = Child(name, popen, log_path)
-        self.children.append(child)
+            stdout = open(open_append(stdout_path), "ab", buffering=0)  # noqa: SIM115 - closed with the child
+        try:
+            with deferred():  # Ctrl-C/SIGTERM between the fork and the append would orphan the child
+                popen = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=stdout, stderr=stderr,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                child = Child(name, popen, log_path)
+                self.children.append(child)
+        finally:
+            for f in (stdout, stderr):
+                if f is not None and f is not subprocess.STDOUT:
+                    f.close()
         return child
 
     def dead(self) -> list[Child]:
@@ -147,11 +153,11 @@ class ProcessSet:
 @contextlib.contextmanager
 def sigterm_as_interrupt():
     """Turn SIGTERM (and SIGHUP) into KeyboardInterrupt in the main thread, so the
-    same teardown path runs for Ctrl-C, `kill` and a closed terminal."""
-    def handler(signum, frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
+    same teardown path runs for Ctrl-C, `kill` and a closed terminal (hctool/signals.py
+    remembers which, and the command ends by it)."""
+    from hctool.signals import as_interrupt
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    old = {s: signal.signal(s, as_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import sys
 import threading
 import uuid
-from multiprocessing.connection import Connection, Listener
+from multiprocessing.connection import Connection
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -23,9 +24,11 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from engine import tokenizer
 from engine.lab import contract
+from engine.entrypoints.ipc_auth import accept_peer
 from engine.entrypoints.request_guard import BodyError, body_limit, parse_json, read_body
-from engine.managers.io_struct import (ErrorOutput, FlushCacheReqInput, FlushCacheReqOutput, GenerateReqOutput,
-                                       MetricsOutput, ReadyOutput, SamplingParams, TokenizedGenerateReqInput)
+from engine.managers.io_struct import (AbortReq, ErrorOutput, FlushCacheReqInput, FlushCacheReqOutput,
+                                       GenerateReqOutput, MetricsOutput, ReadyOutput, SamplingParams,
+                                       TokenizedGenerateReqInput)
 from engine.server_args import ServerArgs
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -95,8 +98,8 @@ class BadRequest(Exception):
 class RankLink:
     """The one connection to rank 0: a reader thread resolves per-request futures."""
 
-    def __init__(self, listener: Listener, metrics: MetricsSnapshot):
-        self.listener = listener
+    def __init__(self, server: socket.socket, authkey: bytes, metrics: MetricsSnapshot):
+        self.server, self.authkey = server, authkey
         self.metrics = metrics
         self.conn: Connection | None = None
         self.ready: ReadyOutput | None = None  # once every rank is up
@@ -109,9 +112,10 @@ class RankLink:
         return self.ready is not None and not self.disconnected
 
     def run(self) -> None:
-        """Reader thread: accept rank 0, then dispatch its messages until it goes away."""
-        self.conn = self.listener.accept()
-        print(f"rank 0 connected from {self.listener.last_accepted}", file=sys.stderr, flush=True)
+        """Reader thread: accept rank 0 (stray connections are dropped: ipc_auth.py), then
+        dispatch its messages until it goes away."""
+        self.conn, addr = accept_peer(self.server, self.authkey)
+        print(f"rank 0 connected from {addr}", file=sys.stderr, flush=True)
         try:
             while True:
                 self._dispatch(self.conn.recv())
@@ -150,8 +154,10 @@ class RankLink:
         loop, fut = entry
         loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(msg))
 
-    async def call(self, key: str, msg):
-        """Send one message and wait for the answer keyed by `key` (rid or flush id)."""
+    async def call(self, key: str, msg, request: Request | None = None):
+        """Send one message and wait for the answer keyed by `key` (rid or flush id). With the
+        client's `request`: when the client goes away first, abort the request on the ranks
+        (SGLang's abort_request on disconnect) and raise ClientGone."""
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         with self.lock:
@@ -167,13 +173,36 @@ class RankLink:
             with self.lock:
                 self.pending.pop(key, None)
             raise ConnectionError(f"engine rank 0 is not reachable: {exc}") from None
-        # On client disconnect this await is cancelled; the key stays reserved until
-        # rank 0 answers, because the request is still live on the ranks.
-        return await fut
+        if request is None:
+            return await fut
+        gone = asyncio.ensure_future(_client_gone(request))
+        try:
+            await asyncio.wait({fut, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if fut.done():
+            return fut.result()
+        # Every rank drops it in the tick the abort is broadcast; the key stays reserved until
+        # rank 0 answers the abort, so a new request cannot take the rid while it is still live.
+        try:
+            await asyncio.to_thread(self._send, AbortReq(key.split(":", 1)[1], "the client disconnected", 499))
+        except OSError:
+            pass  # rank 0 is gone: fail_all answers everything
+        raise ClientGone()
 
     def _send(self, msg) -> None:
         with self.lock:
             self.conn.send(msg)
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer: the request was aborted on the ranks."""
+
+
+async def _client_gone(request: Request) -> None:
+    """Returns when the client disconnects (the ASGI server says so once the body is read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def parse_generate(body: bytes, vocab_size: int, max_context_len: int) -> TokenizedGenerateReqInput:
@@ -246,7 +275,9 @@ def build_app(link: RankLink, server_args: ServerArgs) -> FastAPI:
         try:
             body = await read_body(request, body_limit(ready.max_context_len))
             msg = parse_generate(body, ready.vocab_size, ready.max_context_len)
-            answer = await link.call("req:" + msg.rid, msg)
+            answer = await link.call("req:" + msg.rid, msg, request)
+        except ClientGone:
+            return Response(status_code=499)  # nobody reads it: the client is gone
         except BodyError as exc:
             return error(exc.status, str(exc))
         except BadRequest as exc:
@@ -278,9 +309,8 @@ def build_app(link: RankLink, server_args: ServerArgs) -> FastAPI:
 
 def main() -> None:
     server_args = ServerArgs.from_json(os.environ[contract.ARGS_ENV])
-    listener = Listener(("127.0.0.1", int(os.environ[contract.IPC_PORT_ENV])),
-                        authkey=bytes.fromhex(os.environ[contract.IPC_AUTHKEY_ENV]))
-    link = RankLink(listener, MetricsSnapshot())
+    server = socket.create_server(("127.0.0.1", int(os.environ[contract.IPC_PORT_ENV])))
+    link = RankLink(server, bytes.fromhex(os.environ[contract.IPC_AUTHKEY_ENV]), MetricsSnapshot())
     threading.Thread(target=link.run, name="rank0-reader", daemon=True).start()
     config = uvicorn.Config(build_app(link, server_args), host=os.environ.get(contract.HTTP_HOST_ENV, "127.0.0.1"),
                             port=int(os.environ[contract.HTTP_PORT_ENV]), log_level="warning",

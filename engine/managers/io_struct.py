@@ -77,9 +77,12 @@ class FlushCacheReqInput:
 
 @dataclass
 class AbortReq:
-    """Rank 0's decision to drop a waiting request, sent to every rank with the requests."""
+    """Drop a request on every rank in one tick: rank 0's waiting-timeout decision (408), or the
+    frontend's when its client went away (499, as SGLang aborts on disconnect); broadcast with
+    the tick's requests."""
     rid: str
     message: str
+    status: int = 408
 
 
 @dataclass

@@ -96,7 +96,7 @@ class Scheduler:
             if isinstance(msg, ShutdownReq):
                 return False
             if isinstance(msg, AbortReq):
-                self.abort_waiting(msg.rid, msg.message)
+                self.abort_request(msg)
             elif isinstance(msg, FlushCacheReqInput):
                 self.io.send(self.flush_cache(msg))
             elif isinstance(msg, TokenizedGenerateReqInput):
@@ -119,18 +119,30 @@ class Scheduler:
         for req in [r for r in self.prefill.waiting_queue if now - r.wait_start > limit and r.rid not in self.aborting]:
             message = f"waited longer than --req-waiting-timeout {limit:g} s"
             if local:
-                self.abort_waiting(req.rid, message)
+                self.abort_request(AbortReq(req.rid, message))
             else:
                 self.aborting.add(req.rid)
                 self.io.decisions.append(AbortReq(req.rid, message))
 
-    def abort_waiting(self, rid: str, message: str) -> None:
-        """Mutates: drops a waiting request (it holds no pages) and answers 408."""
+    def abort_request(self, msg: AbortReq) -> None:
+        """SGLang's abort_request. Mutates: drops the request wherever it is, waiting (it holds no
+        pages) or running (its KV goes to the tree, as a finished request's does), and answers
+        msg.status. Every rank gets the AbortReq in the same tick's broadcast, so every rank drops
+        it here in that tick. A rid no longer here (it just finished) is nothing to do."""
+        rid = msg.rid
         self.aborting.discard(rid)
-        kept = [r for r in self.prefill.waiting_queue if r.rid != rid]
-        if len(kept) < len(self.prefill.waiting_queue):
-            self.prefill.waiting_queue = kept
-            self.io.send(ErrorOutput(rid, 408, message))
+        found = [r for r in self.prefill.waiting_queue if r.rid == rid]
+        self.prefill.waiting_queue = [r for r in self.prefill.waiting_queue if r.rid != rid]
+        if self.disagg_decode is not None:  # PD decode: only a request that holds nothing yet
+            found += [dr.req for dr in self.disagg_decode.prealloc_queue if dr.req.rid == rid]
+            self.disagg_decode.prealloc_queue = [dr for dr in self.disagg_decode.prealloc_queue if dr.req.rid != rid]
+        for req in [r for r in self.decode.running if r.rid == rid]:
+            self.resources.cache_finished_req(req)
+            req.finished = True
+            found.append(req)
+        self.decode.filter_finished()
+        if found:
+            self.io.send(ErrorOutput(rid, msg.status, msg.message))
 
     def observe_tick(self) -> None:
         """Take this tick's snapshot (engine/lab/snapshot.py) when something reads it: the state

@@ -39,6 +39,9 @@ class PrefillManager:
         error = msg.verify(self.args.model.vocab_size, self.args.max_context_len)
         if error:
             return ErrorOutput(msg.rid, 400, error)
+        limit = self.args.max_queued_requests  # SGLang's _abort_on_queued_limit: the queue is replicated
+        if limit and len(self.waiting_queue) >= limit:
+            return ErrorOutput(msg.rid, 503, "The request queue is full.")
         req = Req.from_input(msg)
         req.wait_start = streams.wall_clock()
         self.waiting_queue.append(req)

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import struct
+import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -78,11 +79,15 @@ def check_storage_dir(directory: str | Path) -> Path:
     path = Path(directory)
     if path.exists() and not path.is_dir():
         raise StorageDirError(f"storage directory {path} is not a directory")
-    probe = path / f".hctool-probe-{os.getpid()}"
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"ok")
-        probe.unlink()
+        # mkstemp (O_EXCL, a random name): a link planted in a shared folder is never written through
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".hctool-probe-")
+        try:
+            os.write(fd, b"ok")
+        finally:
+            os.close(fd)
+            os.unlink(probe)
     except OSError as exc:
         raise StorageDirError(f"storage directory {path} is not usable: {exc.strerror or exc}") from None
     return path

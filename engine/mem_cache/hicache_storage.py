@@ -6,10 +6,12 @@ that prefetch pages into the host pool and back host pages up to storage."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import queue
 import stat
 import sys
+import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -52,7 +54,8 @@ class HiCacheFile(HiCacheStorage):
         self.dir = hicache_page.check_storage_dir(directory)
         self.suffix = f"_tp{tp_size}_{tp_rank}.bin"
         self.identity = identity  # hicache_page.writer_identity(...); the zero default suits one writer (tests)
-        self.corrupt_pages = 0  # written by the prefetch thread only
+        self.corrupt_pages = 0  # written by the prefetch and backup threads (under _reject_lock)
+        self._reject_lock = threading.Lock()
 
     def _path(self, key: str) -> Path:
         return self.dir / f"{key}{self.suffix}"
@@ -60,8 +63,8 @@ class HiCacheFile(HiCacheStorage):
     def batch_exists(self, keys: list[str]) -> int:
         n = len(keys)
         for i, key in enumerate(keys):
-            try:
-                if not self._path(key).is_file():
+            try:  # lstat: a link planted under a page's name is no page
+                if not stat.S_ISREG(os.lstat(self._path(key)).st_mode):
                     n = i
                     break
             except OSError:
@@ -73,7 +76,7 @@ class HiCacheFile(HiCacheStorage):
         shape = (2, host_pool.num_layers, host_pool.page_size, *host_pool.k_buffer.shape[2:])
         size = host_pool.page_bytes()
         for i, (key, page) in enumerate(zip(keys, host_pages)):
-            data = _read_regular(self._path(key), hicache_page.HEADER.size + size + 1)
+            data = self._read(self._path(key), hicache_page.HEADER.size + size + 1)
             if data is None:
                 return i
             check = hicache_page.decode(data, self.identity, key, size)
@@ -90,42 +93,59 @@ class HiCacheFile(HiCacheStorage):
         size = host_pool.page_bytes()
         for key, page in zip(keys, host_pages):
             path = self._path(key)
-            old = _read_regular(path, hicache_page.HEADER.size + size + 1)
+            old = self._read(path, hicache_page.HEADER.size + size + 1)
             if old is not None and hicache_page.decode(old, self.identity, key, size).payload is not None:
                 continue
             data = hicache_page.encode(self.identity, key, host_pool.read_page(page).numpy().tobytes())
-            tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+            # A fresh file under a name nobody can predict (O_EXCL), renamed over the page's name:
+            # a link planted in a shared folder is replaced, never written through.
+            fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{path.name}.", suffix=".tmp")
             try:
-                tmp.write_bytes(data)
+                os.fchmod(fd, 0o644)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
                 os.replace(tmp, path)  # readers never see a half-written page
+            except IsADirectoryError:
+                pass  # a folder planted under the page's name (refused above): this page stays a miss
             finally:
                 with contextlib.suppress(OSError):
-                    tmp.unlink()
+                    os.unlink(tmp)
         return len(keys)
 
+    def _read(self, path: Path, most: int) -> bytes | None:
+        """The page file's bytes, None when it is missing; a link, FIFO, device or directory
+        under a page's name is refused as a damaged page is (counted, logged, removed)."""
+        data, refused = _read_regular(path, most)
+        if refused:
+            self._reject(path, refused)
+        return data
+
     def _reject(self, path: Path, problem: str) -> None:
-        self.corrupt_pages += 1
-        if self.corrupt_pages <= 10 or self.corrupt_pages % 100 == 0:
+        with self._reject_lock:
+            self.corrupt_pages += 1
+            n = self.corrupt_pages
+        if n <= 10 or n % 100 == 0:
             print(f"[storage] page {path.name} rejected ({problem}): a miss, recomputed "
-                  f"({self.corrupt_pages} so far)", file=sys.stderr, flush=True)
+                  f"({n} so far)", file=sys.stderr, flush=True)
         with contextlib.suppress(OSError):
             path.unlink()
 
 
-def _read_regular(path: Path, most: int) -> bytes | None:
-    """Up to `most` bytes of a regular file; None for a missing file, a FIFO, a
-    device or a directory (opened non-blocking, so a FIFO cannot stall the reader)."""
+def _read_regular(path: Path, most: int) -> tuple[bytes | None, str]:
+    """(up to `most` bytes of the regular file, "") or (None, why it is refused); (None, "") when
+    it is missing or unreadable. O_NOFOLLOW: a link is never followed out of the folder;
+    O_NONBLOCK: a FIFO cannot stall the reader."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError as exc:
+        return None, "a symbolic link, not a page file" if exc.errno == errno.ELOOP else ""
     with os.fdopen(fd, "rb") as f:
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            return f.read(most)
+                return None, "not a regular file"
+            return f.read(most), ""
         except OSError:
-            return None
+            return None, ""
 
 
 @dataclass

@@ -28,6 +28,7 @@ from hctool.agent.clock import REAL
 from hctool.agent.hooks import when_imported
 from hctool.protocol import env as protocol_env
 from hctool.protocol.faults import Fault
+from hctool.protocol.safefile import read_regular
 
 SEAMS_MODULE = "engine.lab.seams"
 
@@ -50,9 +51,8 @@ class FaultClock:
             mono = REAL.monotonic()
             if mono >= self._next_look:
                 self._next_look = mono + 0.1
-                try:
-                    with REAL.open(self.path) as fh:
-                        parts = [float(x) for x in fh.read().split()]
+                try:  # the run folder may be shared: never block on a FIFO or follow a link there
+                    parts = [float(x) for x in read_regular(self.path, 4096).split()]
                     self.t0 = parts[0]
                     self.heal = parts[1] if len(parts) > 1 else None
                 except (OSError, ValueError, IndexError):

@@ -19,6 +19,7 @@ import requests
 from hctool.chaos.history import History
 from hctool.chaos.schedule import Schedule
 from hctool.protocol.faults import CONTROLLER, Fault
+from hctool.protocol.safefile import write_atomic
 
 QUIESCE_S = 3.0  # the chaos observer rewrites its record every 0.25 s while a rank is idle
 
@@ -54,7 +55,7 @@ class Controller:
     def started(self, topo, url: str, driver, t0: float) -> None:
         self.topo, self.url, self.driver, self.t0 = topo, url, driver, time.monotonic()
         self.t0_wall = t0
-        (self.dir / "t0").write_text(repr(t0))
+        write_atomic(self.dir / "t0", repr(t0).encode())  # never through a link planted in the folder
         for f in self.faults:
             self._events.append((f.start_s, "on", f))
             if f.duration_s is not None and f.kind not in CONTROLLER:
@@ -92,7 +93,7 @@ class Controller:
         if self.healed:
             return
         self.healed = True
-        (self.dir / "t0").write_text(f"{self.t0_wall!r} {now:.3f}")
+        write_atomic(self.dir / "t0", f"{self.t0_wall!r} {now:.3f}".encode())
         self.history.add("heal", at_s=round(now, 2))
         for _, what, f in self._events:  # faults that had not started never will
             if what == "on":

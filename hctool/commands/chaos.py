@@ -115,9 +115,8 @@ def _prepared(runner) -> None:
 def _setup(artifacts: Path | None, what: str):
     from hctool.chaos.history import History
     root = Path(artifacts or Path("hctool-runs") / f"chaos-{what}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
-    if root.is_dir() and any(root.iterdir()):
-        raise UsageError(f"--artifacts {root} is not empty", "give a new or empty folder")
-    root.mkdir(parents=True, exist_ok=True)
+    from hctool import runlock
+    runlock.claim(root, f"chaos {what}", refuse_glob="*")  # one run per folder: refused if another holds it
     log.info(f"chaos {what}: artifacts in {root}")
     return root, History(root / "history.jsonl")
 

@@ -73,9 +73,8 @@ def run(
         raise UsageError(f"script not found: {command[0]}", "give the path of a Python file, or a command after --")
     faults, probes = checked_faults_and_probes(list(command), inject, probe)
     trace_dir = trace_dir or _default_trace_dir()
-    if trace_dir.exists() and any(trace_dir.glob("*.jsonl")):
-        raise UsageError(f"trace folder already holds traces: {trace_dir}", "pass a new --trace-dir or remove the old one")
-    trace_dir.mkdir(parents=True, exist_ok=True)
+    from hctool import runlock
+    runlock.claim(trace_dir, "check-consensus run", refuse_glob="*.jsonl")  # one run per folder, its files only
     _err(f"hctool: traces in {trace_dir}")
     if importlib.util.find_spec("hctool.agent.capture._fastpath") is None:
         _err("hctool: the recorder's C hot path is not built (no C compiler at `pip install`?): "
@@ -91,6 +90,9 @@ def run(
         raise UsageError(f"the traces of this run cannot be read: {exc}", "was something else writing into --trace-dir?") from None
     if latency is not None:
         _err(f"hctool: reported {latency * 1000:.0f} ms after the first divergent call")
+    from hctool.consensus.truncation import describe
+    for entry in report.get("incomplete", []):  # said on stderr with --json too
+        _err(f"hctool: {describe(entry)}")
     write_run_report(trace_dir, report)
     _emit(report, as_json)
     raise typer.Exit(_exit_code(report))

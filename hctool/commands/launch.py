@@ -1,8 +1,8 @@
 """`hctool launch`: start a frontend and N engine ranks, print `ready: URL`, watch them.
 
-Exit codes: 0 after Ctrl-C, SIGTERM or SIGHUP (a requested stop is a clean stop);
-1 when a process of the topology died or startup did not finish in time;
-2 on usage errors. Every process of the topology is gone when it returns.
+Exit codes: 1 when a process of the topology died or startup did not finish in time; 2 on
+usage errors; after Ctrl-C, SIGTERM or SIGHUP it ends by that signal (hctool/signals.py: a
+shell reads 130, 143, 129). Every process of the topology is gone when it returns.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 from typer.core import TyperGroup
 
-from hctool import log
+from hctool import log, runlock
 from hctool.errors import UsageError
 from hctool.report import write_run_report
 
@@ -133,6 +133,7 @@ def run_cmd(
         raise UsageError(f"--tp {tp} must be a positive divisor of the model's heads", "try --tp 1, 2 or 4")
     root = artifacts or Path("hctool-runs") / f"repro-{incident}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     log.info(f"repro {incident}: artifacts in {root}")
+    runlock.claim(root, f"repro {incident}")  # one run per folder: refused if another holds it
     with sigterm_as_interrupt():
         result = _run(scenario, [scenario.variant(n) for n in (variant or names)], root, tp, runs, timeout,
                       _device(cuda))
@@ -167,6 +168,7 @@ def all_cmd(
     ids = shard_ids(list(scenarios), part)
     root = artifacts or Path("hctool-runs") / f"repro-all-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     log.info(f"repro all (shard {part[0]}/{part[1]}: {', '.join(ids) or 'nothing'}): artifacts in {root}")
+    runlock.claim(root, "repro all")  # one run per folder: refused if another holds it
     results = []
     with sigterm_as_interrupt():
         for sid in ids:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from hctool.consensus import probes
+from hctool.consensus import probes, truncation
 from hctool.consensus.align import Channel, channel_members, find_divergence, route
 from hctool.consensus.flight_recorder import is_flight_recorder_dir, read_flight_recorder
 from hctool.consensus.pattern import caller_text, pairings_of
@@ -191,6 +191,7 @@ class AnalysisSession:
         self.tracker = Tracker()
         self.tracker.world_size = world_size
         self.strict = strict
+        self.incomplete: list[dict] = []  # ranks whose full trace folder cut their trace short
 
     def feed(self, now: float, known_ranks=()) -> int:
         """Fold what the files gained since the last call; drop the prefix every member agreed on
@@ -204,6 +205,8 @@ class AnalysisSession:
         for ev in events:
             self.tracker.add(ev, now)
         self.tracker.prune()
+        # a rank whose folder filled up: its later calls are unknown, not absent (truncation.py)
+        self.incomplete = truncation.cut(self.tracker, self.reader.ranks)
         return len(events)
 
     def ended(self, exit_codes: dict[int, int | None] | None, ended_at: float | None = None) -> dict[int, str | None]:
@@ -215,6 +218,8 @@ class AnalysisSession:
         """(report, finding): the first divergence given what ended, with probes annotated."""
         finding = self.tracker.first_divergence(ended, now, hang_after=hang_after, final=final)
         report = build_report(self.tracker, ended, finding, stacks, final=final)
+        if self.incomplete:
+            report["incomplete"] = self.incomplete
         return probes.annotate(report, self.reader.ranks, finding), finding
 
 

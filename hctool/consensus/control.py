@@ -13,6 +13,7 @@ from pathlib import Path
 
 from hctool.protocol import env as protocol_env
 from hctool.protocol.faults import CONTROLLER, Fault
+from hctool.protocol.safefile import write_atomic
 
 
 class JobController:
@@ -90,9 +91,7 @@ class JobController:
         return [{"spec": s, "fired": dict(c), "total": sum(c.values())} for s, c in self.fired.items()]
 
     def _write(self, text: str) -> None:
-        tmp = self.clock_file.with_name(f".{self.clock_file.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, self.clock_file)
+        write_atomic(self.clock_file, text.encode())  # never through a link planted in the folder
 
     def _note(self, what: str, **kw) -> None:
         if self.history is not None:

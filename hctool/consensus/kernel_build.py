@@ -8,15 +8,17 @@ imported (agent/capture/cxx_kernel.py). Without a C++ compiler, or with HCTOOL_C
 C++-issued calls go through agent/capture/c10d.py's Python kernel: the same records, at a
 higher cost per call.
 
-    python -m hctool.consensus.kernel_build OUT.so   # the build itself (imports torch)
+    python -m hctool.consensus.kernel_build OUT.so TMP   # the build itself (imports torch)
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -24,6 +26,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from hctool import procs
 from hctool.protocol import env as protocol_env
 
 SOURCE = Path(__file__).resolve().parents[1] / "agent" / "capture" / "_c10d_kernel.cpp"
@@ -60,8 +63,14 @@ def target() -> Path | None:
     return cache_dir() / f"c10d-{key.hexdigest()[:16]}" / ("_c10d_kernel" + sysconfig.get_config_var("EXT_SUFFIX"))
 
 
-def ensure_built(log=None) -> tuple[Path | None, str]:
-    """(path of the built module, "") or (None, why not). Builds on a cache miss."""
+def ensure_built(log=None, timeout: float | None = None) -> tuple[Path | None, str]:
+    """(path of the built module, "") or (None, why not). Builds on a cache miss, within
+    `timeout` seconds (the command's time left; BUILD_TIMEOUT_S at most).
+
+    The build runs in a child in its own process group under the lifeline (it and the compiler
+    die with hctool, even on SIGKILL), into a temporary file this side made: on a timeout or any
+    signal here the whole group is killed and the file removed, so no compiler is left running
+    and no partial .so stays in the cache."""
     if os.environ.get(ENV) == "0":
         return None, f"{ENV}=0"
     out = target()
@@ -69,22 +78,43 @@ def ensure_built(log=None) -> tuple[Path | None, str]:
         return None, "no C++ compiler (set CXX)" if compiler() is None else "torch is not importable here"
     if out.exists():
         return out, ""
+    limit = BUILD_TIMEOUT_S if timeout is None else max(0.0, min(BUILD_TIMEOUT_S, timeout))
     if log is not None:
         log(f"building the C++ capture kernel for this torch (once; cached in {out.parent})")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".so.tmp")
+    os.close(fd)
     try:
-        proc = subprocess.run([sys.executable, "-m", "hctool.consensus.kernel_build", str(out)], capture_output=True,
-                              text=True, timeout=BUILD_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return None, f"the build took over {BUILD_TIMEOUT_S:.0f} s"
+        proc = subprocess.Popen([sys.executable, "-m", "hctool.consensus.kernel_build", str(out), tmp],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                env=procs.inject_env(dict(os.environ)))
+        try:
+            stdout, stderr = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return None, f"the build took over {limit:.0f} s (the command's deadline)"
+        except BaseException:  # Ctrl-C, SIGTERM (as KeyboardInterrupt): the compiler goes too
+            _kill_group(proc)
+            raise
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
     if proc.returncode != 0 or not out.exists():
-        lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if "error" in ln.lower()] or \
-            (proc.stderr + proc.stdout).strip().splitlines() or ["no output"]
+        lines = [ln for ln in (stderr + stdout).splitlines() if "error" in ln.lower()] or \
+            (stderr + stdout).strip().splitlines() or ["no output"]
         return None, f"the build failed: {lines[0][:300]}"
     return out, ""
 
 
-def build(out: Path) -> None:
-    """Compile _c10d_kernel.cpp against the torch imported here into OUT (atomically)."""
+def _kill_group(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the build and every compiler process it started
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.communicate(timeout=10)
+
+
+def build(out: Path, tmp: Path) -> None:
+    """Compile _c10d_kernel.cpp against the torch imported here into `tmp`, then rename it to OUT."""
     import torch
 
     torch_dir = Path(torch.__file__).parent
@@ -103,24 +133,29 @@ def build(out: Path) -> None:
             "-I", str(torch_dir / "include"), "-I", str(torch_dir / "include" / "torch" / "csrc" / "api" / "include"),
             "-I", sysconfig.get_paths()["include"], str(SOURCE),
             "-L", str(lib), "-lc10", "-ltorch_cpu", "-ltorch_python", f"-Wl,-rpath,{lib}"]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".so.tmp")
-    os.close(fd)
-    try:
-        for std in ("-std=c++17", "-std=c++20"):  # what this torch's headers need
-            proc = subprocess.run([*base, std, "-o", tmp], capture_output=True, text=True)
-            if proc.returncode == 0:
-                os.chmod(tmp, 0o755)
-                os.replace(tmp, out)  # concurrent builders: the last whole file wins
-                return
-        sys.stderr.write(proc.stderr[-4000:])
-        raise SystemExit(1)
-    finally:
-        if os.path.exists(tmp):
+    for std in ("-std=c++17", "-std=c++20"):  # what this torch's headers need
+        proc = subprocess.run([*base, std, "-o", str(tmp)], capture_output=True, text=True)
+        if proc.returncode == 0:
+            os.chmod(tmp, 0o755)
+            os.replace(tmp, out)  # concurrent builders: the last whole file wins
+            return
+    sys.stderr.write(proc.stderr[-4000:])
+    raise SystemExit(1)
+
+
+def _main(argv: list[str]) -> None:
+    if len(argv) != 2:
+        raise SystemExit("usage: python -m hctool.consensus.kernel_build OUT.so TMP")
+    out, tmp = Path(argv[0]), Path(argv[1])
+
+    def stop(signum, frame):  # the lifeline's SIGTERM (hctool died): no compiler, no partial file left
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
+        os.killpg(0, signal.SIGKILL)  # this process group: the build and its compiler
+
+    signal.signal(signal.SIGTERM, stop)
+    build(out, tmp)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: python -m hctool.consensus.kernel_build OUT.so")
-    build(Path(sys.argv[1]))
+    _main(sys.argv[1:])

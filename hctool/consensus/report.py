@@ -6,6 +6,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from hctool.consensus.truncation import describe
+
 _VERDICT_STYLE = {"consistent": "bold green", "diverged": "bold red", "hung": "bold yellow", "crashed": "bold red"}
 
 
@@ -70,7 +72,10 @@ def render(report: dict, console: Console) -> None:
     console.print(Text(counts_line(report), style="dim"), soft_wrap=True)
     if pairings_line(report):
         console.print(Text(pairings_line(report), style="dim"), soft_wrap=True)
-    if report.get("exit_codes") and any(c for c in report["exit_codes"].values()) or report.get("command_exit_code"):
+    for entry in report.get("incomplete", []):
+        console.print(Text(describe(entry), style="bold yellow"), soft_wrap=True)
+    if (report.get("exit_codes") and (report.get("incomplete") or any(c for c in report["exit_codes"].values()))
+            or report.get("command_exit_code")):
         codes = ", ".join(f"rank {r}: {c}" for r, c in report.get("exit_codes", {}).items())
         if report.get("command_exit_code"):
             codes = f"command: {report['command_exit_code']}" + (f", {codes}" if codes else "")

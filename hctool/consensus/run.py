@@ -43,9 +43,9 @@ def _log(msg: str) -> None:
     log.info(f"hctool: {msg}")
 
 
-def _c10d_kernel() -> dict[str, str]:
+def _c10d_kernel(timeout: float) -> dict[str, str]:
     """HCTOOL_C10D_KERNEL for the ranks: the C++ capture kernel, built for this torch if need be."""
-    path, why = kernel_build.ensure_built(log=_log)
+    path, why = kernel_build.ensure_built(log=_log, timeout=timeout)
     if path is None:
         if why != f"{kernel_build.ENV}=0":
             _log(f"C++-issued collectives (DDP's reducer) go through the Python kernel, ~100 us a call: {why}")
@@ -54,7 +54,7 @@ def _c10d_kernel() -> dict[str, str]:
 
 
 def _start(opts: RunOptions, ps: procs.ProcessSet, controller: JobController | None) -> dict[int, procs.Child]:
-    extra = dict(_c10d_kernel())
+    extra = dict(_c10d_kernel(opts.timeout))  # the build counts against the run's --timeout
     in_rank = [f.spec() for f in opts.faults if f.kind in IN_RANK]
     if in_rank:
         extra[protocol_env.FAULTS] = ";".join(in_rank)
@@ -143,7 +143,10 @@ def run_job(opts: RunOptions) -> tuple[dict, float | None]:
     if command_exit and not codes:
         _log(f"the command failed ({procs.describe_exit(command_exit)}) before any rank recorded a collective")
     faults = fault_counts(opts, controller)
-    RunRecord(list(opts.command), codes, command_exit, faults, ended_at).write(opts.trace_dir)
+    try:
+        RunRecord(list(opts.command), codes, command_exit, faults, ended_at).write(opts.trace_dir)
+    except OSError as exc:  # a full folder: the report below still has it all
+        _log(f"no run record ({exc.strerror or exc}): a later `analyze` will not know the exit codes")
     report = analyze_dir(opts.trace_dir, exit_codes=codes, stacks=stacks, command_exit=command_exit, ended_at=ended_at)
     if report["verdict"] == "consistent" and finding is not None:
         # the live finding stands if the final data lost it

@@ -16,6 +16,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 
+from hctool import log, runlock
 from hctool.protocol.records import (CALL, FLAG_ASYNC, INTERNED, KIND_CALL, KIND_EMPTY, KIND_VOID, NO_ROOT,
                                       RECORD_SIZE, STATE_COMPLETED, STATE_ENTERED, STATE_FAILED, CallRecord,
                                       Event, Site)
@@ -67,6 +68,7 @@ class RankTrace:
     last_event: dict | None = None
     probes: list = field(default_factory=list)        # (t, name, caller site, caller function), in order
     probe_counts: dict = field(default_factory=dict)  # name -> entries recorded
+    truncated: dict | None = None     # the recorder stopped (its folder was full): {"why", "slot"}
 
 
 @dataclass
@@ -128,16 +130,22 @@ class TraceDirReader:
         self.world_size: int | None = None
         self.more = False
         self._files: dict[str, _File] = {}
+        self.run_id: str | None = None          # the run that claimed the folder (hctool/runlock.py)
+        self.foreign: set[str] = set()          # trace files of anything else there: never read
 
     def poll(self) -> list[Event]:
         new: list[Event] = []
         self.more = False
         names = trace_files(self.path)
+        if self.run_id is None:
+            self.run_id = runlock.claimed_run(self.path) or ""
         for name in names:
             m = TRACE_NAME.match(os.path.basename(name))
-            if not m or m.group(1) == "X":
+            if not m or m.group(1) == "X" or name in self.foreign:
                 continue
             f = self._files.get(name)
+            if f is None and self.run_id and not self._of_this_run(name):
+                continue
             if f is None:
                 rank = int(m.group(1))
                 if self.strict and rank >= MAX_WORLD:
@@ -153,6 +161,29 @@ class TraceDirReader:
                 if self.strict:
                     raise TraceError(f"{name}: {exc}") from None
         return new
+
+    def _of_this_run(self, name: str) -> bool:
+        """Whether the header of trace `name` names the folder's run; False until it is written."""
+        try:
+            fd = open_regular(os.path.join(self.path, name), None)
+        except TraceError:
+            return False
+        try:
+            first = os.pread(fd, MAX_LINE, 0).split(b"\n", 1)
+        finally:
+            os.close(fd)
+        if len(first) < 2:
+            return False  # the header is not written yet: look again at the next poll
+        try:
+            run = json.loads(first[0]).get("run")
+        except (ValueError, AttributeError):
+            run = None
+        if run == self.run_id:
+            return True
+        self.foreign.add(name)
+        log.info(f"hctool: ignoring {name}: written by {f'run {run}' if run else 'a process of no run'}, "
+                 f"not by the run that claimed the folder ({self.run_id})")
+        return False
 
     def _poll_file(self, f: _File, new: list) -> None:
         base = os.path.join(self.path, f.name[:-len(".jsonl")])
@@ -329,6 +360,9 @@ class TraceDirReader:
             counts[rec["pr"]] = counts.get(rec["pr"], 0) + 1
             if len(f.rt.probes) < MAX_PROBES:
                 f.rt.probes.append((float(rec.get("t", 0.0)), rec["pr"], rec.get("site"), rec.get("fn")))
+        elif "trace_truncated" in rec:  # the folder was full: this process recorded nothing after it
+            _check(isinstance(rec["trace_truncated"], str) and _is_int(rec.get("slot", 0)), "bad truncation mark")
+            f.rt.truncated = {"why": rec["trace_truncated"], "slot": rec.get("slot", 0)}
         elif "end" in rec:
             _check(isinstance(rec.get("error"), (str, type(None))) and isinstance(rec.get("t", 0.0), (int, float)),
                    "bad end record")

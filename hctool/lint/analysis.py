@@ -16,6 +16,7 @@ from hctool.lint.config import LintConfig
 from hctool.lint.latches import latch_properties
 from hctool.lint.project import FuncSummary, ModuleSummary, Project
 from hctool.lint.rules import RULES
+from hctool.lint.source import read_source
 from hctool.lint.walker import EMPTY, FnAtom, ModuleInfo, ParamAtom, Walker  # noqa: F401
 
 SUPPRESS_RE = re.compile(r"#\s*hctool:\s*ignore\[([^\]]*)\]")
@@ -69,8 +70,7 @@ def _module_info(tree: ast.Module, path: str, modname: str, cfg: LintConfig) -> 
 
 
 def _parse(file: str) -> tuple[bytes, ast.Module]:
-    with open(file, "rb") as fh:
-        data = fh.read()
+    data = read_source(file)  # never a FIFO, a followed link or an unbounded read (source.py)
     return data, ast.parse(data, filename=file)
 
 
@@ -199,8 +199,7 @@ def check_file(file: str, path: str, modname: str, cfg: LintConfig, project: Pro
     facts = Recorder(project)
     summary = project.modules[path]
     try:
-        with open(file, "rb") as fh:
-            data = fh.read()
+        data = read_source(file)
         result.digest = digest(data)
         funcs = {f.key: f for f in summary.funcs}
         result.walked = walked(project, list(funcs))

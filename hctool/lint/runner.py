@@ -19,6 +19,7 @@ from hctool.lint.checks import gated_callers
 from hctool.lint.config import LintConfig
 from hctool.lint.project import ModuleSummary, Project
 from hctool.lint.rootcause import fold
+from hctool.lint.source import read_source
 
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache",
                        ".ruff_cache", ".pytest_cache", "node_modules", ".eggs"})
@@ -69,8 +70,8 @@ def discover(paths: list[Path], cfg: LintConfig, cwd: Path) -> dict[Path, Path |
         p = (cwd / given).resolve() if not given.is_absolute() else given.resolve()
         if not p.exists():
             raise UsageError(f"no such file or directory: {given}", "pass Python files or directories to lint")
-        if p.is_file():
-            found[p] = None  # named explicitly: linted even if it does not end in .py
+        if not p.is_dir():
+            found[p] = None  # named explicitly: linted even if it does not end in .py (read_source refuses a FIFO)
             continue
         for dirpath, dirnames, filenames in os.walk(p):
             dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS
@@ -242,8 +243,7 @@ def _pass2_name(analysis: tuple, cfg: LintConfig, sm: ModuleSummary) -> str:
 
 def _file_digest(file: str) -> str:
     try:
-        with open(file, "rb") as fh:
-            return digest(fh.read())
+        return digest(read_source(file))
     except OSError:
         return ""
 

@@ -3,6 +3,7 @@ starts (hctool.procs.inject_env); the agent reads them. The engine's own variabl
 process contract) are the engine's: engine/lab/contract.py."""
 
 TRACE_DIR = "HCTOOL_TRACE_DIR"            # turn the collective recorder on; traces go here
+RUN_ID = "HCTOOL_RUN_ID"                  # the run that claimed the trace folder (hctool/runlock.py); in each trace's header
 FAULTS = "HCTOOL_FAULTS"                  # ';'-joined fault specs (faults.py)
 FAULTS_T0 = "HCTOOL_FAULTS_T0"            # file holding "T0 [HEAL_S]": when the fault clock starts / heals
 PROBES = "HCTOOL_PROBES"                  # ','-joined probes: `pkg.mod:Qual.name` functions, modules or .py files
@@ -16,5 +17,5 @@ FASTPATH = "HCTOOL_FASTPATH"              # 0: the recorder's C hot path is off
 CACHE_DIR = "HCTOOL_CACHE_DIR"            # build and lint caches (default ~/.cache/hctool)
 DEBUG = "HCTOOL_DEBUG"                    # 1: internal errors print their traceback
 
-ALL = (TRACE_DIR, FAULTS, FAULTS_T0, PROBES, SUPERVISOR_PID, ROLE, RUN_DIR, CHAOS_DIR, CHAOS_STARVE_TICKS,
+ALL = (TRACE_DIR, RUN_ID, FAULTS, FAULTS_T0, PROBES, SUPERVISOR_PID, ROLE, RUN_DIR, CHAOS_DIR, CHAOS_STARVE_TICKS,
        C10D_KERNEL, FASTPATH, CACHE_DIR, DEBUG)

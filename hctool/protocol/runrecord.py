@@ -8,6 +8,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from hctool.protocol.safefile import read_regular, write_atomic
+
 NAME = "hctool-run.json"
 MAX_BYTES = 1 << 20
 
@@ -26,9 +28,8 @@ class RunRecord:
 
     def write(self, folder: Path) -> Path:
         path = Path(folder) / NAME
-        tmp = path.with_name(f".{NAME}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({**asdict(self), "exit_codes": {str(r): c for r, c in self.exit_codes.items()}}))
-        os.replace(tmp, path)
+        data = json.dumps({**asdict(self), "exit_codes": {str(r): c for r, c in self.exit_codes.items()}})
+        write_atomic(path, data.encode())  # a link planted at the name is replaced, never written through
         return path
 
     @classmethod
@@ -37,10 +38,12 @@ class RunRecord:
         path = Path(folder) / NAME
         if not os.path.lexists(path):
             return None
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_BYTES:
-            raise RunRecordError(f"{path}: not a small regular file")
         try:
-            data = json.loads(path.read_bytes())
+            raw = read_regular(path, MAX_BYTES)
+        except OSError:
+            raise RunRecordError(f"{path}: not a small regular file") from None
+        try:
+            data = json.loads(raw)
             codes = {int(r): c for r, c in (data.get("exit_codes") or {}).items()}
             command_exit = data.get("command_exit_code")
             ok = all(0 <= r < 1 << 16 and (c is None or isinstance(c, int)) for r, c in codes.items())

@@ -27,7 +27,9 @@ def write_run_report(run_dir, document: dict | None = None) -> Path | None:
     out = Path(run_dir) / REPORT_NAME
     t0 = time.monotonic()
     try:
-        out.write_text(build_html(run_dir, document), encoding="utf-8")
+        from hctool.protocol.safefile import write_atomic
+
+        write_atomic(out, build_html(run_dir, document).encode("utf-8"))  # never through a planted link
         log.debug(f"hctool: report.html made in {time.monotonic() - t0:.2f} s ({out.stat().st_size >> 10} KiB)")
     except Exception as exc:  # the run's own result stands whatever happens here
         log.warning(f"hctool: no HTML report ({type(exc).__name__}: {exc})")

@@ -95,7 +95,7 @@ def test_pd_p1_d2_matches_tp1_then_sigint_leaves_nothing(launch, reference):  # 
         assert (server.run_dir / name).exists(), name
     assert len(server.pids) >= 6, "router, two frontends, three ranks"
     server.proc.send_signal(signal.SIGINT)
-    assert server.wait_exit() == 0
+    assert server.wait_exit() == -signal.SIGINT
     assert server.survivors() == []
     assert server.stdout == [f"ready: {url}\n"]
 
@@ -106,7 +106,7 @@ def test_pd_p2_d2_matches_tp1_then_sigterm_leaves_nothing(launch, reference):  #
     url = server.wait_ready()
     check_answers(generate_all(url, pd_prompts()), reference, 2)
     server.proc.send_signal(signal.SIGTERM)
-    assert server.wait_exit() == 0
+    assert server.wait_exit() == -signal.SIGTERM
     assert server.survivors() == []
 
 
@@ -116,7 +116,7 @@ def test_pd_p2_d1_matches_tp1(launch, reference):  # noqa: F811
     url = server.wait_ready()
     check_answers(generate_all(url, pd_prompts()), reference, 1)
     server.proc.send_signal(signal.SIGTERM)
-    assert server.wait_exit() == 0
+    assert server.wait_exit() == -signal.SIGTERM
     assert server.survivors() == []
 
 
@@ -183,5 +183,5 @@ def test_pd_per_role_launch_serves_tp1_tokens(launch, reference):  # noqa: F811
     check_answers(generate_all(url, pd_prompts()), reference, 1)
     for part in (router, decode, prefill):
         part.proc.send_signal(signal.SIGTERM)
-        assert part.wait_exit() == 0
+        assert part.wait_exit() == -signal.SIGTERM
         assert part.survivors() == []

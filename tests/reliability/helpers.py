@@ -74,7 +74,9 @@ class Server:
         raise AssertionError(f"no rank {rank} among {self.pids}")
 
     def close(self, timeout: float = 60.0) -> int:
-        if self.proc.poll() is None:
+        """0 when the server stopped as asked (launch ends by the SIGTERM sent here: -15), else its code."""
+        asked = self.proc.poll() is None
+        if asked:
             self.proc.send_signal(signal.SIGTERM)
         try:
             code = self.proc.wait(timeout=timeout)
@@ -88,7 +90,7 @@ class Server:
         for pid in left:
             psutil.Process(pid).kill()
         assert not left, f"processes left behind: {left}"
-        return code
+        return 0 if asked and code == -signal.SIGTERM else code
 
     def log(self) -> str:
         return "".join(p.read_text(errors="replace") for p in sorted(self.run_dir.glob("*.log")))

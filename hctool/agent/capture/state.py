@@ -50,6 +50,8 @@ class _State:
     def reset(self) -> None:
         self.fd: int | None = None      # side table
         self.ring_fd: int | None = None
+        self.stopped = False              # the trace folder was full: nothing more is recorded (tracefile.py)
+        self.reserve: str | None = None   # the file freed at that stop, for the mark and the end record
         self.segs: list[mmap.mmap] = []
         self.slots = new_counter()
         self.backward_site = 0  # site id of the main thread's backward call in progress (wrappers.py)

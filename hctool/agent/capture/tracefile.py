@@ -7,6 +7,7 @@ these, hctool/protocol/records.py the format.
 from __future__ import annotations
 
 import atexit
+import errno
 import itertools
 import json
 import mmap
@@ -16,9 +17,12 @@ import socket
 import sys
 import threading
 
+from hctool.agent.capture.cxx_kernel import counter_value as cxx_counter_value
 from hctool.agent.capture.state import _S, _Group
 from hctool.agent.clock import REAL
-from hctool.protocol.records import FORMAT_VERSION, RECORD_SIZE, SEGMENT
+from hctool.protocol import env as protocol_env
+from hctool.protocol.records import FORMAT_VERSION, PER_SEGMENT, RECORD_SIZE, SEGMENT
+from hctool.protocol.safefile import create_exclusive
 
 STACK_DEPTH = 8
 _get_ident = threading.get_ident
@@ -26,44 +30,132 @@ _get_native_id = threading.get_native_id
 
 
 # ---------------------------------------------------------------- files
+# Freed when recording stops on a full disk: room for the stop mark and the end record.
+RESERVE_BYTES = 64 << 10
+
 
 def _open() -> int:
     with _S.lock:
         if _S.fd is not None:
             return _S.fd
+        if _S.trace_dir is None:
+            raise OSError(errno.EPERM, "recording is off in this process")
         dist = _S.dist
         live = dist is not None and dist.is_initialized()
         rank = str(dist.get_rank()) if live else os.environ.get("RANK")
         world = str(dist.get_world_size()) if live else os.environ.get("WORLD_SIZE")
         _S.rank = int(rank) if rank is not None else None
         os.makedirs(_S.trace_dir, exist_ok=True)
-        base = os.path.join(_S.trace_dir, f"rank{rank if rank is not None else 'X'}-{os.getpid()}")
-        fd = os.open(base + ".jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        name = f"rank{rank if rank is not None else 'X'}-{os.getpid()}"
+        base = os.path.join(_S.trace_dir, name)
+        try:  # new files only (O_EXCL|O_NOFOLLOW): the folder may be shared, a planted link is refused
+            fd = create_exclusive(base + ".jsonl", os.O_WRONLY | os.O_APPEND)
+            try:
+                ring_fd = create_exclusive(base + ".ring", os.O_RDWR)
+            except OSError:
+                os.close(fd)
+                raise
+        except OSError as exc:
+            _S.trace_dir, _S.stopped = None, True  # every capture route checks it
+            sys.stderr.write(f"hctool: recording is off in this process: cannot create {base}.jsonl/.ring "
+                             f"({exc.strerror}; something else wrote into the trace folder?)\n")
+            raise
         header = {"hdr": FORMAT_VERSION, "rank": _S.rank, "world_size": int(world) if world else None,
                   "pid": os.getpid(), "host": socket.gethostname(), "argv": sys.argv[:20],
                   "start": REAL.time(), "mono": REAL.monotonic(), "record_size": RECORD_SIZE,
                   "fastpath": _S.fastpath, "c10d_kernel": _S.c10d_kernel}
-        os.write(fd, (json.dumps(header) + "\n").encode())
-        _S.ring_fd = os.open(base + ".ring", os.O_RDWR | os.O_CREAT, 0o644)
-        _S.fd = fd
+        run = os.environ.get(protocol_env.RUN_ID)
+        if run:
+            header["run"] = run  # the reader keeps only the files of the run that claimed the folder
+        _S.fd, _S.ring_fd = fd, ring_fd
+        _side(header)
+        _reserve(os.path.join(_S.trace_dir, f".{name}.reserve"))
         _register_faulthandler(base + ".stack")
         atexit.register(write_end)
         return fd
 
 
+def _reserve(path: str) -> None:
+    try:
+        fd = create_exclusive(path)
+    except OSError:
+        return  # something is in the way (planted?): go without the reserve
+    _S.reserve = path
+    try:
+        os.posix_fallocate(fd, 0, RESERVE_BYTES)
+    except OSError as exc:
+        stop_recording(exc, 0)
+    finally:
+        os.close(fd)
+
+
 def _side(record: dict) -> None:
-    """One side-table line; os.write on O_APPEND keeps lines whole."""
-    fd = _S.fd if _S.fd is not None else _open()
-    os.write(fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+    """One side-table line; os.write on O_APPEND keeps lines whole. A write that fails (a full
+    disk) stops recording, then is tried once more in the room the reserve left."""
+    with _S.lock:
+        fd = _S.fd if _S.fd is not None else _open()
+        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        try:
+            _write_line(fd, line)
+        except OSError as exc:
+            if _S.stopped:
+                raise
+            stop_recording(exc, _slot_now())
+            _write_line(fd, line)
+
+
+def _write_line(fd: int, line: bytes) -> None:
+    n = os.write(fd, line)
+    if n < len(line):  # the disk filled mid-line: cut it off, so the file holds whole lines only
+        os.ftruncate(fd, os.fstat(fd).st_size - n)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
 def _grow(index: int) -> mmap.mmap:
     with _S.lock:
         while len(_S.segs) <= index:
+            if _S.stopped:
+                raise OSError(errno.ENOSPC, "recording stopped")
             n = len(_S.segs)
-            os.ftruncate(_S.ring_fd, (n + 1) * SEGMENT)
+            try:  # reserved before it is mapped: a full disk fails here, never as a SIGBUS in the program
+                os.posix_fallocate(_S.ring_fd, n * SEGMENT, SEGMENT)
+            except OSError as exc:
+                stop_recording(exc, n * PER_SEGMENT)
+                raise
             _S.segs.append(mmap.mmap(_S.ring_fd, SEGMENT, mmap.MAP_SHARED, offset=n * SEGMENT))
         return _S.segs[index]
+
+
+def stop_recording(exc: OSError, slot: int) -> None:
+    """The trace folder cannot take more (ENOSPC, EFBIG, EDQUOT...): record nothing more, say so
+    once, and leave a trace_truncated mark; the program runs on. Idempotent."""
+    with _S.lock:
+        if _S.stopped:
+            return
+        _S.stopped = True
+        _S.trace_dir = None  # every capture route checks it: no call is recorded from now on
+        _free_reserve()
+        why = errno.errorcode.get(exc.errno, "OSError") if exc.errno else type(exc).__name__
+        sys.stderr.write(f"hctool: the trace folder cannot take more ({exc.strerror or exc}): recording stopped "
+                         f"after {slot} calls of this process; the program goes on\n")
+        if _S.fd is not None:
+            try:
+                _write_line(_S.fd, (json.dumps({"trace_truncated": why, "slot": slot, "t": REAL.monotonic()}) + "\n").encode())
+            except OSError:
+                pass
+
+
+def _slot_now() -> int:
+    return cxx_counter_value(_S.slots)
+
+
+def _free_reserve() -> None:
+    path, _S.reserve = _S.reserve, None
+    if path:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def _intern(kind: str, key, make) -> int:
@@ -95,7 +187,8 @@ def _register_faulthandler(path: str) -> None:
     import faulthandler
     try:
         if signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
-            faulthandler.register(signal.SIGUSR1, file=REAL.open(path, "w"), all_threads=True)  # noqa: SIM115
+            stack = REAL.open(create_exclusive(path), "w")  # noqa: SIM115  (never through a planted link)
+            faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
     except (ValueError, OSError, RuntimeError):
         pass  # not in a state where a handler can be registered; py-spy remains
 
@@ -109,6 +202,7 @@ def write_end() -> None:
         _side(rec)
     except OSError:
         pass
+    _free_reserve()
 
 
 def excepthook(orig):
@@ -123,7 +217,7 @@ _failed_once = False
 
 def note_failure(exc: Exception) -> None:
     global _failed_once
-    if not _failed_once:
+    if not _failed_once and not _S.stopped:  # a stop said its own line
         _failed_once = True
         sys.stderr.write(f"hctool: recorder error (recording continues where possible): {type(exc).__name__}: {exc}\n")
 

@@ -1,0 +1,81 @@
+"""Bounds of every numeric option of hctool's own commands, in one table (the engine's flags have
+theirs in engine/server_args.py NUMBER_LIMITS). A value that is not a number, NaN, an infinity or
+out of range is one `Error:` line and exit 2 before the command runs: `--timeout inf` must not
+mean "forever", nor `--hang-after nan` "never" (NaN fails every comparison a deadline makes).
+
+`bound_numbers(command)` puts the check in front of every int/float option of the command tree;
+an option missing from the table is a KeyError there, so a new numeric option cannot ship
+without bounds (tests/reliability/test_number_flags.py walks the tree).
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+
+from hctool.errors import UsageError
+
+DAY = 86_400.0
+OPTION_LIMITS: dict[str, tuple[float, float]] = {
+    # counts of things
+    "--tp": (1, 4096), "--prefill-tp": (1, 4096), "--decode-tp": (1, 4096), "--nproc": (1, 4096),
+    "--jobs": (1, 1024), "--runs": (1, 10_000), "--rounds": (1, 10_000), "--replays": (0, 10_000),
+    "--max-schedules": (1, 1 << 20), "--max-calls-per-rank": (1, 1 << 31), "--starve-ticks": (1, 1 << 30),
+    "--seed": (0, 2**63 - 1), "--port": (0, 65_535),
+    # seconds
+    "--timeout": (0.1, 7 * DAY), "--startup-timeout": (0.1, 7 * DAY), "--hang-after": (0.1, DAY),
+    "--budget": (1, 30 * DAY), "--shrink-budget": (0, 30 * DAY), "--horizon": (1, DAY),
+}
+COUNTED = ("--verbose",)  # -v -v: a count, no value to check
+
+
+def numeric_kind(param) -> type | None:
+    """int or float for an option whose value is a number (Optional[...] included), else None."""
+    annotation = param.type_descriptor.annotation
+    kinds = [t for t in (annotation, *typing.get_args(annotation)) if t in (int, float)]
+    return kinds[0] if kinds else None
+
+
+def numeric_options(command, path: tuple[str, ...] = ("hctool",)):
+    """(command path, option, kind) for every numeric option of the tree."""
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from numeric_options(sub, (*path, name))
+    for param in command.params:
+        kind = numeric_kind(param)
+        if kind is not None and param.opts[0].startswith("--") and param.opts[0] not in COUNTED:
+            yield path, param, kind
+
+
+def check(option: str, kind: type, raw: str):
+    low, high = OPTION_LIMITS[option]
+    try:
+        value = int(raw) if kind is int else float(raw)
+    except ValueError:
+        raise UsageError(f"{option} must be {'an integer' if kind is int else 'a number'}, got {raw!r}",
+                         f"see --help; {option} takes a value from {_num(low)} to {_num(high)}") from None
+    if not math.isfinite(value):
+        raise UsageError(f"{option} must be a finite number, got {raw}", f"NaN and infinities are never a setting; "
+                         f"{option} takes a value from {_num(low)} to {_num(high)}")
+    if not low <= value <= high:
+        raise UsageError(f"{option} must be between {_num(low)} and {_num(high)}, got {raw}", "see --help")
+    return value
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def bound_numbers(command) -> None:
+    """Check every numeric option's command-line value before the command parses it further."""
+    for _, param, kind in numeric_options(command):
+        option = param.opts[0]
+        OPTION_LIMITS[option]  # noqa: B018 - a KeyError here: the option has no bounds yet
+        original = param.process_value
+
+        def process_value(ctx, value, _original=original, _option=option, _kind=kind):
+            for raw in value if isinstance(value, (list, tuple)) else (value,):
+                if isinstance(raw, str):
+                    check(_option, _kind, raw)
+            return _original(ctx, value)
+
+        param.process_value = process_value
