@@ -94,8 +94,8 @@ def command(folder: Path, case: str) -> list[str]:
         return [*torchrun, str(folder / "multigpu_torchrun.py"), "3", "1"]
     data = folder / "mingpt" / "data" / "input.txt"
     overrides = ["gpt_config.n_layer=2", "gpt_config.n_head=2", "gpt_config.n_embd=64",
-                 f"data_config.path={data}", "data_config.truncate=0.01", "data_config.block_size=32",
-                 "trainer_config.batch_size=16", "trainer_config.max_epochs=2", "trainer_config.data_loader_workers=0",
+                 f"data_config.path={data}", "data_config.truncate=0.002", "data_config.block_size=32",
+                 "trainer_config.batch_size=16", "trainer_config.max_epochs=1", "trainer_config.data_loader_workers=0",
                  "trainer_config.use_amp=False", "trainer_config.save_every=1"]
     return [*torchrun, str(folder / "mingpt" / "main.py"), *overrides]
 
