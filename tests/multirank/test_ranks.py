@@ -50,7 +50,8 @@ def test_padded_forward_equals_tp1_and_pairs_different_batches_silently(rank, wo
 def test_recorder_is_on_and_labels_agree(rank, group):
     import torch.distributed as dist
 
-    from hctool.consensus import assert_same, rank_consensus, recorder
+    from hctool.agent.capture import recorder
+    from hctool.consensus import assert_same, rank_consensus
 
     assert recorder.enabled()  # the plugin injected it: every collective here is checked across ranks
 
