@@ -30,10 +30,17 @@ COUNTED = ("--verbose",)  # -v -v: a count, no value to check
 
 
 def numeric_kind(param) -> type | None:
-    """int or float for an option whose value is a number (Optional[...] included), else None."""
-    annotation = param.type_descriptor.annotation
-    kinds = [t for t in (annotation, *typing.get_args(annotation)) if t in (int, float)]
-    return kinds[0] if kinds else None
+    """int or float for an option whose value is a number (Optional[...] included), else None.
+    Typer changed its parameter model: up to 0.2x a param is click's and has a click type
+    (INT, FLOAT, IntRange ...); newer typer keeps the annotation in `type_descriptor`.
+    pyproject admits both, so both are read (tests/reliability/test_number_flags.py)."""
+    descriptor = getattr(param, "type_descriptor", None)
+    if descriptor is not None:
+        annotation = descriptor.annotation
+        kinds = [t for t in (annotation, *typing.get_args(annotation)) if t in (int, float)]
+        return kinds[0] if kinds else None
+    type_name = getattr(getattr(param, "type", None), "name", "")  # click: "integer", "float range" ...
+    return int if type_name.startswith("integer") else float if type_name.startswith("float") else None
 
 
 def numeric_options(command, path: tuple[str, ...] = ("hctool",)):
