@@ -53,7 +53,9 @@ class Topology:
     def __init__(self, server_args: ServerArgs, run_dir: str | Path, faults: list[str] = (),
                  probes: list[str] = (), extra_env: dict[str, str] | None = None,
                  host: str = "127.0.0.1", port: int | None = None, rank_module: str = contract.RANK_MODULE,
-                 label: str = "", death_event: threading.Event | None = None, local_rank_offset: int = 0):
+                 label: str = "", death_event: threading.Event | None = None, local_rank_offset: int = 0,
+                 inherit_probes: bool = True):
+        self.inherit_probes = inherit_probes  # False: a reference engine, clean of the caller's HCTOOL_PROBES
         self.label = label  # "prefill" / "decode" in a PD topology: names deaths and logs
         self.local_rank_offset = local_rank_offset  # PD on one host: decode's GPUs follow prefill's
         self.run_dir = Path(run_dir).resolve()
@@ -119,7 +121,7 @@ class Topology:
         hctool_vars = {protocol_env.RUN_DIR: str(self.run_dir)}
         if self.faults:
             hctool_vars[protocol_env.FAULTS] = ";".join(self.faults)
-        inherited = [p for p in env.get(protocol_env.PROBES, "").split(",") if p]
+        inherited = [p for p in env.pop(protocol_env.PROBES, "").split(",") if p and self.inherit_probes]
         if self.probes or inherited:  # probes set in the environment load too (tests' own)
             hctool_vars[protocol_env.PROBES] = ",".join(dict.fromkeys([*inherited, *self.probes]))
         env = inject_env(env, **hctool_vars)

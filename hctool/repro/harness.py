@@ -80,7 +80,9 @@ class ReproHarness:
                                        req_waiting_timeout=0.0,
                                        max_total_tokens=max(first.max_total_tokens, 16384))
         log("reference: answering every prompt without any cache")
-        with Topology(ref_args, self.root / "reference") as topo:
+        # The reference is the plain engine: probes set in the environment (a test's breaking
+        # probe, a user's own) shape the runs under test, not what they are compared with.
+        with Topology(ref_args, self.root / "reference", inherit_probes=False) as topo:
             url = topo.start(self.opts.startup_timeout)
             self.reference = run_to_completion(url, self.rounds, self.s.workload.max_new_tokens, self.s.deadline * 2)
             topo.shutdown()

@@ -65,10 +65,12 @@ def test_changed_since_lints_only_changed_lines(tmp_path, no_leftover_processes)
 def test_chaos_step_reports_the_explore_verdict(tmp_path, no_leftover_processes):
     if "--budget" not in _help("chaos", "explore"):
         pytest.skip("this hctool has no `chaos explore` yet (branch chaos)")
-    from tests.gate.helpers import REPO
-
-    res = gate(REPO, "--only", "chaos", "--junit", str(tmp_path / "j.xml"), "--json",
-               "--artifacts", str(tmp_path / "runs"), timeout=900)
+    # A project whose gate explores one of the catalogue's fixed variants for a short budget.
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.hctool.gate]\nchaos = { target = "--scenario 26921 --variant packed --shrink-budget 30", '
+        'budget = 40, seed = 0 }\n[tool.hctool.gate.timeouts]\nchaos = 300\n')
+    res = gate(tmp_path, "--only", "chaos", "--junit", str(tmp_path / "j.xml"), "--json",
+               "--artifacts", str(tmp_path / "runs"), timeout=450)
     assert res.returncode in (0, 1), res.stderr[-3000:]
     step = json.loads(res.stdout)["steps"][0]
     assert step["name"] == "chaos" and step["cases"]
