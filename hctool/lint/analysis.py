@@ -34,16 +34,24 @@ class FileResult:
     program: bool = False  # whether its program issues collectives (HC104 counts only there)
 
 
-def _functions(tree: ast.Module) -> list[tuple]:
-    """(node, enclosing class, qualified name) for every def, nested ones included."""
+def _functions(tree: ast.Module, path: str) -> list[tuple]:
+    """(node, enclosing class, qualified name, key) for every def, nested ones included. A name
+    defined again (a property's setter, `def f` in both arms of an `if`) is a function of its own,
+    keyed `path:qual@line`; references by name resolve to the first definition."""
     out = []
+    seen: set = set()
+
+    def add(node, cls, qual):
+        key = f"{path}:{qual}" if qual not in seen else f"{path}:{qual}@{node.lineno}"
+        seen.add(qual)
+        out.append((node, cls, qual, key))
 
     def visit(body, cls, prefix):
         for node in body:
             if isinstance(node, ast.ClassDef):
                 visit(node.body, node.name, f"{prefix}{node.name}.")
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                out.append((node, cls, prefix + node.name))
+                add(node, cls, prefix + node.name)
                 visit(node.body, cls, f"{prefix}{node.name}.")
             elif isinstance(node, _COMPOUND) or type(node).__name__ == "TryStar":
                 for part in ("body", "orelse", "finalbody"):
@@ -92,8 +100,7 @@ def summarize_file(file: str, path: str, modname: str, cfg: LintConfig) -> Modul
             summary.suppressions = suppressions(data.decode("utf-8", errors="replace"))
         mod = _module_info(tree, path, modname, cfg)
         summary.imports, summary.local_defs, summary.latch_props = mod.imports, mod.local_defs, mod.latch_props
-        for node, cls, qual in _functions(tree):
-            key = f"{path}:{qual}"
+        for node, cls, qual, key in _functions(tree, path):
             w = Walker(mod, None, cls, key=key, qual=qual).run(node)
             if node.name == "__init__":
                 summary.init_params[key] = [a.arg for a in (*node.args.posonlyargs, *node.args.args)][1:]
@@ -114,7 +121,7 @@ def summarize_file(file: str, path: str, modname: str, cfg: LintConfig) -> Modul
                 k = (cls, node.name)
                 summary.attr_assigns[k] = summary.attr_assigns.get(k, EMPTY) | {FnAtom(key)}
             if cls is None and "." not in qual:
-                summary.module_funcs[node.name] = key
+                summary.module_funcs.setdefault(node.name, key)
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
                 bases = [N.qualify(N.dotted(b), mod.imports) for b in node.bases]
@@ -203,20 +210,25 @@ def check_file(file: str, path: str, modname: str, cfg: LintConfig, project: Pro
         result.digest = digest(data)
         funcs = {f.key: f for f in summary.funcs}
         result.walked = walked(project, list(funcs))
+        todo = None
         if result.digest == summary.digest:
             mod = ModuleInfo(path, modname, summary.imports, summary.local_defs, cfg.collectives, cfg.rank_local,
                              (cfg.uniform | N.DEFAULT_UNIFORM) - cfg.rank_local, summary.latch_props)
             encoding = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
             lines = data.splitlines(keepends=True)
-            todo = [(_function_node(lines, funcs[k].span, encoding), funcs[k].cls, funcs[k].qual) for k in result.walked]
-        else:  # the file changed since pass 1: analyze what it holds now
+            try:
+                todo = [(_function_node(lines, funcs[k].span, encoding), funcs[k].cls, funcs[k].qual, k)
+                        for k in result.walked]
+            except SyntaxError:  # a decorator's `@` above the line its expression starts on: `@(\n deco)`
+                todo = None
+        if todo is None:  # the file changed since pass 1, or a def does not parse alone: the whole file
             tree = ast.parse(data, filename=file)
             mod = _module_info(tree, path, modname, cfg)
             chosen = set(result.walked)
-            todo = [(n, c, q) for n, c, q in _functions(tree) if f"{path}:{q}" in chosen]
+            todo = [t for t in _functions(tree, path) if t[3] in chosen]
         relations: list[Relation] = []
-        for node, cls, qual in todo:
-            w = Walker(mod, facts, cls, key=f"{path}:{qual}", qual=qual).run(node)
+        for node, cls, qual, key in todo:
+            w = Walker(mod, facts, cls, key=key, qual=qual).run(node)
             relations += check_function(w, path)
         result.program = project.program_has_collectives(modname)
         if not result.program:  # HC104 is about replicated state

@@ -299,3 +299,40 @@ def reap(procs, deadline):
             p.killed = True
 """,
     })
+
+
+def test_a_name_defined_twice_is_checked_in_both_definitions(lint_snippets):
+    # both arms of an `if` define f; a property's setter reuses its getter's name
+    check(lint_snippets, {"m.py": """
+DEBUG = False
+if DEBUG:
+    def f(ev):
+        if ev.query():  # expect: HC102
+            dist.barrier()  # gated
+else:
+    def f(ev):
+        return 1
+
+
+class C:
+    @property
+    def x(self):
+        if self.ev.query():  # expect: HC102
+            dist.barrier()  # gated
+        return 1
+
+    @x.setter
+    def x(self, v):
+        self._x = v
+"""})
+
+
+def test_a_decorator_in_parentheses_over_several_lines_parses(lint_snippets):
+    check(lint_snippets, {"m.py": """
+@(
+    staticmethod
+)
+def f(ev):
+    if ev.query():  # expect: HC102
+        dist.barrier()  # gated
+"""})
