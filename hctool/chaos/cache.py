@@ -20,13 +20,9 @@ import tempfile
 from pathlib import Path
 
 from engine.lab import ENGINE_ROOT
+from hctool.protocol.env import cache_root
 
 
-def cache_root() -> Path | None:
-    where = os.environ.get("HCTOOL_CACHE_DIR", "")
-    if where == "off":
-        return None
-    return Path(where) if where else Path.home() / ".cache" / "hctool"
 
 
 def prepare_key(harness) -> str:

@@ -59,10 +59,10 @@ def register(app: typer.Typer) -> None:
         where = (cwd / paths[0]).resolve() if paths else cwd
         if diff is not None:
             changed_lines(where, diff)  # not a git repository / unknown ref: exit 2 before the work
-        from hctool.lint.cache import default_dir
+        from hctool.protocol.env import cache_root
 
         report = lint(paths, cfg, jobs=jobs, progress=stderr_progress if fmt == "text" else None,
-                      cache_dir=None if no_cache else default_dir())
+                      cache_dir=None if no_cache else cache_root())
         rel = lambda p: _rel(p, report)  # noqa: E731
         if write_baseline is not None:
             n = write_baseline_file(write_baseline, report.findings, rel, cwd)

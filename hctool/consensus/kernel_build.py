@@ -38,8 +38,8 @@ def compiler() -> str | None:
     return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get(protocol_env.CACHE_DIR) or Path.home() / ".cache" / "hctool")
+def cache_dir() -> Path | None:
+    return protocol_env.cache_root()
 
 
 def _torch_dir() -> Path | None:
@@ -49,8 +49,8 @@ def _torch_dir() -> Path | None:
 
 def target() -> Path | None:
     """Where the build for this Python, torch and compiler lives (None: no torch or compiler)."""
-    torch_dir, cxx = _torch_dir(), compiler()
-    if torch_dir is None or cxx is None:
+    torch_dir, cxx, root = _torch_dir(), compiler(), cache_dir()
+    if torch_dir is None or cxx is None or root is None:
         return None
     try:
         version = (torch_dir / "version.py").read_text()
@@ -60,7 +60,7 @@ def target() -> Path | None:
     for part in (SOURCE.read_bytes(), version.encode(), str(torch_dir).encode(), sys.version.encode(), cxx.encode()):
         key.update(part)
         key.update(b"\0")
-    return cache_dir() / f"c10d-{key.hexdigest()[:16]}" / ("_c10d_kernel" + sysconfig.get_config_var("EXT_SUFFIX"))
+    return root / f"c10d-{key.hexdigest()[:16]}" / ("_c10d_kernel" + sysconfig.get_config_var("EXT_SUFFIX"))
 
 
 def ensure_built(log=None, timeout: float | None = None) -> tuple[Path | None, str]:
@@ -73,6 +73,8 @@ def ensure_built(log=None, timeout: float | None = None) -> tuple[Path | None, s
     and no partial .so stays in the cache."""
     if os.environ.get(ENV) == "0":
         return None, f"{ENV}=0"
+    if cache_dir() is None:
+        return None, f"{protocol_env.CACHE_DIR}=off (the build is kept in the cache)"
     out = target()
     if out is None:
         return None, "no C++ compiler (set CXX)" if compiler() is None else "torch is not importable here"

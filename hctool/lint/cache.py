@@ -18,20 +18,15 @@ import pickle
 import shutil
 import stat
 import sys
-import tempfile
 import time
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 
 from hctool.errors import UsageError
+from hctool.protocol.safefile import write_atomic
 
 _VERSION: str | None = None
 STALE_S = 7 * 24 * 3600  # another version's directory unused this long is deleted
-
-
-def default_dir() -> Path:
-    env = os.environ.get("HCTOOL_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "hctool"
 
 
 def version() -> str:
@@ -78,13 +73,18 @@ class Cache:
         self._checked = True
         top = self.dir.parent.parent
         try:
-            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            top.mkdir(parents=True, exist_ok=True)  # the user's folder, made under their umask
+            for d in (self.dir.parent, self.dir):  # hctool's own: private whatever the umask
+                d.mkdir(exist_ok=True, mode=0o700)
         except OSError as exc:
             raise UsageError(f"cannot create the lint cache in {top}: {exc.strerror}",
                              "set HCTOOL_CACHE_DIR to a writable directory, or pass --no-cache") from None
-        for d in (top, self.dir.parent, self.dir):
+        # Entries are pickles: whoever can replace one runs code here. The top folder must be
+        # the user's and not writable by others; the lint folders, writable by the user alone.
+        for d, forbidden in ((top, stat.S_IWOTH), (self.dir.parent, stat.S_IWGRP | stat.S_IWOTH),
+                             (self.dir, stat.S_IWGRP | stat.S_IWOTH)):
             st = d.stat()
-            if (hasattr(os, "getuid") and st.st_uid != os.getuid()) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            if (hasattr(os, "getuid") and st.st_uid != os.getuid()) or st.st_mode & forbidden:
                 raise UsageError(f"refusing the lint cache in {d}: not yours, or writable by others",
                                  "use a private HCTOOL_CACHE_DIR, or pass --no-cache")
         now = time.time()
@@ -105,16 +105,10 @@ class Cache:
 
     def put(self, name: str, value) -> None:
         self._prepare()
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-")
         try:
-            with os.fdopen(fd, "wb") as fh:
-                pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, self.dir / name)
-        except OSError:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            write_atomic(self.dir / name, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL), mode=0o600)
+        except OSError:  # a full or read-only disk: the result stands, it is just not kept
+            pass
 
 
 class Recorder:

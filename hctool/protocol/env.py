@@ -14,8 +14,20 @@ CHAOS_DIR = "HCTOOL_CHAOS_DIR"            # where the chaos observer writes its 
 CHAOS_STARVE_TICKS = "HCTOOL_CHAOS_STARVE_TICKS"  # ticks of waiting-with-nothing-running that count as starved
 C10D_KERNEL = "HCTOOL_C10D_KERNEL"        # path of the built C++ capture kernel, or 0 (off)
 FASTPATH = "HCTOOL_FASTPATH"              # 0: the recorder's C hot path is off
-CACHE_DIR = "HCTOOL_CACHE_DIR"            # build and lint caches (default ~/.cache/hctool)
+CACHE_DIR = "HCTOOL_CACHE_DIR"            # build, lint and chaos caches (default ~/.cache/hctool; off: none)
 DEBUG = "HCTOOL_DEBUG"                    # 1: internal errors print their traceback
 
 ALL = (TRACE_DIR, RUN_ID, FAULTS, FAULTS_T0, PROBES, SUPERVISOR_PID, ROLE, RUN_DIR, CHAOS_DIR, CHAOS_STARVE_TICKS,
        C10D_KERNEL, FASTPATH, CACHE_DIR, DEBUG)
+
+
+def cache_root():
+    """The folder of hctool's caches (HCTOOL_CACHE_DIR, default ~/.cache/hctool), or None where
+    HCTOOL_CACHE_DIR=off: nothing is cached then."""
+    import os
+    from pathlib import Path
+
+    where = os.environ.get(CACHE_DIR, "")
+    if where == "off":
+        return None
+    return Path(where) if where else Path.home() / ".cache" / "hctool"
