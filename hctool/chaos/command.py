@@ -131,7 +131,8 @@ class CommandRunner:
         (folder / "cwd").mkdir(parents=True, exist_ok=True)
         t = self.target
         # Each run in a fresh working directory: a checkpoint one run writes (./snapshot.pt)
-        # must not change what the next run does.
+        # must not change what the next run does. File arguments are made absolute and the
+        # caller's folder is on the ranks' PYTHONPATH (run_job), so `python -m pkg` still imports.
         report, _ = run_job(RunOptions(command=list(t.command.anchored().words), nproc=t.nproc, timeout=t.timeout,
                                        hang_after=t.hang_after, abort=True, trace_dir=folder,
                                        script_mode=t.command.script_mode, faults=tuple(faults),
@@ -146,7 +147,8 @@ class CommandRunner:
         found, blind = [], []
         verdict = report["verdict"]
         if verdict == "diverged":
-            found.append(Anomaly("consensus", {"verdict": verdict, "first_divergence": report.get("first_divergence")}))
+            found.append(Anomaly("consensus", {"verdict": verdict, "first_divergence": report.get("first_divergence"),
+                                               "counts": report.get("counts")}))
         if verdict == "hung" and not killed:
             found.append(Anomaly("liveness", {"what": "a collective blocked while a peer was elsewhere, or the "
                                                       "job did not end in time", "first_divergence": report.get("first_divergence"),

@@ -43,7 +43,7 @@ def explore(runner: ChaosRunner, seed: int, budget_s: float, shard: tuple[int, i
         if elapsed >= budget_s or (max_schedules is not None and count >= max_schedules):
             break
         sched = generate(seed, index, runner.world_size, kinds, horizon_s=runner.horizon_s,
-                         early=getattr(runner, "early_windows", True))
+                         early=runner.early_windows)
         log(f"chaos: schedule {index} (seed {seed}): {'; '.join(sched.specs())}")
         res = runner.run(sched, f"s{seed}-{index}")
         runs.append((sched, res))

@@ -38,7 +38,7 @@ class ChaosRunner:
         self.harness = ReproHarness(target.scenario, HarnessOptions(artifacts=artifacts, timeout=timeout))
         self.prepared = False
 
-    checkers = CHECKERS
+    early_windows = True  # the engine: fault windows open early, while requests queue
 
     @property
     def world_size(self) -> int:

@@ -22,7 +22,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from hctool.protocol.faults import FAULT_KINDS, Fault, parse_fault
+from hctool.protocol.faults import BY_NAME, FAULT_KINDS, Fault, parse_fault
 
 # Kinds explore draws by default: all but rank-kill (a killed rank ends the run;
 # ask for it with --kinds). Magnitude ranges (ms or n) per kind.
@@ -124,6 +124,10 @@ def parse_kinds(text: str | None, default: tuple[str, ...] = DEFAULT_KINDS) -> t
     bad = [k for k in kinds if k not in FAULT_KINDS]
     if bad or not kinds:
         raise ScheduleError(f"unknown fault kind {bad[0] if bad else text!r}; known: {', '.join(FAULT_KINDS)}")
+    named = [k for k in kinds if k in BY_NAME]  # generate() cannot make up a function of the program
+    if named:
+        raise ScheduleError(f"fault kind {named[0]} needs fn=pkg.mod:Qual.name, which exploration cannot draw; "
+                            "put it in a schedule file for chaos run")
     return kinds
 
 

@@ -22,9 +22,7 @@ class Target:
     def label(self) -> str:
         return " ".join(self.args)
 
-    @property
-    def replay(self) -> str:
-        return " ".join(self.args)
+    replay = label  # the same words name the target in a replay command
 
 
 # A collective blocked this long while a peer is elsewhere is a hang. A repro scenario's own

@@ -3,6 +3,7 @@ engine run, invariant checks, shrinking, replay, CI shards (docs/chaos.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -19,6 +20,7 @@ from hctool.report import write_run_report
 app = typer.Typer(no_args_is_help=True, help="Chaos testing: random fault schedules, invariants, shrinking (docs/chaos.md).")
 EXTRA = {"allow_extra_args": True, "ignore_unknown_options": False}
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2}
+ENGINE_HORIZON_S = 20.0  # the engine's faults start within this; its interesting part is while requests queue
 
 ScenarioOpt = typer.Option(None, "--scenario", help="Run a repro scenario's engine configuration and workload.")
 VariantOpt = typer.Option(None, "--variant", help="The scenario's variant (default: its first).")
@@ -31,8 +33,8 @@ HangOpt = typer.Option(None, "--hang-after", min=0.1, max=86400, help="Seconds a
 StarveOpt = typer.Option(1000, "--starve-ticks", min=1, help="Liveness: ticks with work waiting and nothing running.")
 
 
-NprocOpt = typer.Option(2, "--nproc", "-n", min=1, max=1024, help="Ranks to start for a -- SCRIPT.py target.")
-TimeoutOpt = typer.Option(None, "--timeout", min=1, max=86400, help="A command target: seconds one run may take (default 300).")
+NprocOpt = typer.Option(2, "--nproc", "-n", help="Ranks to start for a -- SCRIPT.py target.")
+TimeoutOpt = typer.Option(None, "--timeout", help="A command target: seconds one run may take (default 300).")
 SameOutputOpt = typer.Option(None, "--same-output", help="A command target: stdout lines matching this regex must "
                              "equal those of the fault-free run.")
 
@@ -78,15 +80,22 @@ def _runner(target, root: Path, history, starve_ticks: int, horizon: float | Non
     return ChaosRunner(target, root, history, starve_ticks, **({} if horizon is None else {"horizon_s": horizon}))
 
 
+def _checkers(target) -> tuple[str, ...]:
+    from hctool.chaos.command import COMMAND_CHECKERS, CommandTarget
+    from hctool.chaos.invariants import CHECKERS
+    return COMMAND_CHECKERS if isinstance(target, CommandTarget) else CHECKERS
+
+
 def _check_kinds(target, kinds) -> None:
     """The engine's kinds act through hctool's engine only: refused against a command."""
     from hctool.chaos.command import CommandTarget
     from hctool.protocol.faults import ENGINE_ONLY
     bad = sorted({k for k in kinds if k in ENGINE_ONLY}) if isinstance(target, CommandTarget) else []
     if bad:
+        from hctool.protocol.faults import BY_NAME, FAULT_KINDS
+        usable = [k for k in FAULT_KINDS if k not in ENGINE_ONLY and k not in BY_NAME]
         raise UsageError(f"fault kind {bad[0]} acts on hctool's own engine, not on a command",
-                         "for a program: clock-skew, clock-jump, clock-jitter, thread-slow, collective-delay, "
-                         "io-delay, rank-pause, rank-kill, delay:fn=..., raise:fn=...")
+                         f"for a program: {', '.join(usable)}; by name: delay:fn=..., raise:fn=...")
 
 
 def _check_names(target, faults) -> None:
@@ -102,11 +111,13 @@ def _check_names(target, faults) -> None:
             raise UsageError(f"schedule fault {f.spec()}: {why}", "name a function as pkg.mod:Qual.name (__main__:name in the script)")
 
 
-def _prepared(runner) -> None:
-    """The fault-free run (a command) or setup + reference (the engine), before any schedule."""
+@contextlib.contextmanager
+def _clean_without_faults():
+    """Around the fault-free run (a command) or setup + reference (the engine): a target that
+    fails without faults is the user's to fix, one Error line."""
     from hctool.chaos.command import ChaosSetupError
     try:
-        runner.prepare()
+        yield
     except ChaosSetupError as exc:
         raise UsageError(str(exc), "chaos explores a program that is clean without faults: fix it, or check it with "
                          "hctool check-consensus run") from None
@@ -197,7 +208,8 @@ def run_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="Sched
     root, history = _setup(artifacts, "run")
     runner = _runner(target, root, history, starve_ticks)
     with sigterm_as_interrupt():
-        _prepared(runner)
+        with _clean_without_faults():
+            runner.prepare()
         results = [(sched, runner.run(sched, f"run{k + 1}")) for k in range(runs)]
     invariants = sorted({a.invariant for _, r in results for a in r.anomalies})
     anomalies = []
@@ -214,13 +226,15 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
                 budget: float = typer.Option(600.0, "--budget", min=1, help="Seconds of exploration (setup included)."),
                 seed: int = typer.Option(0, "--seed", help="Seed of the schedule generator."),
                 shard: str = typer.Option("1/1", "--shard", help="i/N: this machine's share of the schedules."),
-                kinds: str = typer.Option(None, "--kinds", help="Comma-separated fault kinds (default: all but rank-kill)."),
+                kinds: str = typer.Option(None, "--kinds", help="Comma-separated fault kinds (default: the engine's kinds and "
+                                          "rank-pause for the engine; the generic kinds for a command; never rank-kill)."),
                 max_schedules: int = typer.Option(None, "--max-schedules", min=1, help="Stop after this many schedules."),
                 keep_going: bool = typer.Option(False, "--keep-going", help="Do not stop at the first anomaly."),
                 shrink_budget: float = typer.Option(600.0, "--shrink-budget", min=0, help="Seconds for shrinking (0: none)."),
                 replays: int = typer.Option(10, "--replays", min=0, help="Replays of the (shrunk) schedule (its reproduction rate)."),
                 accept: str = AcceptOpt,
-                horizon: float = typer.Option(20.0, "--horizon", min=1, help="Faults start within this many seconds (the heal comes when the workload is done)."),
+                horizon: float = typer.Option(None, "--horizon", min=1, help="Faults start within this many seconds (default: 20 "
+                                              "for the engine; a command's fault-free run length). The heal comes when the workload is done."),
                 as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt,
             hang_after: float = HangOpt, nproc: int = NprocOpt, timeout: float = TimeoutOpt,
             same_output: str = SameOutputOpt) -> None:
@@ -238,15 +252,17 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
         i, n = (int(x) for x in shard.split("/"))
         if not 1 <= i <= n:
             raise ValueError
+    except ValueError:
+        raise UsageError(f"bad --shard {shard!r}", "use --shard i/N with 1 <= i <= N") from None
+    try:
         kind_list = parse_kinds(kinds, COMMAND_KINDS if is_command else DEFAULT_KINDS)
-        need_tries = _accept(accept)
-    except ValueError as exc:
-        raise UsageError(str(exc) if isinstance(exc, ScheduleError) else f"bad --shard {shard!r}", "use --shard i/N with 1 <= i <= N") from None
+    except ScheduleError as exc:
+        raise UsageError(str(exc), "see `hctool chaos explore --help` and docs/chaos.md for the kinds") from None
+    need_tries = _accept(accept)
     _check_kinds(target, kind_list)
     root, history = _setup(artifacts, "explore")
-    # A command's horizon is its fault-free run's length unless --horizon is given.
-    given = horizon if not is_command or horizon != 20.0 else None
-    runner = _runner(target, root, history, starve_ticks, given)
+    # No --horizon: the engine's faults start within 20 s; a command's within its fault-free run.
+    runner = _runner(target, root, history, starve_ticks, ENGINE_HORIZON_S if horizon is None and not is_command else horizon)
     anomalous = []
 
     def show(k: int, t: float, verdict: str) -> None:  # schedules run, anomalies, budget left
@@ -254,8 +270,9 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
         bar.update(completed=min(t, budget), text=f"{k} schedules, {sum(anomalous)} anomalous, "
                                                    f"{max(0.0, budget - t):.0f} s of budget left")
 
-    with sigterm_as_interrupt(), progress.task("chaos explore", total=budget, text="setting up") as bar:
-        _prepared(runner)
+    # explore() runs the setup inside its budget: the budget bounds the whole exploration.
+    with sigterm_as_interrupt(), progress.task("chaos explore", total=budget, text="setting up") as bar, \
+            _clean_without_faults():
         found = explore(runner, seed, budget, (i, n), kind_list, max_schedules, keep_going, show)
     anomalies = []
     for sched, res in found.runs:
@@ -291,12 +308,14 @@ def shrink_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="A 
     sched = _schedule(schedule)
     _check_kinds(target, [f.kind for f in sched.faults])
     _check_names(target, sched.faults)
+    checkers = _checkers(target)
+    if invariant is not None and invariant not in checkers:  # before anything is written
+        raise UsageError(f"unknown invariant {invariant!r}", f"known: {', '.join(checkers)}")
     root, history = _setup(artifacts, "shrink")
     runner = _runner(target, root, history, starve_ticks)
-    if invariant is not None and invariant not in runner.checkers:
-        raise UsageError(f"unknown invariant {invariant!r}", f"known: {', '.join(runner.checkers)}")
     with sigterm_as_interrupt():
-        _prepared(runner)
+        with _clean_without_faults():
+            runner.prepare()
         first = runner.run(sched, "original")
         seen = [a for a in first.anomalies if invariant in (None, a.invariant)]
         anomaly = seen[0] if seen else (Anomaly(invariant, {"note": "not seen in the first run"}) if invariant else None)

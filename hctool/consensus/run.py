@@ -62,7 +62,10 @@ def _start(opts: RunOptions, ps: procs.ProcessSet, controller: JobController | N
         extra[protocol_env.PROBES] = ",".join(opts.probes)
     if controller is not None:
         extra.update(controller.env())
-    env = procs.inject_env(dict(os.environ), TRACE_DIR=str(opts.trace_dir.resolve()), **extra)
+    base = dict(os.environ)
+    if opts.cwd is not None:  # run elsewhere, import as from here: `python -m pkg` finds ./pkg
+        base["PYTHONPATH"] = os.pathsep.join(p for p in (base.get("PYTHONPATH"), os.getcwd()) if p)
+    env = procs.inject_env(base, TRACE_DIR=str(opts.trace_dir.resolve()), **extra)
     env.setdefault("PYTHONUNBUFFERED", "1")
     if not opts.script_mode:
         ps.start("cmd", opts.command, env=env, log_path=opts.trace_dir / "cmd.log",

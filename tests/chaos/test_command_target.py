@@ -65,6 +65,9 @@ def test_same_output_sees_what_the_collectives_do_not(tmp_path):
     (["--same-output", "("], "bad --same-output regex"),
     (["--", "no-such-command-here", "x"], "command not found"),
     (["--", "missing_script.py"], "script not found"),
+    (["--kinds", "delay"], "needs fn=pkg.mod:Qual.name"),  # explore cannot make up a function name
+    (["--nproc", "5000"], "--nproc must be between 1 and 4096"),
+    (["--timeout", "0.01"], "--timeout must be between 0.1"),
 ])
 def test_usage_errors_before_anything_runs(tmp_path, args, words):
     if "--" not in args:
@@ -79,6 +82,34 @@ def test_a_schedule_naming_a_missing_function_is_refused(tmp_path):
     code, _, err = chaos(tmp_path, "run", str(sched), "--artifacts", str(tmp_path / "x"), "--",
                          *TORCHRUN, str(PROGRAMS / "loader_flag.py"), timeout=60)
     assert code == 2 and "defines no 'no_such_step'" in err and not (tmp_path / "x").exists(), err
+
+
+def test_the_budget_counts_the_fault_free_run(tmp_path):
+    # a 1 s budget spent by a 1.5 s baseline: no schedule, and the seconds say so
+    code, report, err = chaos(tmp_path, "explore", "--budget", "1", "--json", "--artifacts", str(tmp_path / "x"),
+                              "--", sys.executable, "-c", "import time; time.sleep(1.5)", timeout=120)
+    assert report is not None, err[-2000:]
+    assert report["schedules"] == 0 and report["seconds"] >= 1.5, report
+
+
+def test_shrink_with_an_unknown_invariant_writes_nothing(tmp_path):
+    sched = schedule(tmp_path, "heal_s = 1\n")
+    code, _, err = chaos(tmp_path, "shrink", str(sched), "--invariant", "bogus", "--artifacts", str(tmp_path / "x"),
+                         "--", *TORCHRUN, str(PROGRAMS / "loader_flag.py"), timeout=60)
+    assert code == 2 and "unknown invariant 'bogus'" in err and not (tmp_path / "x").exists(), err
+
+
+@pytest.mark.timeout(200)
+def test_a_python_dash_m_target_imports_from_where_hctool_ran(tmp_path):
+    # each run has its own working directory; the caller's folder stays importable
+    (tmp_path / "mytrain.py").write_text(
+        "import torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "t = torch.ones(1)\ndist.all_reduce(t)\nprint('result', t.item())\n")
+    sched = schedule(tmp_path, "heal_s = 1\n")
+    code, report, err = chaos(tmp_path, "run", str(sched), "--json", "--artifacts", str(tmp_path / "run"),
+                              "--", *TORCHRUN, "-m", "mytrain", timeout=180)
+    assert code == 0 and report["verdict"] == "valid", err[-3000:]
 
 
 # Each finds its timing bug with generic faults only (no fn=): ~2-8 minutes each on 2 cores.
