@@ -72,9 +72,7 @@ def model_backend(args: ServerArgs, local_rank: int, world: int) -> tuple[str, t
     local_rank % count; ranks that share a GPU cannot use NCCL (it refuses two ranks on one
     device), so auto picks gloo on the CUDA tensors there: real streams, events and kernels,
     a CPU-staged all_reduce."""
-    if args.device != "cuda":
-        if args.model_backend == "nccl":
-            sys.exit("Error: --model-backend nccl needs --device cuda")
+    if args.device != "cuda":  # ServerArgs refuses --model-backend nccl here
         return "gloo", torch.device("cpu")
     count = torch.cuda.device_count()
     if count == 0:

@@ -63,7 +63,7 @@ NUMBER_LIMITS = {
 @dataclass(frozen=True)
 class ServerArgs:
     tp_size: int = _opt(1, "tensor-parallel ranks")
-    device: str = _opt("cpu", "cpu or cuda (NCCL for the model's group on cuda)", DEVICES)
+    device: str = _opt("cpu", "cpu or cuda (the model's group: see --model-backend)", DEVICES)
     model_backend: str = _opt("auto", "backend of the model's group: auto (NCCL on cuda with a GPU per rank, gloo "
                               "when ranks share a GPU or on cpu), nccl or gloo", ("auto", "nccl", "gloo"))
     model_seed: int = _opt(0, "seed of the model weights")
@@ -124,6 +124,8 @@ class ServerArgs:
             problems.append("--hicache-storage-backend needs --enable-hierarchical-cache")
         if self.enable_hierarchical_cache and self.disable_radix_cache:
             problems.append("--enable-hierarchical-cache cannot be combined with --disable-radix-cache")
+        if self.model_backend == "nccl" and self.device != "cuda":
+            problems.append("--model-backend nccl needs --device cuda")
         if self.state_digest and not self.enable_hierarchical_cache:
             problems.append("--state-digest needs --enable-hierarchical-cache (it rides HiCache's per-tick sync)")
         if problems:
