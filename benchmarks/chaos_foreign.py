@@ -108,6 +108,20 @@ def deps(work: Path) -> Path:
     return target
 
 
+def run_reaped(cmd: list[str], timeout: float, **kw) -> subprocess.CompletedProcess:
+    """subprocess.run whose timeout (or Ctrl-C) ends the whole tree: torchrun's workers too."""
+    from hctool.procs import kill_tree
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:  # TimeoutExpired, KeyboardInterrupt
+        kill_tree(proc.pid)
+        proc.communicate()
+        raise SystemExit(f"{' '.join(cmd[:4])} ...: stopped after {timeout:.0f} s or by a signal") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--examples", type=Path, required=True, help="pytorch/examples checkout or git dir")
@@ -129,15 +143,15 @@ def main() -> None:
     cmd = command(folder, args.case)
     if args.plain:
         t0 = time.monotonic()
-        run = subprocess.run(cmd, env=env, cwd=tempfile.mkdtemp(dir=work), capture_output=True, text=True, timeout=600)
+        run = run_reaped(cmd, 600, env=env, cwd=tempfile.mkdtemp(dir=work))
         print(json.dumps({"case": args.case, "exit": run.returncode, "seconds": round(time.monotonic() - t0, 1),
                           "tail": run.stdout[-500:] + run.stderr[-1500:]}, indent=1))
         return
     out_dir = work / f"chaos-{args.case}-{args.seed}"
     t0 = time.monotonic()
-    run = subprocess.run([sys.executable, "-m", "hctool", "chaos", "explore", "--budget", str(args.budget),
-                          "--seed", str(args.seed), "--json", "--artifacts", str(out_dir), "--", *cmd],
-                         env=env, capture_output=True, text=True, timeout=args.budget * 4 + 600)
+    run = run_reaped([sys.executable, "-m", "hctool", "chaos", "explore", "--budget", str(args.budget),
+                      "--seed", str(args.seed), "--json", "--artifacts", str(out_dir), "--", *cmd],
+                     args.budget * 4 + 600, env=env)
     try:
         report = json.loads(run.stdout)
     except ValueError:

@@ -70,7 +70,7 @@ class ReproHarness:
             args = self.s.server_args(self.s.variants[0], self.tp, (*self.device_flags, *self.s.setup_flags, "--hicache-storage-dir",
                                                                     str(self.storage_seed)))
             log(f"setup: writing {len(self.cold)} cold prefixes to storage ({self.storage_seed})")
-            with Topology(args, self.root / "setup") as topo:
+            with Topology(args, self.root / "setup", inherit_probes=False) as topo:  # as the reference: plain
                 url = topo.start(self.opts.startup_timeout)
                 run_to_completion(url, [[c + [1] for c in self.cold]], 1, self.s.deadline)
                 requests.post(f"{url}/flush_cache", timeout=self.s.deadline).raise_for_status()  # waits for backups
