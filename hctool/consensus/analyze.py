@@ -205,9 +205,16 @@ class AnalysisSession:
         for ev in events:
             self.tracker.add(ev, now)
         self.tracker.prune()
-        # a rank whose folder filled up: its later calls are unknown, not absent (truncation.py)
-        self.incomplete = truncation.cut(self.tracker, self.reader.ranks)
+        # A rank whose folder filled up: its later calls are unknown, not absent (truncation.py).
+        # Cut only once every file is read to its end: a round that holds fewer of that rank's
+        # calls than of its peers' would otherwise drop peers' calls that are never read again.
+        if not self.reader.more:
+            self.incomplete = truncation.cut(self.tracker, self.reader.ranks)
         return len(events)
+
+    def cut(self) -> None:
+        """The truncation cut for a reader stopped with data left (see feed)."""
+        self.incomplete = truncation.cut(self.tracker, self.reader.ranks)
 
     def ended(self, exit_codes: dict[int, int | None] | None, ended_at: float | None = None) -> dict[int, str | None]:
         ranks = sorted(set(self.tracker.all_ranks()) | set(exit_codes or {}))
@@ -250,7 +257,10 @@ def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: d
         tracker = session.tracker
         while True:  # in rounds, dropping the agreed prefix: memory stays bounded on long traces
             session.feed(now, exit_codes or {})
-            if not session.reader.more or tracker.pending() > MAX_PENDING:
+            if not session.reader.more:
+                break
+            if tracker.pending() > MAX_PENDING:
+                session.cut()
                 break
         ended = session.ended(exit_codes, ended_at)
         if exit_codes is None:
