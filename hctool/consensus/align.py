@@ -20,7 +20,7 @@ from hctool.consensus import locate
 from hctool.consensus.pattern import HARD_FIELDS, HOLD, ROOTED, Pattern, Scan, field, hard_signature, site_key
 from hctool.consensus.waits import Waits
 
-__all__ = ["ROOTED", "Channel", "decide_pair", "diff_kind", "find_divergence", "route", "signature", "site_key"]
+__all__ = ["ROOTED", "Channel", "decide_pair", "diff_kind", "pair_label", "find_divergence", "route", "signature", "site_key"]
 
 
 def signature(ev: dict) -> tuple:
@@ -40,6 +40,14 @@ def diff_kind(a: dict, b: dict) -> str:
         if field(a, f) != field(b, f):
             return kind
     return "site"
+
+
+def pair_label(a: dict, b: dict) -> tuple[bool, str]:
+    """(agree, words) for two calls that met at one sequence number, as the report and the export
+    draw them: a call-site difference alone is a pairing, not a mismatch (docs/consensus.md)."""
+    if hard_signature(a) != hard_signature(b):
+        return False, f"paired, mismatched: {diff_kind(a, b)}"
+    return True, "paired" if signature(a) == signature(b) else "paired across call sites"
 
 
 def channel_members(gkey: str, known: dict[str, list[int]]) -> list[int] | None:

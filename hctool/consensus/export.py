@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hctool.consensus.align import diff_kind, signature
+from hctool.consensus.align import pair_label
 from hctool.consensus.marks import Mark
 from hctool.consensus.timeline import Call, Timeline, wall_end
 
@@ -184,8 +184,7 @@ def _flows(placed: dict) -> list[dict]:
         sides = sorted(placed[key], key=lambda x: x[0])
         for (ra, ta, tsa, ca), (rb, tb, tsb, cb) in zip(sides, sides[1:]):
             fid += 1
-            same = signature(ca.ev) == signature(cb.ev)
-            name = "paired" if same else f"paired, mismatched: {diff_kind(ca.ev, cb.ev)}"
+            _, name = pair_label(ca.ev, cb.ev)
             out.append({"ph": "s", "id": fid, "name": name, "cat": "pair", "pid": ra + 1, "tid": ta, "ts": tsa})
             out.append({"ph": "f", "bp": "e", "id": fid, "name": name, "cat": "pair", "pid": rb + 1, "tid": tb,
                         "ts": tsb})

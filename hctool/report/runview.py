@@ -3,7 +3,7 @@ number, its timeline (the whole run, then around the divergence), counts, stacks
 
 from __future__ import annotations
 
-from hctool.consensus.align import signature
+from hctool.consensus.pattern import hard_signature
 from hctool.consensus.marks import Mark
 from hctool.consensus.timeline import Call, Timeline
 from hctool.report.svg import esc, timeline_svg
@@ -86,7 +86,7 @@ def lanes_table(tl: Timeline, first: dict | None) -> str:
                 continue
             ref = next((per_rank[q][s] for q in ranks if q != r and s in per_rank.get(q, {})), None)
             cls = ["at"] if s == at else []
-            if ref is not None and signature(ref.ev) != signature(c.ev):
+            if ref is not None and hard_signature(ref.ev) != hard_signature(c.ev):  # a site alone: a pairing
                 cls.append("mismatch")
             if c.ev.get("state") != "completed":
                 cls.append("open")

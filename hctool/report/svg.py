@@ -10,7 +10,7 @@ import html
 import math
 import zlib
 
-from hctool.consensus.align import diff_kind, signature
+from hctool.consensus.align import pair_label
 from hctool.consensus.marks import Mark
 from hctool.consensus.timeline import Call, Timeline, wall_done, wall_end
 
@@ -165,9 +165,8 @@ def _pair_lines(centres) -> list[str]:
     for (channel, seq), sides in centres.items():
         sides = sorted(sides, key=lambda s: s[0])
         for (ra, xa, ya, ca), (rb, xb, yb, cb) in zip(sides, sides[1:]):
-            same = signature(ca.ev) == signature(cb.ev)
+            same, what = pair_label(ca.ev, cb.ev)
             cls = "pair" if same else "pair bad"
-            what = "paired" if same else f"paired, mismatched: {diff_kind(ca.ev, cb.ev)}"
             out.append(f'<line class="{cls}" x1="{xa:.1f}" y1="{ya + ROW - 2}" x2="{xb:.1f}" y2="{yb + 2}">'
                        f'<title>{esc(f"{what}: {channel} seq {seq}, rank {ra} and rank {rb}")}</title></line>')
     return out

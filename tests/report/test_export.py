@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from hctool.procs import free_port
-from tests.consensus.helpers import PROGRAMS, site
+from tests.consensus.helpers import PROGRAMS, run_check, site
 from tests.report.trace_format import check
 
 
@@ -124,3 +124,19 @@ def test_bad_input_is_one_error_line(argv, needle, tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith("Error: ") and needle in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_legitimate_cross_site_pairing_is_drawn_as_a_pairing(tmp_path):
+    # rank-0-first barriers: the wait and the release meet from two lines, by design (consistent)
+    code, report, err = run_check("main_first.py", tmp_path, fix=True)
+    assert code == 0 and report["verdict"] == "consistent", err[-2000:]
+    assert export(tmp_path / "trace", tmp_path / "t.json").returncode == 0
+    doc = json.loads((tmp_path / "t.json").read_text())
+    names = {e["name"] for e in doc["traceEvents"] if e.get("cat") == "pair"}
+    assert "paired across call sites" in names and not any("mismatched" in n for n in names), names
+    out = tmp_path / "r.html"
+    proc = subprocess.run([sys.executable, "-m", "hctool", "report", str(tmp_path / "trace"), "-o", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    page = out.read_text()
+    assert "mismatched" not in page and 'class="mismatch' not in page and "paired across call sites" in page
