@@ -25,11 +25,12 @@ _order: list = []
 _rank: int | None = None
 _dirty = False
 _path: str | None = None
+_pid: int | None = None     # the process the counts belong to: a fork's child writes none of them
 
 
 def start(faults, rank: int) -> None:
-    global _rank, _path
-    _rank = rank
+    global _rank, _path, _pid
+    _rank, _pid = rank, os.getpid()
     for f in faults:
         if f not in _counts:
             _counts[f] = 0
@@ -42,7 +43,8 @@ def start(faults, rank: int) -> None:
         real_exit = os._exit
 
         def exit_after_flush(code):  # programs that leave by os._exit skip atexit
-            flush()
+            if os.getpid() == _pid:  # a forked worker (a DataLoader's) leaves at once: its
+                flush()              # lock may be held by a thread that did not fork with it
             real_exit(code)
         os._exit = exit_after_flush
 
@@ -74,7 +76,7 @@ def snapshot() -> list[dict]:
 def flush() -> None:
     """Write the counts (os.write on a raw descriptor: open() may be faulted, io-delay)."""
     global _dirty, _flushing
-    if _path is None or _flushing:
+    if _path is None or _flushing or os.getpid() != _pid:
         return
     with _lock:
         _flushing, _dirty = True, False
