@@ -305,7 +305,7 @@ class _Look:
         """The members' calls at i differ (or, located, pair across call sites):
         compare each odd rank with a reference of the majority."""
         ch, ranks, seqs, ended = self.ch, self.ranks, self.seqs, self.ended
-        sigs = {r: signature(e) for r, e in at.items() if e is not None}
+        sigs = {r: hard_signature(e) for r, e in at.items() if e is not None}  # a site alone divides no majority
         classes: dict = {}
         for r in ranks:
             classes.setdefault(sigs.get(r), []).append(r)

@@ -125,3 +125,13 @@ def test_a_cycle_no_call_explains_is_a_wait_cycle():
         (0, "0:[0,1,2,3]", 1, "p.py:29"), (1, "0:[0,1,2,3]", 1, "p.py:29"),
         (2, "1:[0,1,2,3]", 1, "p.py:26"), (3, "1:[0,1,2,3]", 1, "p.py:26")]
     assert first["deadlock"].startswith("rank 0 waits in 0:[0,1,2,3] seq 1 for rank 2")
+
+
+def test_three_ranks_a_call_site_alone_divides_no_majority(tmp_path):
+    from tests.consensus.helpers import run_check, site
+
+    code, report, err = run_check("three_ranks_op.py", tmp_path, nproc=3)
+    assert code == 1, err[-3000:]
+    fd = report["first_divergence"]
+    assert (fd["kind"], fd["culprit_ranks"]) == ("op", [2]), fd
+    assert fd["ranks"]["2"]["site"] == site("three_ranks_op.py", "bcast")
