@@ -5,11 +5,11 @@ FR dumps safely), align (per-group alignment and the first divergence), waits (w
 for whom, wait cycles), analyze (the report), live (the incremental watcher), report (rich
 rendering), run (supervising a job), kernel_build (the C++ capture kernel). The recorder
 runs inside the ranks: hctool/agent/capture.
-Cross-site pairings (pattern, locate) are evidence only when calls of one line meet out of
-step; otherwise they say where a divergence is located (docs/consensus.md).
+Cross-site pairings (pattern, locate) are never evidence: they say where a divergence that
+hard evidence shows is located (docs/consensus.md "Evidence and location").
 
 Public API (light to import):
-  analyze_dir(path, exit_codes=None, stacks=None) -> report dict (docs/contracts.md)
+  analyze_dir(path, exit_codes=None, stacks=None, command_exit=None, ended_at=None) -> report dict (docs/contracts.md)
   assert_same(label, value)        record a value that must agree across ranks (in a rank)
   @rank_consensus(same_params=..., same_results=...)
 """

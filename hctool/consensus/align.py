@@ -98,8 +98,6 @@ class Channel:
             if what[0] == "cross" and min(map(len, seqs)) <= HOLD:
                 return
             scan.step(self.base, events, what)
-            if what[0] == "cross":
-                self.pattern.log.append((self.base, events))
             for r, s in zip(ranks, seqs):
                 before = self.prev.get(r)
                 self.prev[r] = s.popleft()

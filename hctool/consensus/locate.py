@@ -58,7 +58,3 @@ def inserted_at(x: list, y: list, q: int, x_final: bool, y_final: bool) -> int |
         return next(j for j in range(p + 1) if _cross(x[j], y[j]) and (pattern_key(x[j]), pattern_key(y[j])) == combo)
     return None
 
-
-def cross_between(x: list, y: list, lo: int, hi: int) -> int | None:
-    """The first index in [lo, hi) at which x and y made equal calls from different places."""
-    return next((j for j in range(max(lo, 0), min(hi, len(x), len(y))) if _cross(x[j], y[j])), None)

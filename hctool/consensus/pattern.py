@@ -12,7 +12,6 @@ divergence is located. The state is bounded by the program's call sites.
 from __future__ import annotations
 
 import json
-from collections import ChainMap, deque
 
 ROOTED = {"broadcast", "reduce", "gather", "scatter", "broadcast_object_list", "gather_object",
           "scatter_object_list"}
@@ -68,9 +67,7 @@ class Pattern:
     """What the channel's dropped prefix established."""
 
     def __init__(self) -> None:
-        self.occ: dict = {}       # (rank, pattern key) -> calls from there so far
         self.pairings: dict = {}  # combo (pattern key per member) -> {"seq", "count", "events"}
-        self.log: deque = deque(maxlen=64)  # (seq, events) of cross-site positions dropped from the window
 
 
 class Scan:
@@ -79,7 +76,6 @@ class Scan:
 
     def __init__(self, pattern: Pattern, ranks: list[int], commit: bool = False):
         self.pattern, self.ranks, self.ref, self.commit = pattern, ranks, ranks[0], commit
-        self.occ = pattern.occ if commit else ChainMap({}, pattern.occ)
         self.pairings = pattern.pairings if commit else {}
 
     def classify(self, events: dict[int, dict]):
@@ -91,9 +87,6 @@ class Scan:
 
     def step(self, seq: int, events: dict[int, dict], what=None):
         what = what or self.classify(events)
-        keys = {r: pattern_key(events[r]) for r in self.ranks}
-        for r, k in keys.items():
-            self.occ[(r, k)] = self.occ.get((r, k), 0) + 1
         if what[0] == "cross":
             combo = what[1]
             mine = self.pairings.get(combo)
