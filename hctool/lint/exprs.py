@@ -201,10 +201,8 @@ class Expressions:
             if d is not None and d.split(".", 1)[0] not in ("self", "cls"):
                 self.env[d] = self.env.get(d, EMPTY) | (args - recv if recv else args)
         order = EMPTY
-        if last in N.ORDERING_CALLS or last in N.HEAP_PUSH:
-            self.saw_ordering = True
-            if self.facts is not None:
-                order = self._ordering(node, func, last, arg_taints)
+        if (last in N.ORDERING_CALLS or last in N.HEAP_PUSH) and self.facts is not None:
+            order = self._ordering(node, func, last, arg_taints)
         if args and not (isinstance(func, ast.Name) and last in N.VALUE_BUILTINS) and _has_id(args):
             # Objects built from a rank id (a per-rank file, a model shard) are not rank-local
             # state: only plain value conversions carry a rank id on.

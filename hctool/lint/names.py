@@ -70,7 +70,6 @@ MAX_BY_NAME_CANDIDATES = 6  # base classes named without a module: more same-nam
 
 ORDERING_CALLS = frozenset({"sorted", "min", "max", "sort", "nsmallest", "nlargest"})
 HEAP_PUSH = frozenset({"heappush", "heappushpop", "heapreplace"})
-COMPARISON_DUNDERS = frozenset({"__lt__", "__le__", "__gt__", "__ge__"})
 
 
 def dotted(node: ast.AST) -> str | None:

@@ -46,7 +46,6 @@ class Walker(Expressions, Observations):
     mode_exit: tuple | None = None  # (param, position): see _mode_exit
     key: str = ""  # this function's project key (pass 1: constructor parameters become ParamAtoms)
     qual: str = ""  # its qualified name: sources name the function they sit in
-    saw_ordering: bool = False  # pass 1: a sort/heap call that pass 2 must look at
     latches: list = field(default_factory=list)  # pass 1: fields of the `if self.F is None:` arms we are in
     latch_assigned: set = field(default_factory=set)  # pass 1: latch fields this function sets in their arm
     direct_latch: str | None = None
