@@ -18,7 +18,7 @@ from hctool.protocol import faultcounts
 
 FLUSH_S = 0.5
 _lock = threading.RLock()
-_flushing = False  # a flush in progress (its own write must not count or flush again)
+_in_flush = threading.local()  # this thread is flushing: its own write must not count or flush again
 _counts: dict = {}          # Fault -> times fired
 _targets: dict = {}         # Fault -> the function it acts on (by-name kinds)
 _order: list = []
@@ -51,7 +51,7 @@ def start(faults, rank: int) -> None:
 
 def fired(f) -> None:
     global _dirty
-    if f in _counts and not _flushing:
+    if f in _counts and not getattr(_in_flush, "on", False):  # other threads' firings still count
         _counts[f] += 1  # a lost increment under a race costs one count, never a wrong answer
         _dirty = True
         if _counts[f] == 1:
@@ -75,11 +75,11 @@ def snapshot() -> list[dict]:
 
 def flush() -> None:
     """Write the counts (os.write on a raw descriptor: open() may be faulted, io-delay)."""
-    global _dirty, _flushing
-    if _path is None or _flushing or os.getpid() != _pid:
+    global _dirty
+    if _path is None or getattr(_in_flush, "on", False) or os.getpid() != _pid:
         return
     with _lock:
-        _flushing, _dirty = True, False
+        _in_flush.on, _dirty = True, False
         try:
             data = json.dumps({"rank": _rank, "pid": os.getpid(), "faults": snapshot()}).encode()
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(_path), prefix=".faults-", suffix=".tmp")
@@ -91,7 +91,7 @@ def flush() -> None:
         except OSError:
             pass  # a full or vanished folder: the run goes on without the counts
         finally:
-            _flushing = False
+            _in_flush.on = False
 
 
 def _flusher() -> None:
