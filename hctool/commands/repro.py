@@ -131,12 +131,12 @@ def run_cmd(
         raise UsageError(f"incident {incident} has no variant {unknown[0]!r}", f"variants: {', '.join(names)}")
     if tp is not None and (tp < 1 or scenario.server_args(scenario.variants[0]).model.num_heads % tp):
         raise UsageError(f"--tp {tp} must be a positive divisor of the model's heads", "try --tp 1, 2 or 4")
+    device = _device(cuda)  # no GPU: refused before a folder is made
     root = artifacts or Path("hctool-runs") / f"repro-{incident}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     log.info(f"repro {incident}: artifacts in {root}")
     runlock.claim(root, f"repro {incident}")  # one run per folder: refused if another holds it
     with sigterm_as_interrupt():
-        result = _run(scenario, [scenario.variant(n) for n in (variant or names)], root, tp, runs, timeout,
-                      _device(cuda))
+        result = _run(scenario, [scenario.variant(n) for n in (variant or names)], root, tp, runs, timeout, device)
     write_run_report(root, result)
     if as_json:
         print(json.dumps(result, indent=2))

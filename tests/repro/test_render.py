@@ -26,3 +26,18 @@ def test_repro_text_prints_the_variants_counts(capsys):
     assert "no calls recorded" not in out
     assert "rank 0: 3025 (2885 all_reduce, 140 broadcast_object_list)" in out, out
     assert counts_line(VARIANT) in " ".join(out.split())
+
+
+def test_cuda_without_a_gpu_is_refused_before_any_folder_is_made(tmp_path):
+    import subprocess
+    import sys
+
+    import pytest
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    out = subprocess.run([sys.executable, "-m", "hctool", "repro", "26921", "--cuda"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.startswith("Error: --cuda but torch sees no CUDA device"), out.stderr
+    assert list(tmp_path.iterdir()) == []
