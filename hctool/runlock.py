@@ -32,8 +32,9 @@ from hctool.errors import UsageError
 from hctool.protocol import env as protocol_env
 from hctool.protocol.safefile import read_regular
 
-LOCK_NAME = "hctool.lock"
-MAX_BYTES = 4096
+from hctool.protocol.runrecord import LOCK_NAME
+from hctool.protocol.runrecord import MAX_LOCK_BYTES as MAX_BYTES
+from hctool.protocol.runrecord import claimed_run as claimed_run
 _held: list[Claim] = []  # claims live as long as the process
 
 
@@ -95,12 +96,6 @@ def _release_all() -> None:
             os.pwrite(held.fd, json.dumps({"run": held.run_id, "ended": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode(), 0)
         except OSError:
             pass
-
-
-def claimed_run(folder) -> str | None:
-    """The run id the folder's lock names (None: no lock, or not one of ours)."""
-    run = _holder(Path(folder) / LOCK_NAME).get("run")
-    return run if isinstance(run, str) and run else None
 
 
 def describe(holder: dict) -> str:

@@ -50,18 +50,48 @@ def _faulthandler_dump(pid: int, timeout: float, trace_dir: str | None) -> str |
     return f"(faulthandler)\n{text}" if text else None
 
 
-def dump_one(pid: int, timeout: float = 10.0, trace_dir: str | None = None) -> str:
+def _bare_threads(text: str) -> list[str]:
+    """Thread headers py-spy printed with no frame under them."""
+    lines = text.splitlines()
+    return [ln.strip() for i, ln in enumerate(lines)
+            if ln.startswith("Thread ") and (i + 1 == len(lines) or not lines[i + 1].startswith(" "))]
+
+
+def dump_one(pid: int, timeout: float = 10.0, trace_dir: str | None = None, tries: int = 3) -> str:
+    """One process's stacks. py-spy reads the interpreter's memory while it runs: a read that
+    lands mid-update shows a thread with no frame (or fails), so a dump whose main thread came
+    back bare is taken again, up to `tries` times; what still has no frame is said so."""
     exe = _py_spy()
     err = "py-spy not found"
-    if exe is not None:
+    best = None
+    deadline = time.monotonic() + timeout
+    for attempt in range(tries if exe is not None else 0):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
         try:
-            out = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=timeout)
-            if out.returncode == 0 and out.stdout.strip():
-                return out.stdout
-            err = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["py-spy failed"]
-            err = err[0]
+            out = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=left)
         except subprocess.TimeoutExpired:
             err = f"py-spy timed out after {timeout:.0f} s"
+            break
+        if out.returncode == 0 and out.stdout.strip():
+            if best is None or len(_bare_threads(out.stdout)) < len(_bare_threads(best)):
+                best = out.stdout
+            if not any('"MainThread"' in t for t in _bare_threads(best)):
+                break
+        else:
+            err = ((out.stderr or out.stdout).strip().splitlines()[-1:] or ["py-spy failed"])[0]
+            if not psutil.pid_exists(pid):
+                err = "the process ended before its stack could be read"
+                break
+        time.sleep(0.05 * (attempt + 1))
+    if best is not None:
+        bare = [t for t in _bare_threads(best) if '"MainThread"' in t]
+        if bare:
+            best = best.rstrip() + ("\n(py-spy saw no Python frame on the main thread in 3 reads: it was "
+                                    "outside Python code, e.g. in interpreter teardown or a C++ call made "
+                                    "without a Python caller)\n")
+        return best
     fallback = _faulthandler_dump(pid, timeout, trace_dir)
     return fallback if fallback else f"(no stack: {err})"
 

@@ -11,6 +11,7 @@ Several users of one target share one wrapper; `resolved(target)` says whether i
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import threading
 from typing import Callable
@@ -53,20 +54,25 @@ def on_call(target: str, before: Before | None = None, after: After | None = Non
         when_imported(module, lambda mod: _wrap_in(target, mod, qual))
 
 
+# hctool's own code (the recorder writing its side table calls json.dumps, os.path.basename...):
+# a probe or a fault on a function it uses acts on the program's calls only, never on hctool's,
+# so it cannot blind the recorder or fire inside it.
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
 def _wrapper(target: str, fn):
     befores, afters = _hooks[target]
 
     @functools.wraps(fn)
     def called(*args, **kwargs):
-        if befores:
-            caller = sys._getframe(1)
-            for b in befores:
-                b(caller, args, kwargs)
+        caller = sys._getframe(1)
+        if caller.f_code.co_filename.startswith(_OWN):
+            return fn(*args, **kwargs)
+        for b in befores:
+            b(caller, args, kwargs)
         result = fn(*args, **kwargs)
-        if afters:
-            caller = sys._getframe(1)
-            for a in afters:
-                a(caller, result)
+        for a in afters:
+            a(caller, result)
         return result
 
     called.__hctool_original__ = fn

@@ -144,9 +144,10 @@ def analyze(
         raise UsageError(f"empty folder: {path}", "give a folder with rank*.jsonl traces or Flight Recorder dumps")
     from hctool.consensus.trace import TraceError
 
-    exit_codes, command_exit, ended_at = _run_info(path)
+    exit_codes, command_exit, ended_at, stacks = _run_info(path)
     try:
-        report = analyze_dir(path, exit_codes=exit_codes, command_exit=command_exit, ended_at=ended_at)
+        report = analyze_dir(path, exit_codes=exit_codes, command_exit=command_exit, ended_at=ended_at,
+                             stacks=stacks)
     except TraceError as exc:
         raise UsageError(str(exc), "analyze reads folders written by `check-consensus run` or Flight Recorder dumps") from None
     if report["world_size"] == 0 and command_exit is None:  # a failed run's record alone still says `crashed`
@@ -155,7 +156,7 @@ def analyze(
     raise typer.Exit(_exit_code(report))
 
 
-def _run_info(folder: Path) -> tuple[dict[int, int | None] | None, int | None, float | None]:
+def _run_info(folder: Path) -> tuple[dict[int, int | None] | None, int | None, float | None, dict[str, str] | None]:
     """Exit codes a `run` left beside its traces and when it ended the ranks still running
     (checked: the folder may come from anyone)."""
     from hctool.protocol.runrecord import RunRecord, RunRecordError
@@ -164,7 +165,9 @@ def _run_info(folder: Path) -> tuple[dict[int, int | None] | None, int | None, f
         record = RunRecord.read(folder)
     except RunRecordError as exc:
         raise UsageError(str(exc), "remove it to analyze the traces alone") from None
-    return (None, None, None) if record is None else (record.exit_codes, record.command_exit_code, record.ended_at)
+    if record is None:
+        return None, None, None, None
+    return record.exit_codes, record.command_exit_code, record.ended_at, record.stacks or None
 
 
 def export(

@@ -1,45 +1,40 @@
-"""Aligning the per-rank sequences of each group and naming the first divergence.
+"""Channels of calls that must agree, the evidence that they do not, and the finding.
 
-A channel is what must agree: a process group's collectives (members = its
-rank set), the labelled events of assert_same ("labels", all ranks), or the
-p2p traffic between two ranks of a group. Each rank's channel sequence is a
-list; the agreed-and-completed prefix is dropped as it goes (live mode keeps
-memory bounded) and `base` counts what was dropped, so seq = base + index.
-Only evidence makes a divergence; calls paired across call sites locate it
-(pattern.py, locate.py). At the evidence, the cost of three explanations is
-compared over the rest of the sequences (a small diff): rank A inserted a
-call, rank B inserted one, or the two calls differ.
+A channel is what must agree: a process group's collectives (members = its rank set), the
+labelled events of assert_same ("labels", all ranks), the group creations ("groups", all
+ranks: new_group must be called by every rank in one order), or the p2p traffic in one
+direction between two ranks of a group (the k-th send from a to b meets b's k-th receive
+from a: crossing sends in one batch are legal). Each rank's channel sequence is a list; the
+agreed-and-completed prefix is dropped as it goes (live mode keeps memory bounded) and
+`base` counts what was dropped, so seq = base + index.
+
+Only evidence makes a divergence (docs/consensus.md "Evidence, cause and culprit"): calls the
+transport paired that differ in op, shapes, dtypes, reduce op, root or label; a rank absent
+from a call its peers made, once that is conclusive; a wait cycle. The cause is then found by
+aligning the ranks' sequences (blame.py): the first call with no counterpart, however far
+before the evidence, and the rank whose path deviated.
 """
 
 from __future__ import annotations
 
 import json
-from collections import deque
+from collections import Counter, deque
 
-from hctool.consensus import locate
-from hctool.consensus.pattern import HARD_FIELDS, HOLD, ROOTED, Pattern, Scan, field, hard_signature, site_key
+from hctool.consensus import blame
+from hctool.consensus.pattern import HOLD, ROOTED, Pattern, Scan, hard_signature, pattern_key, site_key
+from hctool.consensus.structure import SourceMap
 from hctool.consensus.waits import Waits
 
-__all__ = ["ROOTED", "Channel", "decide_pair", "diff_kind", "pair_label", "find_divergence", "route", "signature", "site_key"]
+__all__ = ["ROOTED", "Channel", "diff_kind", "pair_label", "find_divergence", "route", "signature", "site_key"]
+
+diff_kind = blame.diff_kind
 
 
 def signature(ev: dict) -> tuple:
-    """What the aligner compares to explain a divergence: the hard signature and the call site."""
+    """The hard signature and the call site (what the report shows as one call)."""
     if "dir" in ev:
         return hard_signature(ev)
     return hard_signature(ev) + (site_key(ev),)
-
-
-def diff_kind(a: dict, b: dict) -> str:
-    if "dir" in a or "dir" in b:
-        sa, sb = signature(a), signature(b)
-        if sa[:2] != sb[:2]:
-            return "op"
-        return "shape" if sa[2] != sb[2] else "dtype"
-    for f, kind in HARD_FIELDS:
-        if field(a, f) != field(b, f):
-            return kind
-    return "site"
 
 
 def pair_label(a: dict, b: dict) -> tuple[bool, str]:
@@ -66,12 +61,11 @@ class Channel:
         self.seqs: dict[int, deque] = {}
         self.base = 0
         self.last_arrival = 0.0
-        self.prev: dict[int, dict] = {}  # last dropped event per rank (loop heuristic)
-        self.seen_sites: set = set()      # call sites of the agreed prefix (bounded by the program's sites)
-        self.seen_pairs: set = set()      # (site, next site) pairs of the agreed prefix (same bound, squared)
-        self.pattern = Pattern()          # cross-site pairings and per-site meetings of the dropped prefix
-        self.runs: dict[int, tuple] = {}  # rank -> (signature, how many in a row) at the end of the dropped prefix
-        self.window_pairings: dict = {}   # cross-site pairings the last look at the window saw
+        self.prev: dict[int, dict] = {}    # last dropped event per rank (the context of the window's first call)
+        self.seen_sites: set = set()       # call sites of the agreed prefix (bounded by the program's sites)
+        self.history = blame.History()     # what the dropped prefix did, per place (the pattern blame reads)
+        self.pattern = Pattern()           # cross-site pairings of the dropped prefix
+        self.window_pairings: dict = {}    # cross-site pairings the last look at the window saw
 
     def add(self, ev: dict, now: float) -> None:
         self.seqs.setdefault(ev["rank"], deque()).append(ev)
@@ -99,15 +93,14 @@ class Channel:
                 return
             scan.step(self.base, events, what)
             for r, s in zip(ranks, seqs):
-                before = self.prev.get(r)
-                self.prev[r] = s.popleft()
-                sig_r = signature(self.prev[r])
-                run = self.runs.get(r)
-                self.runs[r] = (sig_r, run[1] + 1 if run and run[0] == sig_r else 1)
-                self.seen_sites.add(site_key(self.prev[r]))
-                if before is not None:
-                    self.seen_pairs.add((site_key(before), site_key(self.prev[r])))
+                ev = s.popleft()
+                self._learn(r, self.prev.get(r), ev)
+                self.prev[r] = ev
             self.base += 1
+
+    def _learn(self, rank: int, before: dict | None, ev: dict) -> None:
+        self.seen_sites.add(site_key(ev))
+        self.history.learn(rank, ev)
 
 
 def route(ev: dict, groups: dict[str, list[int]]) -> str | None:
@@ -115,121 +108,21 @@ def route(ev: dict, groups: dict[str, list[int]]) -> str | None:
     if "dir" in ev:
         if ev.get("peer") is None:
             return None  # recv from any source: no partner to align with
-        a, b = sorted((ev["rank"], ev["peer"]))
-        return f"{ev['g']} p2p {a}<->{b}"
+        src, dst = (ev["rank"], ev["peer"]) if ev["dir"] == "send" else (ev["peer"], ev["rank"])
+        return f"{ev['g']} p2p {src}->{dst}"
     return ev["g"]
-
-
-def _cost(x: list, y: list, x_ended: bool, y_ended: bool) -> int:
-    c = sum(1 for a, b in zip(x, y) if signature(a) != signature(b))
-    if len(x) < len(y) and x_ended or len(y) < len(x) and y_ended:
-        c += abs(len(x) - len(y))
-    return c
-
-
-def _matches(x: list, y: list) -> int:
-    return sum(1 for p, q in zip(x, y) if signature(p) == signature(q))
-
-
-def decide_pair(a: list, b: list, i: int, ended_a: str | None, ended_b: str | None, prev_a, prev_b,
-                seen: set | None = None, pairs: set | None = None, runs: tuple[int, int] = (0, 0)):
-    """Two ranks' sequences differ at index i (both present). Returns
-    (kind, culprit side 'a'|'b'|'both', ambiguous). runs: how many calls equal to
-    a[i] (b[i]) each rank made in a row right before it."""
-    ea, eb = ended_a is not None, ended_b is not None
-    options = {
-        "both": 1 + _cost(a[i + 1:], b[i + 1:], ea, eb),
-        "a": 1 + _cost(a[i + 1:], b[i:], ea, eb),   # a inserted a[i]
-        "b": 1 + _cost(a[i:], b[i + 1:], ea, eb),
-    }
-    best = min(options.values())
-    winners = [k for k, v in options.items() if v == best]
-    shifts = {"both": (a[i + 1:], b[i + 1:]), "a": (a[i + 1:], b[i:]), "b": (a[i:], b[i + 1:])}
-    if len(winners) > 1:
-        # Equal cost: the explanation under which more later calls pair up wins (an
-        # inserted call that paired silently with the peer's next same-shape call
-        # leaves the inserting rank one call ahead; only "it inserted" aligns that call).
-        matched = {k: _matches(*shifts[k]) for k in winners}
-        most = max(matched.values())
-        if most > 0 and list(matched.values()).count(most) == 1:
-            side = max(matched, key=matched.get)
-            return ("extra" if side != "both" else diff_kind(a[i], b[i])), side, True
-    if len(winners) == 1:
-        side = winners[0]
-        return ("extra" if side != "both" else diff_kind(a[i], b[i])), side, False
-    # A tie between "the calls differ" and one insertion: the rest matches either
-    # way (a uniform loop), and only the insertion explains the odd call.
-    sides = [w for w in winners if w != "both"]
-    if len(sides) == 1 and _matches(*shifts[sides[0]]) > 0:
-        return "extra", sides[0], True
-    # No data decides: the call that repeats the previous one (a loop taking one
-    # more turn) is the inserted one if the peer moved on to a call this group
-    # made before (the next tick), as in SGLang #30760.
-    pa = a[i - 1] if i > 0 else prev_a
-    pb = b[i - 1] if i > 0 else prev_b
-    rep_a = pa is not None and signature(pa) == signature(a[i])
-    rep_b = pb is not None and signature(pb) == signature(b[i])
-    known = set(seen or ()) | {site_key(e) for e in a[:i]} | {site_key(e) for e in b[:i]}
-    if rep_a and not rep_b and site_key(b[i]) in known:
-        return "extra", "a", True
-    if rep_b and not rep_a and site_key(a[i]) in known:
-        return "extra", "b", True
-    # If a inserted a[i], a's next call is b[i]: the group must have made the call
-    # at a[i]'s site followed by the one at b[i]'s before. When only one of the two
-    # orders was ever seen, that order names the inserting rank (a loop that voted
-    # once more, then reached the call its peer is already in).
-    seen_pairs = set(pairs or ())
-    for seq, p in ((a, pa), (b, pb)):
-        chain = ([p] if p is not None and i == 0 else []) + seq[:i]
-        seen_pairs.update(zip(map(site_key, chain), map(site_key, chain[1:])))
-    a_first = (site_key(a[i]), site_key(b[i])) in seen_pairs
-    b_first = (site_key(b[i]), site_key(a[i])) in seen_pairs
-    if a_first != b_first:
-        return "extra", "a" if a_first else "b", True
-    # A block of calls inserted (one more training step while the peer moved on to
-    # its checkpoint): the inserting rank's sequence lines up with its peer's again
-    # after k calls, and the peer's never does.
-    ka, kb = _block(a, b, i), _block(b, a, i)
-    if (ka is None) != (kb is None):
-        return "extra", "a" if ka is not None else "b", True
-    # Last: both calls still wait (the backend did not meet them as one call and
-    # fail), and one rank's call repeats its previous one while the other's is new:
-    # a loop that took one more turn (DDP: one batch more on one rank while its peer
-    # waits in the barrier after its loop). Calls that met and failed are both named.
-    waiting = a[i]["state"] == b[i]["state"] == "blocked" and not ea and not eb
-    turning_a, turning_b = runs[0] >= 2, runs[1] >= 2  # the loop was seen turning, not one call made twice
-    if waiting and turning_a != turning_b and not (rep_a if turning_b else rep_b):
-        return "extra", "a" if turning_a else "b", True
-    return diff_kind(a[i], b[i]), "both", True
-
-
-def _block(x: list, y: list, i: int, limit: int = 4096, window: int = 64) -> int | None:
-    """Smallest k > 1 such that x[i+k:] agrees with y[i:] on every compared call
-    (at least one): x inserted k calls at i."""
-    want = [signature(e) for e in y[i:i + window]]
-    if not want:
-        return None
-    for k in range(2, min(len(x) - i, limit)):
-        got = x[i + k:i + k + len(want)]
-        if got and all(signature(p) == q for p, q in zip(got, want)):
-            return k
-    return None
 
 
 def find_divergence(ch: Channel, all_ranks: list[int], ended: dict[int, str | None], now: float,
                     hang_after: float | None, final: bool, settle: float = 0.5,
-                    waits: Waits | None = None) -> dict | None:
-    """The channel's first divergence as an internal finding, or None (agreeing
-    so far, or live data not yet conclusive). Only evidence makes a divergence
-    (docs/consensus.md "Evidence and location"): calls that differ in op, shapes,
-    dtypes, reduce op, root or label; a rank absent from a call its peers made,
-    once that is conclusive (a count that differs at the end, a rank blocked
-    while its peers are gone or waiting in a cycle). A pairing of equal calls from
-    different call sites, even one that shifts how often each line meets (a joined
-    rank's shadow all-reduces, a neutral vote from another line), is only
-    where such a divergence is located. waits: which ranks are inside a
-    collective elsewhere and which wait in a cycle (see wait_state)."""
-    look = _Look(ch, list(ch.member_ranks(all_ranks)), ended, now, hang_after, final, settle, waits or Waits({}, set()))
+                    waits: Waits | None = None, sources: SourceMap | None = None,
+                    traced: set[int] | None = None) -> dict | None:
+    """The channel's first divergence as an internal finding, or None (agreeing so far, or live
+    data not yet conclusive). Evidence first (a mismatch the transport paired, an absence that is
+    conclusive), then the cause: the alignment of the ranks' sequences (blame.py).
+    waits: which ranks are inside a collective elsewhere and which wait in a cycle."""
+    look = _Look(ch, list(ch.member_ranks(all_ranks)), ended, now, hang_after, final, settle,
+                 waits or Waits({}, set()), sources or SourceMap(), traced)
     if len(look.ranks) < 2:
         return None
     seqs = look.seqs
@@ -240,7 +133,7 @@ def find_divergence(ch: Channel, all_ranks: list[int], ended: dict[int, str | No
         present = {r: e for r, e in at.items() if e is not None}
         equal = len({hard_signature(e) for e in present.values()}) == 1
         if equal and len(present) == len(look.ranks):
-            scan.step(ch.base + i, at)  # cross-site pairings: where a later divergence is located, not evidence
+            scan.step(ch.base + i, at)  # cross-site pairings: where a later divergence may be located, not evidence
             continue
         if equal:
             return look.absent(i, at, present)
@@ -252,23 +145,15 @@ class _Look:
     """One look at a channel's window (the arguments of find_divergence)."""
 
     def __init__(self, ch: Channel, ranks: list[int], ended: dict, now: float, hang_after: float | None,
-                 final: bool, settle: float, waits: Waits):
+                 final: bool, settle: float, waits: Waits, sources: SourceMap, traced: set[int] | None = None):
         self.ch, self.ranks, self.ended, self.now, self.hang_after = ch, ranks, ended, now, hang_after
-        self.final, self.settle, self.waits = final, settle, waits
+        self.final, self.settle, self.waits, self.sources, self.traced = final, settle, waits, sources, traced
         self.seqs = {r: list(ch.seqs.get(r, ())) for r in ranks}
         self.stuck = any(r in waits.stuck for r in ranks)  # the data can no longer change
 
-    def run_before(self, r: int, i: int) -> int:
-        """How many calls equal to rank r's call at i it made in a row right before."""
-        seq, sig, n = self.seqs[r], signature(self.seqs[r][i]), 0
-        while n < i and signature(seq[i - 1 - n]) == sig:
-            n += 1
-        run = self.ch.runs.get(r)
-        return n + run[1] if n == i and run and run[0] == sig else n
-
-    def finding(self, i: int, kind: str, culprits: list[int]) -> dict:
-        at = {r: (s[i] if i < len(s) else None) for r, s in self.seqs.items()}
-        return _finding(self.ch, i, at, kind, culprits, self.waits)
+    def closed(self, r: int) -> bool:
+        """Rank r makes no more calls in this channel: it ended, waits in a cycle, or the analysis is final."""
+        return self.final or self.ended.get(r) is not None or r in self.waits.stuck or r in self.waits.held
 
     def absent(self, i: int, at: dict, present: dict) -> dict | None:
         """Some members have not (yet) made the call the others made at i."""
@@ -279,64 +164,137 @@ class _Look:
         # A wait cycle across groups can never resolve: report it now, not after hang_after.
         if not (self.final or waiting_long or self.stuck or all(ended.get(r) for r in absent)):
             return None
-        if len(present) <= len(absent):
-            # Evidence that the present ranks made a call more: did one of them insert it
-            # earlier, where it paired with a peer's call from another line?
-            p = locate.inserted_at(self.seqs[min(present)], self.seqs[min(absent)], i, True, True)
-            if p is not None:
-                return self.finding(p, "extra", sorted(present))
+        untraced = [r for r in absent if self.traced is not None and r not in self.traced and ended.get(r) is None]
+        if untraced and not (self.final or self.stuck) and not any(
+                e["state"] == "blocked" and self.now - (e["t"] or self.now) > 3 * (self.hang_after or 0)
+                for e in present.values()):
+            return None  # no trace yet (still importing torch, joining the group): late, not absent
+        earlier = self.explain(i)
+        if earlier is not None and earlier["seq"] < ch.base + i and earlier.get("cause_seq", ch.base + i) < ch.base + i:
+            return earlier  # an unmatched call before the absence explains it (an inserted call that paired silently)
+        dead = [r for r in absent if ended.get(r) not in (None, "clean")]
+        if dead and len(absent) <= len(present):
+            return self.finding(i, at, "missing", dead, cause=(min(present), i), confidence="high", waiting_on=True,
+                                basis=f"rank(s) {_ranks(dead)} ended ({ended[dead[0]]}) without making the call "
+                                      f"rank(s) {_ranks(sorted(present))} made")
         elsewhere = all(waits.busy.get(r, set()) - {ch.key} for r in absent)
         if len(self.ranks) == 2 and ch.seen_sites and elsewhere and _novel(ch, self.seqs, i, present):
-            # The present rank waits in a call from a place this group never
-            # used before, while its peer waits in a collective of another
-            # group: that call is the inserted one (an extra call in one group
-            # deadlocks another). A peer outside any collective is `missing`.
-            return _finding(ch, i, at, "extra", sorted(present), waits)
+            # The present rank waits in a call from a place this group never used before, while
+            # its peer waits in a collective of another group: that call is the inserted one (an
+            # extra call in one group deadlocks another). A peer outside any collective is `missing`.
+            (r,) = present
+            return self.finding(i, at, "extra", [r], cause=(r, i), confidence="high",
+                                basis=f"rank {r} waits in a call from a place this group never used, while its peer "
+                                      f"waits in another group")
         if all(r in waits.stuck for r in absent):
             # Nobody is short: the absent ranks wait in another group for these (analyze.py names the cycle).
-            return _finding(ch, i, at, "wait_cycle", sorted(waits.stuck), waits)
-        if len(absent) < len(present) or not all(ended.get(r) == "clean" for r in absent):
-            return _finding(ch, i, at, "missing", absent, waits)
-        return _finding(ch, i, at, "extra", sorted(present), waits)
+            return self.finding(i, at, "wait_cycle", sorted(waits.stuck), cause=(min(present), i),
+                                confidence="high", basis="the ranks wait for each other across groups")
+        still_here = [r for r in absent if ended.get(r) is None]
+        if still_here and not self.stuck and len(self.ranks) == 2:
+            # alive, outside any collective of this group, while its peer waits: missing (its stack says where)
+            if not (waits.busy.get(still_here[0], set()) - {ch.key}):
+                return self.finding(i, at, "missing", still_here, cause=(min(present), i), confidence="high",
+                                    waiting_on=True, basis=f"rank {still_here[0]} is alive but not in any collective while rank "
+                                          f"{min(present)} waits for it")
+        return self.explain(i)
 
-    def mismatch(self, i: int, at: dict, located: bool = False) -> dict | None:
-        """The members' calls at i differ (or, located, pair across call sites):
-        compare each odd rank with a reference of the majority."""
-        ch, ranks, seqs, ended = self.ch, self.ranks, self.seqs, self.ended
-        sigs = {r: hard_signature(e) for r, e in at.items() if e is not None}  # a site alone divides no majority
-        classes: dict = {}
-        for r in ranks:
-            classes.setdefault(sigs.get(r), []).append(r)
-        majority = max(classes.values(), key=lambda rs: (len(rs), -min(rs)))
+    def mismatch(self, i: int, at: dict) -> dict | None:
+        return self.explain(i)
+
+    def explain(self, i: int) -> dict | None:
+        """The cause of the evidence at window index i: align, then blame."""
+        ranks, seqs = self.ranks, self.seqs
         if len(ranks) == 2:
             ra, rb = ranks
-            if not located:  # an earlier cross-site pairing where one rank inserted the call that now differs
-                for x, y in ((ra, rb), (rb, ra)):
-                    p = locate.inserted_at(seqs[x], seqs[y], i, True, True)
-                    if p is not None:
-                        return self.finding(p, "extra", [x])
-            kind, side, ambiguous = decide_pair(seqs[ra], seqs[rb], i, ended.get(ra), ended.get(rb),
-                                                ch.prev.get(ra), ch.prev.get(rb), ch.seen_sites, ch.seen_pairs,
-                                                (self.run_before(ra, i), self.run_before(rb, i)))
-            if ambiguous and not self.final and not self.stuck and self.now - ch.last_arrival < self.settle:
-                return None  # more events may settle which rank inserted a call (not in a deadlock)
-            culprits = {"a": [ra], "b": [rb], "both": [ra, rb]}[side]
-            return _finding(ch, i, at, kind, culprits, self.waits)
+            off = max(0, i - blame.MAX_ALIGN * 3 // 4)  # bounded work: the calls around the evidence
+            a, b = seqs[ra][off:i + blame.MAX_ALIGN // 4], seqs[rb][off:i + blame.MAX_ALIGN // 4]
+            closed_a = self.closed(ra) or (_stopped(a) and len(a) == len(seqs[ra]) - off)
+            closed_b = self.closed(rb) or (_stopped(b) and len(b) == len(seqs[rb]) - off)
+            ops = blame.align(a, b, closed_a, closed_b)
+            prev_a = seqs[ra][off - 1] if off else self.ch.prev.get(ra)
+            prev_b = seqs[rb][off - 1] if off else self.ch.prev.get(rb)
+            view = blame.PairView(ra, rb, a, b, prev_a, prev_b, self.ended, self.ch.history, self.sources)
+            v = blame.explain_pair(view, ops, self.stuck)
+            if v is None:
+                return None
+            if v.confidence == "low" and not self.final and not self.stuck and self.now - self.ch.last_arrival < self.settle:
+                return None  # more events may settle which rank deviated (not in a deadlock)
+            return self.verdict(v, off)
+        return self.majority(i)
+
+    def majority(self, i: int) -> dict:
+        """Three or more ranks: the odd ones out by majority at the evidence; each culprit's cause
+        found by aligning it with a rank of the majority."""
+        at = {r: (s[i] if i < len(s) else None) for r, s in self.seqs.items()}
+        sigs = {r: (hard_signature(e) if e is not None else None) for r, e in at.items()}
+        classes: dict = {}
+        for r in self.ranks:
+            classes.setdefault(sigs[r], []).append(r)
+        majority = max(classes.values(), key=lambda rs: (len(rs), sigs[rs[0]] is not None, -min(rs)))
         ref = min(majority)
-        culprits, kinds = [], []
-        for r in ranks:
-            if r in majority:
+        culprits = [r for r in self.ranks if r not in majority]
+        strict = len(majority) * 2 > len(self.ranks)
+        best = None
+        for r in culprits:
+            a, b = self.seqs[r], self.seqs[ref]
+            ops = blame.align(a, b, self.closed(r) or _stopped(a), self.closed(ref) or _stopped(b))
+            view = blame.PairView(r, ref, a, b, self.ch.prev.get(r), self.ch.prev.get(ref), self.ended,
+                                  self.ch.history, self.sources)
+            got = blame.explain_against(view, ops)
+            if got is None:
                 continue
-            culprits.append(r)
-            if at[r] is None:
-                kinds.append("missing")
-            elif at[ref] is None:
-                kinds.append("extra")
-            else:
-                kind, side, _ = decide_pair(seqs[ref], seqs[r], i, ended.get(ref), ended.get(r),
-                                            ch.prev.get(ref), ch.prev.get(r), ch.seen_sites, ch.seen_pairs)
-                kinds.append("missing" if side == "a" else kind)
-        return _finding(ch, i, at, kinds[0], culprits, self.waits)
+            kind, side, ci = got
+            cause = (r, ci) if side == 0 else (ref, ci)
+            if best is None or ci < best[2]:
+                best = (cause, kind, ci)
+        if best is None:
+            kind = "missing" if at[culprits[0]] is None else diff_kind(at[culprits[0]], at[ref]) if at[ref] else "extra"
+            best = ((culprits[0], i), kind, i)
+        cause, kind, idx = best
+        what = {"extra": "made a call the others did not", "missing": "lacks a call the others made"}.get(
+            kind, f"differs in {kind.replace('_', ' ')}")
+        return self.finding(idx, {r: (s[idx] if idx < len(s) else None) for r, s in self.seqs.items()}, kind,
+                            culprits, cause=cause, confidence="high" if strict else "medium",
+                            basis=f"{len(majority)} of {len(self.ranks)} ranks agree; rank(s) {_ranks(culprits)} "
+                                  f"{what}")
+
+    def verdict(self, v: blame.Verdict, off: int) -> dict:
+        idx = v.index + off
+        at = {r: (s[idx] if idx < len(s) else None) for r, s in self.seqs.items()}
+        return self.finding(idx, at, v.kind, v.culprits, cause=(v.cause_rank, v.cause_index + off),
+                            confidence=v.confidence, basis=v.basis, alternative=v.alternative)
+
+    def finding(self, i: int, at: dict, kind: str, culprits: list[int], cause: tuple[int, int],
+                confidence: str, basis: str, alternative: str | None = None, waiting_on: bool = False) -> dict:
+        r, ci = cause
+        seq = self.seqs.get(r, [])
+        cause_ev = seq[ci] if 0 <= ci < len(seq) else None
+        out = _finding(self.ch, i, at, kind, culprits, self.waits)
+        out.update(cause_rank=r, cause_seq=self.ch.base + ci, cause_event=cause_ev, confidence=confidence,
+                   basis=basis, alternative=alternative, after=_after(self.ch, r, seq, ci), waiting_on=waiting_on)
+        if cause_ev is not None and cause_ev.get("w") is not None:
+            out["time"] = cause_ev["w"]
+        return out
+
+
+def _after(ch: Channel, rank: int, seq: list, ci: int) -> dict | None:
+    """The run of calls right before the cause on its rank ("after 7 calls of all_reduce at t.py:8")."""
+    prev = seq[ci - 1] if 0 < ci <= len(seq) else ch.prev.get(rank)
+    if prev is None:
+        return None
+    key = pattern_key(prev)
+    n = sum(1 for e in seq[:ci] if pattern_key(e) == key) + ch.history.calls(rank, key)
+    return {"op": prev.get("op"), "site": prev.get("site"), "count": n}
+
+
+def _ranks(rs) -> str:
+    return ", ".join(map(str, rs))
+
+
+def _stopped(seq: list) -> bool:
+    """The sequence ends in a call that never returned or that failed: its thread makes no more."""
+    return bool(seq) and seq[-1]["state"] in ("blocked", "failed") and not seq[-1].get("async")
 
 
 def _novel(ch: Channel, seqs: dict, i: int, present: dict) -> bool:

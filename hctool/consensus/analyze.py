@@ -9,9 +9,11 @@ from hctool.consensus import probes, truncation
 from hctool.consensus.align import Channel, channel_members, find_divergence, route
 from hctool.consensus.flight_recorder import is_flight_recorder_dir, read_flight_recorder
 from hctool.consensus.pattern import caller_text, pairings_of
+from hctool.consensus.structure import SourceMap
 from hctool.consensus.trace import TraceDirReader, TraceError, trace_files
 from hctool.consensus.waits import wait_state
 
+GROUPS = "groups"              # the pseudo-group of new_group calls (every rank, one order)
 MAX_MISSING_RANKS = 1024      # ranks a header may claim beyond the trace files present
 MAX_PENDING = 1_000_000       # unagreed events held before the analysis stops reading
 
@@ -27,16 +29,20 @@ class Tracker:
         self.last_event: dict[int, dict] = {}
         self.thread_last: dict[tuple, dict] = {}  # (rank, thread) -> latest event (align.wait_state)
         self.counts: dict[int, dict[str, int]] = {}   # rank -> op -> calls seen (evidence of what was checked)
+        self.last_blocking: dict[int, dict] = {}      # rank -> its latest call that has not (yet) completed
+        self.sources = SourceMap()                    # the program's source, for its structure (blame.py)
+        self.traced: set[int] | None = None           # ranks with a trace file (None: not known, FR dumps)
 
     def add(self, ev: dict, now: float) -> None:
         per_op = self.counts.setdefault(ev["rank"], {})
-        per_op[ev["op"]] = per_op.get(ev["op"], 0) + 1
+        if ev["g"] != GROUPS:  # group creations are compared, not counted as calls
+            per_op[ev["op"]] = per_op.get(ev["op"], 0) + 1
         key = route(ev, self.groups)
         if key is None:
             return
         ch = self.channels.get(key)
         if ch is None:
-            members = None if ev["g"] == "labels" else channel_members(key, self.groups)
+            members = None if ev["g"] in ("labels", GROUPS) else channel_members(key, self.groups)
             if " p2p " in key:
                 members = sorted({ev["rank"], ev["peer"]})
             ch = self.channels[key] = Channel(key, members)
@@ -62,18 +68,21 @@ class Tracker:
         ranks = self.all_ranks()
         waits = wait_state(self.channels, ranks, ended, self.thread_last)
         found = [f for ch in self.channels.values()
-                 if (f := find_divergence(ch, ranks, ended, now, hang_after, final, waits=waits)) is not None]
+                 if (f := find_divergence(ch, ranks, ended, now, hang_after, final, waits=waits,
+                                          sources=self.sources, traced=self.traced)) is not None]
         # A rank missing from one group is often a consequence of its own divergent
         # call in another group: prefer a finding that names a call over a missing one;
         # a wait cycle that no inserted call explains is its own finding.
-        best = min(found, key=lambda f: (f["kind"] in ("missing", "wait_cycle"), f["kind"] == "missing", f["time"]),
+        best = min(found, key=lambda f: (f["kind"] == "wait_cycle", bool(f.get("waiting_on")), f["time"]),
                    default=None)
         if best is not None and best["kind"] == "wait_cycle" and waits.calls:
             head = waits.calls[0]
             times = [e["w"] for e in waits.events.values() if e.get("w") is not None]
             best = {"channel": head["group"], "seq": head["seq"], "kind": "wait_cycle",
                     "culprits": sorted(waits.events), "events": dict(waits.events),
-                    "time": min(times) if times else 0.0, "deadlock": waits.cycle, "cycle": list(waits.calls)}
+                    "time": min(times) if times else 0.0, "deadlock": waits.cycle, "cycle": list(waits.calls),
+                    "cause_rank": head["rank"], "cause_seq": head["seq"], "cause_event": waits.events.get(head["rank"]),
+                    "confidence": "high", "basis": "the ranks wait for each other across groups: " + waits.cycle}
         return best
 
     def cross_site_pairings(self, finding: dict | None, limit: int = 100) -> list[dict]:
@@ -115,38 +124,149 @@ def _rank_entry(ev: dict | None, last: dict | None) -> dict:
     return entry
 
 
+def _call(ev: dict | None) -> dict | None:
+    """A call as the report names it (cause, symptom)."""
+    if ev is None:
+        return None
+    return {"op": ev["op"], "group": ev.get("g"), "site": ev.get("site"), "function": ev.get("fn"),
+            "shapes": ev.get("sh", []), "dtypes": ev.get("dt", []), "reduce_op": ev.get("ro"),
+            "root": ev.get("root") if "dir" not in ev else ev.get("peer"), "label": ev.get("label"),
+            "stack": [s.rsplit("/", 1)[-1] for s in ev.get("stack", [])]}
+
+
+def symptoms(tracker: Tracker, ended: dict[int, str | None], errors: dict[int, str] | None = None) -> dict[str, dict]:
+    """Where each rank was when the run ended: the call it blocked or failed in (its latest
+    one), else its last call and how it ended."""
+    open_calls: dict[int, dict] = {}
+    for ch in tracker.channels.values():
+        for r, seq in ch.seqs.items():
+            for ev in seq:
+                if ev["state"] != "completed" and (r not in open_calls or (ev.get("t") or 0) >= (open_calls[r].get("t") or 0)):
+                    open_calls[r] = ev
+    out = {}
+    for r in tracker.all_ranks():
+        ev = open_calls.get(r)
+        state = ended.get(r)
+        if ev is not None:
+            entry = dict(_call(ev), seq=_seq_of(tracker, ev), state="failed" if ev["state"] == "failed" else "blocked")
+            if ev.get("err"):
+                entry["error"] = ev["err"]
+        else:
+            last = tracker.last_event.get(r)
+            entry = dict(_call(last) or {"op": None, "site": None},
+                         state={"clean": "ended", "crashed": "crashed"}.get(state or "", "running" if last else "absent"))
+        if state == "crashed" and errors and errors.get(r):
+            entry["error"] = errors[r]
+        out[str(r)] = entry
+    return out
+
+
+def _seq_of(tracker: Tracker, ev: dict) -> int | None:
+    ch = tracker.channels.get(route(ev, tracker.groups) or "")
+    if ch is None:
+        return None
+    seq = ch.seqs.get(ev["rank"], ())
+    for i, e in enumerate(seq):
+        if e is ev:
+            return ch.base + i
+    return None
+
+
 def build_report(tracker: Tracker, ended: dict[int, str | None], finding: dict | None,
-                 stacks: dict[str, str] | None, final: bool) -> dict:
+                 stacks: dict[str, str] | None, final: bool, seen: dict | None = None) -> dict:
+    """The report (docs/contracts.md). seen: what the analysis saw of the run (coverage):
+    {"ranks": ranks with a trace of this run, "foreign": trace files of anything else,
+    "errors": rank -> how it ended, "timed_out": hctool ended ranks still running}."""
+    seen = seen or {}
     ranks = tracker.all_ranks()
     crashed = [r for r in ranks if ended.get(r) == "crashed"]
     first = None
+    reason = None
     if finding is not None:
+        if finding["channel"] == GROUPS and finding["kind"] in ("label", "extra", "missing", "op"):
+            finding["kind"] = "group"  # the ranks created different groups, or in another order
         first = {"group": finding["channel"], "seq": finding["seq"], "kind": finding["kind"],
                  "culprit_ranks": finding["culprits"],
                  "ranks": {str(r): _rank_entry(e, tracker.last_event.get(r)) for r, e in sorted(finding["events"].items())}}
+        cause_ev = finding.get("cause_event")
+        if cause_ev is not None:
+            first["cause"] = dict(_call(cause_ev), rank=finding["cause_rank"], seq=finding["cause_seq"],
+                                  kind=finding["kind"], culprit_ranks=finding["culprits"], after=finding.get("after"))
+        first["symptom"] = symptoms(tracker, ended, seen.get("errors"))
+        first["confidence"] = finding.get("confidence", "high")
+        first["basis"] = finding.get("basis")
+        if finding.get("alternative"):
+            first["alternative"] = finding["alternative"]
         if finding.get("deadlock"):
             first["deadlock"] = finding["deadlock"]  # the wait cycle across groups, in words
             first["cycle"] = finding.get("cycle", [])
         if finding["kind"] == "wait_cycle":
             verdict = "hung"
-        elif finding["kind"] == "missing":
+        elif finding["kind"] == "missing" and finding.get("waiting_on"):
             culprit_states = {ended.get(r) for r in finding["culprits"]}
             verdict = "crashed" if "crashed" in culprit_states else ("hung" if None in culprit_states else "diverged")
         else:
             verdict = "diverged"
     elif crashed:
         verdict = "crashed"
-    elif tracker.blocked() or (final and any(ended.get(r) is None for r in ranks)):
+        reason = f"rank(s) {', '.join(map(str, crashed))} ended abnormally; no divergent collective explains it"
+    elif tracker.blocked():
         verdict = "hung"
+        reason = "calls were still waiting when the run ended"
     else:
-        verdict = "consistent"
+        verdict, reason = earned(tracker, ended, final, seen)
     counts = {str(r): dict(sorted(tracker.counts.get(r, {}).items())) for r in ranks}
     report = {"verdict": verdict, "world_size": tracker.world_size or len(ranks), "first_divergence": first,
               "stacks": dict(stacks or {}), "counts": counts}
+    if reason:
+        report["reason"] = reason
+    report["coverage"] = coverage(tracker, ended, seen)
     pairings = tracker.cross_site_pairings(finding)
     if pairings:  # only where calls paired across call sites: a plain program's report stays as it was
         report["cross_site_pairings"] = pairings
     return report
+
+
+def coverage(tracker: Tracker, ended: dict[int, str | None], seen: dict) -> dict:
+    """What the verdict rests on: the ranks expected, those whose trace of this run was read,
+    those that recorded calls, and how each ended."""
+    expected = tracker.world_size or 0
+    traced = sorted(seen.get("ranks", tracker.ranks))
+    out = {"expected_ranks": expected, "traced_ranks": traced,
+           "ranks_with_calls": sorted(r for r, ops in tracker.counts.items() if ops),
+           "ended": {str(r): ended.get(r) or "running" for r in tracker.all_ranks()}}
+    if seen.get("foreign"):
+        out["foreign_traces"] = sorted(seen["foreign"])[:20]
+    return out
+
+
+def earned(tracker: Tracker, ended: dict[int, str | None], final: bool, seen: dict) -> tuple[str, str | None]:
+    """`consistent` only for a run seen whole: every expected rank's trace of this run, from its
+    process group's start to its end, with calls recorded, every rank ended cleanly. Anything
+    less is named (docs/consensus.md "Verdicts")."""
+    traced = set(seen.get("ranks", tracker.ranks))
+    foreign = seen.get("foreign") or []
+    expected = tracker.world_size or 0
+    dropped = f"; {len(foreign)} trace file(s) in the folder were not written by this run and were not read" \
+        if foreign else ""
+    if not traced:
+        if seen.get("timed_out"):
+            return "no_process_group", "the run was ended by --timeout before any rank formed a process group" + dropped
+        return "no_process_group", ("no rank recorded anything: no process group was formed (the program never "
+                                    "called init_process_group, or is not a torch.distributed program)" + dropped)
+    missing = sorted(set(range(expected)) - traced) if expected else []
+    if missing:
+        return "incomplete", (f"rank(s) {', '.join(map(str, missing[:16]))} of {expected} left no trace of this run"
+                              + dropped)
+    if not any(tracker.counts.get(r) for r in traced):
+        if seen.get("timed_out") or any(ended.get(r) is None for r in traced):
+            return "incomplete", "the run was ended before any rank made a collective call" + dropped
+        return "no_collectives", "the ranks formed their process group and ended without any collective call"
+    running = sorted(r for r in tracker.all_ranks() if ended.get(r) is None)
+    if running and final:
+        return "incomplete", (f"rank(s) {', '.join(map(str, running[:16]))} were still running, outside any "
+                              f"collective, when the run was ended")
+    return "consistent", None
 
 
 def ended_states(reader_ranks: dict, exit_codes: dict[int, int | None] | None, ranks: list[int],
@@ -202,6 +322,7 @@ class AnalysisSession:
         if self.reader.world_size and (self.strict or not self.tracker.world_size):
             self.tracker.world_size = self.reader.world_size
         self.tracker.groups.update(self.reader.groups)
+        self.tracker.traced = set(self.reader.ranks)
         for ev in events:
             self.tracker.add(ev, now)
         self.tracker.prune()
@@ -220,13 +341,22 @@ class AnalysisSession:
         ranks = sorted(set(self.tracker.all_ranks()) | set(exit_codes or {}))
         return ended_states(self.reader.ranks, exit_codes, ranks, ended_at)
 
+    def seen(self, timed_out: bool = False) -> dict:
+        """What this session saw of the run (the verdict's coverage)."""
+        return {"ranks": set(self.reader.ranks), "foreign": sorted(self.reader.foreign),
+                "errors": {r: rt.end_error for r, rt in self.reader.ranks.items() if rt.end_error},
+                "timed_out": timed_out}
+
     def report(self, ended: dict[int, str | None], now: float, hang_after: float | None, final: bool,
-               stacks: dict[str, str] | None = None) -> tuple[dict, dict | None]:
+               stacks: dict[str, str] | None = None, timed_out: bool = False) -> tuple[dict, dict | None]:
         """(report, finding): the first divergence given what ended, with probes annotated."""
         finding = self.tracker.first_divergence(ended, now, hang_after=hang_after, final=final)
-        report = build_report(self.tracker, ended, finding, stacks, final=final)
+        report = build_report(self.tracker, ended, finding, stacks, final=final, seen=self.seen(timed_out))
         if self.incomplete:
             report["incomplete"] = self.incomplete
+            if report["verdict"] == "consistent":
+                report["verdict"] = "incomplete"
+                report["reason"] = "; ".join(truncation.describe(e) for e in self.incomplete)
         return probes.annotate(report, self.reader.ranks, finding), finding
 
 
@@ -275,14 +405,18 @@ def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: d
                         ev["state"] = "blocked"
     tracker.prune()
     if session is not None:
-        report, _ = session.report(ended, now, None, final=True, stacks=stacks)
+        timed_out = ended_at is not None and any(c is None for c in (exit_codes or {}).values())
+        report, _ = session.report(ended, now, None, final=True, stacks=stacks, timed_out=timed_out)
     else:
         report = build_report(tracker, ended, tracker.first_divergence(ended, now, hang_after=None, final=True),
-                              stacks, final=True)
+                              stacks, final=True, seen={"ranks": set(tracker.ranks)})
     if exit_codes is not None:
         report["exit_codes"] = {str(r): c for r, c in sorted(exit_codes.items())}
     if command_exit is not None:
         report["command_exit_code"] = command_exit
-        if command_exit != 0 and report["verdict"] == "consistent":
-            report["verdict"] = "crashed"  # a failed command is never a clean run
+        if command_exit != 0 and report["verdict"] in ("consistent", "no_process_group", "no_collectives", "incomplete"):
+            # a failed command is never a clean run
+            why = f"the command exited with code {command_exit}"
+            report["reason"] = why + (f"; {report['reason']}" if report.get("reason") else "")
+            report["verdict"] = "crashed"
     return report

@@ -147,7 +147,7 @@ def run_job(opts: RunOptions) -> tuple[dict, float | None]:
         _log(f"the command failed ({procs.describe_exit(command_exit)}) before any rank recorded a collective")
     faults = fault_counts(opts, controller)
     try:
-        RunRecord(list(opts.command), codes, command_exit, faults, ended_at).write(opts.trace_dir)
+        RunRecord(list(opts.command), codes, command_exit, faults, ended_at, stacks).write(opts.trace_dir)
     except OSError as exc:  # a full folder: the report below still has it all
         _log(f"no run record ({exc.strerror or exc}): a later `analyze` will not know the exit codes")
     report = analyze_dir(opts.trace_dir, exit_codes=codes, stacks=stacks, command_exit=command_exit, ended_at=ended_at)

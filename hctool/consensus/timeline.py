@@ -85,7 +85,7 @@ class _Keeper:
 
     def add(self, ev: dict) -> None:
         r = ev["rank"]
-        channel = route(ev, self.groups) or f"{ev['g']} p2p {r}<->any"
+        channel = route(ev, self.groups) or f"{ev['g']} p2p {r}->any"
         seq = self.seqs.get((r, channel), 0)
         self.seqs[(r, channel)] = seq + 1
         n = self.ordinal.get(r, 0)

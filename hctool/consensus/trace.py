@@ -35,6 +35,7 @@ RING_CHUNK = 1 << 16           # records per file per poll
 P2P_DIR = {"send": "send", "isend": "send", "send_object_list": "send",
            "recv": "recv", "irecv": "recv", "recv_object_list": "recv"}
 _NO_SITE = Site(None, None, ())
+_SAID: set = set()  # foreign trace files already named on stderr by this process
 _STATE = {STATE_ENTERED: "blocked", STATE_COMPLETED: "completed", STATE_FAILED: "failed"}
 
 
@@ -181,6 +182,10 @@ class TraceDirReader:
         if run == self.run_id:
             return True
         self.foreign.add(name)
+        said = (os.path.realpath(self.path), name)
+        if said in _SAID:
+            return False
+        _SAID.add(said)  # once per file, however many readers (live, final, the page) look at the folder
         log.info(f"hctool: ignoring {name}: written by {f'run {run}' if run else 'a process of no run'}, "
                  f"not by the run that claimed the folder ({self.run_id})")
         return False
@@ -264,6 +269,8 @@ class TraceDirReader:
         fd = open_regular(path, MAX_RING_BYTES if self.strict else None)
         try:
             for slot in list(f.open):
+                if not isinstance(slot, int):
+                    continue  # a side-table event (a group creation): its completion line closes it
                 data = os.pread(fd, RECORD_SIZE, slot * RECORD_SIZE)
                 if len(data) == RECORD_SIZE and data[1] != STATE_ENTERED:
                     t_done = CALL.unpack(data)[12]

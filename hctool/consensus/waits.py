@@ -13,6 +13,7 @@ class Waits(NamedTuple):
     cycle: str = ""             # the cycle in words
     calls: tuple = ()           # per rank of the first cycle's strongly connected set: {"rank", "group", "seq", "site"}
     events: dict = {}           # rank -> the call it waits in (for those ranks)
+    held: frozenset = frozenset()  # ranks whose every collective-issuing thread waits in a synchronous call
 
 
 def wait_state(channels: dict, all_ranks: list[int], ended: dict[int, str | None],
@@ -72,7 +73,8 @@ def wait_state(channels: dict, all_ranks: list[int], ended: dict[int, str | None
                 ring = cycle + sorted(_strongly_connected(edges, start) - set(cycle))
     calls = tuple({"rank": r, "group": waiting_in[r][0], "seq": waiting_in[r][1], "site": waiting_in[r][2].get("site")}
                   for r in ring)
-    return Waits(busy, stuck, "; ".join(words), calls, {r: waiting_in[r][2] for r in ring})
+    return Waits(busy, stuck, "; ".join(words), calls, {r: waiting_in[r][2] for r in ring},
+                 frozenset(r for r, h in held.items() if h))
 
 
 def _reach(edges: dict[int, dict[int, str]], start: int) -> set[int]:

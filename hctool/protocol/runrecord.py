@@ -12,6 +12,21 @@ from hctool.protocol.safefile import read_regular, write_atomic
 
 NAME = "hctool-run.json"
 MAX_BYTES = 1 << 20
+STACK_BYTES = 16 << 10       # of one rank's stacks kept in the record
+MAX_STACK_RANKS = 48         # ranks whose stacks the record keeps (within MAX_BYTES)
+LOCK_NAME = "hctool.lock"    # the claim of a run on its folder (hctool/runlock.py writes it)
+MAX_LOCK_BYTES = 4096
+
+
+def claimed_run(folder) -> str | None:
+    """The run id the folder's lock names (None: no lock, or not one of ours). Read by the
+    supervisor and by a rank whose environment lost HCTOOL_RUN_ID (a program that edited it)."""
+    try:
+        data = json.loads(read_regular(Path(folder) / LOCK_NAME, MAX_LOCK_BYTES) or b"{}")
+    except (OSError, ValueError):
+        return None
+    run = data.get("run") if isinstance(data, dict) else None
+    return run if isinstance(run, str) and run else None
 
 
 class RunRecordError(ValueError):
@@ -25,6 +40,11 @@ class RunRecord:
     command_exit_code: int | None = None     # a wrapper command's own code (torchrun), if it ended by itself
     faults: list[dict] = field(default_factory=list)  # per fault: spec and how often it fired per rank
     ended_at: float | None = None            # monotonic time hctool began ending ranks still running
+    stacks: dict[str, str] = field(default_factory=dict)  # rank -> its stacks when hctool ended the job
+
+    def __post_init__(self) -> None:
+        # bounded: a record is read back whole (MAX_BYTES); a rank's text keeps its head
+        self.stacks = {str(r): t[:STACK_BYTES] for r, t in list(self.stacks.items())[:MAX_STACK_RANKS]}
 
     def write(self, folder: Path) -> Path:
         path = Path(folder) / NAME
@@ -56,6 +76,10 @@ class RunRecord:
             ended_at = data.get("ended_at")
             if not (ended_at is None or isinstance(ended_at, (int, float))):
                 raise ValueError("bad ended_at")
+            stacks = data.get("stacks") or {}
+            if not isinstance(stacks, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                       for k, v in stacks.items()):
+                raise ValueError("bad stacks")
         except (ValueError, TypeError, AttributeError) as exc:
             raise RunRecordError(f"{path}: not a run record ({exc})") from None
-        return cls(command, codes, command_exit, faults, ended_at)
+        return cls(command, codes, command_exit, faults, ended_at, stacks)

@@ -152,9 +152,10 @@ def analysis(run: TracedRun) -> dict:
         record = RunRecord.read(run.run_dir)
     except RunRecordError as exc:
         raise FolderError(str(exc)) from None
-    codes, command_exit, ended_at = (None, None, None) if record is None else \
-        (record.exit_codes, record.command_exit_code, record.ended_at)
-    report = analyze_dir(run.trace_dir, exit_codes=codes, command_exit=command_exit, ended_at=ended_at)  # as analyze
+    codes, command_exit, ended_at, stacks = (None, None, None, None) if record is None else \
+        (record.exit_codes, record.command_exit_code, record.ended_at, record.stacks or None)
+    report = analyze_dir(run.trace_dir, exit_codes=codes, command_exit=command_exit, ended_at=ended_at,
+                         stacks=stacks)  # as analyze
     doc = run.doc
     for key in ("verdict", "first_divergence", "stacks"):
         if doc.get(key):

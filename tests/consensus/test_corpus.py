@@ -26,7 +26,7 @@ CASES = {
                      {0: ("all_reduce", "vote", "blocked"), 1: ("broadcast_object_list", "bcast", "blocked")}),
     "background_thread.py": (2, "diverged", "1:[0,1]", 3, "extra", [0],
                              {0: ("all_reduce", "io", "blocked"), 1: (None, None, "absent")}),
-    "p2p.py": (2, "diverged", "0:[0,1] p2p 0<->1", 4, "extra", [1],
+    "p2p.py": (2, "diverged", "0:[0,1] p2p 0->1", 4, "extra", [1],
                {0: (None, None, "absent"), 1: ("recv", "recv", "blocked")}),
     "labels.py": (2, "diverged", "labels", 3, "label", [0, 1],
                   {0: ("assert_same", "admit", "completed"), 1: ("assert_same", "admit", "completed")}),
@@ -68,8 +68,13 @@ def test_clean_twin_is_consistent(program, tmp_path, no_leftover_processes):
     nproc = CASES[program][0]
     code, report, stderr = run_check(program, tmp_path, nproc=nproc, fix=True)
     counts = report.pop("counts")
+    coverage = report.pop("coverage")
     assert report == {"verdict": "consistent", "world_size": nproc, "first_divergence": None, "stacks": {},
                       "exit_codes": {str(r): 0 for r in range(nproc)}}, stderr[-3000:]
+    # consistent is earned: every expected rank's trace was read, each recorded calls and ended cleanly
+    ranks = list(range(nproc))
+    assert coverage == {"expected_ranks": nproc, "traced_ranks": ranks, "ranks_with_calls": ranks,
+                        "ended": {str(r): "clean" for r in ranks}}, coverage
     assert code == 0
     # evidence of what was checked: every rank saw the same calls, and some
     assert sorted(counts) == [str(r) for r in range(nproc)] and counts["0"], counts

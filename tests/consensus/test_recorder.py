@@ -25,6 +25,9 @@ def test_trace_survives_sigkill_with_every_field(tmp_path, no_leftover_processes
                           text=True, timeout=90)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     events = TraceDirReader(str(trace), strict=True).poll()
+    created = [(e["op"], e["label"], e["state"]) for e in events if e["g"] == "groups"]
+    assert created == [("new_group", "[0]", "completed")]  # the "groups" sequence: every new_group call
+    events = [e for e in events if e["g"] != "groups"]
     got = [(e["op"], e["g"], e["sh"], e["dt"], e["ro"], e["root"], e["site"], e["state"], e["async"], e["th"])
            for e in events]
     prog = "killed_world1.py"

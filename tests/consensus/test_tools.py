@@ -59,8 +59,9 @@ def test_flight_recorder_dump_is_analyzed(tmp_path, no_leftover_processes):
     report = json.loads(result.stdout)
     first = report["first_divergence"]
     assert report["verdict"] == "diverged" and report["world_size"] == 2
-    assert (first["seq"], first["kind"]) == (3, "dtype")  # hard evidence; an equal pairing alone is not
-    assert first["ranks"]["0"]["site"] == site("fr_dump.py", "extra0")
+    # the evidence is the dtype the transport paired at seq 3; its cause is rank 0's inserted call there
+    assert (first["seq"], first["kind"], first["culprit_ranks"]) == (3, "extra", [0]), first
+    assert first["cause"]["site"] == first["ranks"]["0"]["site"] == site("fr_dump.py", "extra0")
     assert first["ranks"]["1"]["site"] == site("fr_dump.py", "loop")
 
 

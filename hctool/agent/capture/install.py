@@ -9,10 +9,15 @@ import sys
 
 from hctool.agent.capture import state, tracefile
 from hctool.agent.hooks import when_imported
+from hctool.protocol import env as protocol_env
+from hctool.protocol.runrecord import claimed_run
 
 
 def install_on_import(trace_dir: str) -> None:
     state.S.trace_dir = os.path.abspath(trace_dir)
+    # The run this process belongs to, read now: the program may edit its environment later
+    # (and start children without it), which must not detach its traces from the run.
+    state.S.run_id = os.environ.get(protocol_env.RUN_ID) or claimed_run(state.S.trace_dir)
     sys.excepthook = tracefile.excepthook(sys.excepthook)
 
     def patch(_module) -> None:

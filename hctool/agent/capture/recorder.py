@@ -166,6 +166,37 @@ def record_label(label: str, value, depth: int = 2, frame=None) -> None:
         note_failure(exc)
 
 
+def record_group_creation(ranks, frame) -> int:
+    """This rank entered new_group(ranks) at `frame` (every rank must, in one order): an event
+    of the "groups" sequence, completed by record_group_created(). Returns its id (0: not recorded)."""
+    if _S.trace_dir is None:
+        return 0
+    try:
+        ident = next(_S.label_ids)
+        site = _site_value(_user_frame(frame) or frame)
+        members = "all" if ranks is None else json_ranks(ranks)
+        _side({"e": ident, "g": "groups", "s": next(_S.group_seq), "op": "new_group", "label": members,
+               "digest": None, **site, "th": threading.current_thread().name, "t": REAL.monotonic(),
+               "w": REAL.time()})
+        return ident
+    except Exception as exc:
+        note_failure(exc)
+        return 0
+
+
+def record_group_created(ident: int, ok: bool = True) -> None:
+    if not ident or _S.trace_dir is None:
+        return
+    try:
+        _side({"c" if ok else "x": ident, "t": REAL.monotonic()})
+    except Exception as exc:
+        note_failure(exc)
+
+
+def json_ranks(ranks) -> str:
+    return "[" + ",".join(str(int(r)) for r in sorted(ranks)) + "]"
+
+
 def _canonical(value) -> bytes:
     """Bytes that are equal across processes iff the values are (str hashing is
     randomized per process, so sets and dicts are sorted)."""

@@ -38,6 +38,7 @@ class _Group:
 class _State:
     def __init__(self) -> None:
         self.trace_dir: str | None = None
+        self.run_id: str | None = None   # the run that claimed the trace folder (read at install)
         self.internal: tuple[str, ...] = (HCTOOL_DIR, "<frozen")  # torch's folder is added when it is patched
         self.lock = threading.RLock()
         # How wrapped calls are recorded: False (Python), "c" (the C hot path), "c+tls" (and it
@@ -57,6 +58,7 @@ class _State:
         self.backward_site = 0  # site id of the main thread's backward call in progress (wrappers.py)
         self.label_ids = itertools.count(1)
         self.label_seq = itertools.count()
+        self.group_seq = itertools.count()   # position in the "groups" sequence (new_group calls)
         self.rank: int | None = None
         self.world: _Group | None = None  # the default group
         self.groups: dict[int, _Group] = {}  # id(pg) -> group

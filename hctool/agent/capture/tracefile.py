@@ -64,7 +64,7 @@ def _open() -> int:
                   "pid": os.getpid(), "host": socket.gethostname(), "argv": sys.argv[:20],
                   "start": REAL.time(), "mono": REAL.monotonic(), "record_size": RECORD_SIZE,
                   "fastpath": _S.fastpath, "c10d_kernel": _S.c10d_kernel}
-        run = os.environ.get(protocol_env.RUN_ID)
+        run = _S.run_id
         if run:
             header["run"] = run  # the reader keeps only the files of the run that claimed the folder
         _S.fd, _S.ring_fd = fd, ring_fd

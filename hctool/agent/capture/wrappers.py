@@ -239,12 +239,22 @@ def _wrap_group_creation(name: str, fn):
     def created(*args, **kwargs):
         ident = threading.get_ident()
         nested = ident in _inside
+        event = 0
+        if name == "new_group" and not nested and not kwargs.get("use_local_synchronization"):
+            # every rank must create every group, in one order: the "groups" sequence is compared
+            # like a group's calls, so a rank that creates another group, or in another order, is
+            # named even when no rank reaches a collective on it
+            event = recorder.record_group_creation(kwargs.get("ranks", args[0] if args else None), sys._getframe(1))
         _inside.add(ident)  # collectives torch issues while creating a group are not user calls
         try:
             result = fn(*args, **kwargs)
+        except BaseException:
+            recorder.record_group_created(event, ok=False)
+            raise
         finally:
             if not nested:
                 _inside.discard(ident)
+        recorder.record_group_created(event)
         if state.S.trace_dir is None:
             return result
         try:
