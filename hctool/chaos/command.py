@@ -24,10 +24,19 @@ from hctool.chaos.history import History
 from hctool.chaos.invariants import Anomaly
 from hctool.chaos.runner import RunResult
 from hctool.chaos.schedule import Schedule
+from hctool.consensus.model import Report, Verdict
 from hctool.targets import Command
 
 COMMAND_CHECKERS = ("consensus", "liveness", "exits", "output")
 DEFAULT_TIMEOUT_S = 300.0
+
+
+def consensus_evidence(report: Report) -> dict:
+    """A consensus finding as an anomaly's evidence (JSON): the cause line first."""
+    first = report.first_divergence
+    return {"verdict": report.verdict.value, "cause": first.cause_line() if first else report.reason,
+            "symptom": first.symptom_line() if first else None,
+            "first_divergence": first.to_json() if first else None, "counts": report.counts}
 
 
 class ChaosSetupError(RuntimeError):
@@ -85,6 +94,7 @@ class CommandRunner:
         self.world_size = target.command.world_size(target.nproc) or 2
         self.baseline: Counter | None = None
         self.prepared = False
+        self.consensus_blind = False  # the fault-free run recorded no collective: nothing to compare
 
     def prepare(self) -> None:
         """The fault-free run: it must be clean; its stdout lines and length are the reference."""
@@ -93,10 +103,14 @@ class CommandRunner:
         t0 = time.monotonic()
         report, codes = self._run_job("baseline", [], None)
         seconds = time.monotonic() - t0
-        if report["verdict"] != "consistent" or any(c not in (0, None) for c in codes.values()):
-            raise ChaosSetupError(f"the program fails without faults ({report['verdict']}, exit codes {codes}); "
+        # A program that forms no process group (or calls no collective) can still be explored for
+        # its exits and output; the consensus invariant is then blind, and says so on every run.
+        self.consensus_blind = report.verdict in (Verdict.NO_PROCESS_GROUP, Verdict.NO_COLLECTIVES)
+        if (report.verdict is not Verdict.CONSISTENT and not self.consensus_blind) \
+                or any(c not in (0, None) for c in codes.values()):
+            raise ChaosSetupError(f"the program fails without faults ({report.headline()}, exit codes {codes}); "
                                   f"see {self.root / 'baseline'}")
-        self.world_size = report.get("world_size") or self.world_size
+        self.world_size = report.world_size or self.world_size
         if self.horizon_given is None:
             self.horizon_s = max(2.0, round(seconds, 1))
         self.baseline = self._output(self.root / "baseline")
@@ -117,8 +131,8 @@ class CommandRunner:
         result = RunResult(name, verdict, anomalies, blind, round(time.monotonic() - t0, 2), str(self._dir(name)))
         for a in anomalies:
             self.history.add("anomaly", run=name, invariant=a.invariant, evidence=a.evidence)
-        self.history.add("verdict", run=name, verdict=verdict, consensus=report["verdict"], exit_codes=codes,
-                         faults=report.get("faults"), blind=blind, seconds=result.seconds)
+        self.history.add("verdict", run=name, verdict=verdict, consensus=report.verdict.value, exit_codes=codes,
+                         faults=report.faults, blind=blind, seconds=result.seconds)
         return result
 
     def _dir(self, name: str) -> Path:
@@ -138,27 +152,28 @@ class CommandRunner:
                                        script_mode=t.command.script_mode, faults=tuple(faults),
                                        controller=controller, split_stdout=t.same_output is not None,
                                        cwd=folder / "cwd"))
-        codes = {int(r): c for r, c in (report.get("exit_codes") or {}).items()}
-        if report.get("command_exit_code") not in (None, 0):
-            codes.setdefault(-1, report["command_exit_code"])  # the command itself failed
+        codes = {int(r): c for r, c in (report.exit_codes or {}).items()}
+        if report.command_exit_code not in (None, 0):
+            codes.setdefault(-1, report.command_exit_code)  # the command itself failed
         return report, codes
 
-    def check(self, report: dict, codes: dict[int, int | None], killed: list[int], folder: Path):
+    def check(self, report: Report, codes: dict[int, int | None], killed: list[int], folder: Path):
         found, blind = [], []
-        verdict = report["verdict"]
-        if verdict == "diverged":
-            found.append(Anomaly("consensus", {"verdict": verdict, "first_divergence": report.get("first_divergence"),
-                                               "counts": report.get("counts")}))
-        if verdict == "hung" and not killed:
-            found.append(Anomaly("liveness", {"what": "a collective blocked while a peer was elsewhere, or the "
-                                                      "job did not end in time", "first_divergence": report.get("first_divergence"),
-                                              "counts": report.get("counts")}))
+        verdict = report.verdict.value
+        if self.consensus_blind:
+            blind.append("consensus")
+        if report.verdict is Verdict.DIVERGED:
+            found.append(Anomaly("consensus", consensus_evidence(report)))
+        if report.verdict is Verdict.HUNG and not killed:
+            found.append(Anomaly("liveness", dict(consensus_evidence(report), what="a collective blocked while a peer "
+                                                  "was elsewhere, or the job did not end in time")))
         failed = {r: c for r, c in codes.items() if r not in killed and c not in (0, None)}
         if failed and not killed and verdict != "diverged":
             found.append(Anomaly("exits", {"exit_codes": {str(r): c for r, c in sorted(failed.items())},
                                            "verdict": verdict}))
         if self.target.same_output is not None:
-            if killed or verdict != "consistent":
+            unseen_as_baseline = self.consensus_blind and not report.verdict.seen and report.verdict is not Verdict.INCOMPLETE
+            if killed or (verdict != "consistent" and not unseen_as_baseline):
                 blind.append("output")
             else:
                 got = self._output(folder)

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from hctool.consensus.model import Report, Verdict
+
 CHECKERS = ("consensus", "liveness", "correctness", "accounting", "metrics")
 STATUS_LINE = re.compile(r"\[rank (\d+)\] tick (\d+): waiting (\d+) running (\d+) prefetching (\d+) .*")
 MISMATCH = ("collective mismatch", "diverged across ranks", "Received data size")
@@ -26,8 +28,8 @@ class RunRecord:
     run_dir: Path
     outcome: str                       # the harness's: done | stalled | deadline | watcher | death
     death: str | None
-    watcher_report: dict | None
-    final_report: dict | None
+    watcher_report: Report | None
+    final_report: Report | None
     sent: int
     answered: dict                     # (tag, index) -> output ids
     meta: dict                         # (tag, index) -> meta_info
@@ -54,11 +56,14 @@ def check_consensus(r: RunRecord) -> list[Anomaly] | None:
     # their traces afterwards is that snapshot: liveness reports the stall.
     killed_busy = r.outcome in ("stalled", "deadline")
     for report in (r.watcher_report, r.final_report):
-        if report and (report.get("verdict") == "diverged" or (
-                report.get("verdict") == "hung" and report.get("first_divergence") and not killed_busy)):
-            return [Anomaly("consensus", {"verdict": report["verdict"],
-                                          "first_divergence": report.get("first_divergence"),
-                                          "counts": report.get("counts", {})})]
+        if report and (report.verdict is Verdict.DIVERGED or (
+                report.verdict is Verdict.HUNG and report.first_divergence and not killed_busy)):
+            first = report.first_divergence
+            return [Anomaly("consensus", {"verdict": report.verdict.value,
+                                          "cause": first.cause_line() if first else report.reason,
+                                          "symptom": first.symptom_line() if first else None,
+                                          "first_divergence": first.to_json() if first else None,
+                                          "counts": report.counts})]
     if r.death and not r.killed_ranks:
         for name, text in r.logs().items():
             hit = next((line for line in text.splitlines() if any(m in line for m in MISMATCH)), None)

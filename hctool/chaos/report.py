@@ -75,7 +75,13 @@ def render(report: dict, console) -> None:
         console.print(table)
     for i, a in enumerate(report["anomalies"], 1):
         console.print(Text(f"\nanomaly {i}: {a['invariant']}", style="bold red"))
-        console.print(json.dumps(a["evidence"], default=str)[:1500])
+        ev = a["evidence"] if isinstance(a["evidence"], dict) else {}
+        if ev.get("cause"):  # a consensus finding: the cause and the culprit first
+            console.print(Text(str(ev["cause"]), style="bold"), soft_wrap=True)
+            if ev.get("symptom"):
+                console.print(Text(str(ev["symptom"])), soft_wrap=True)
+        else:
+            console.print(json.dumps(a["evidence"], default=str)[:1500])
         if "counts" in a["evidence"]:  # the calls each rank was seen making, as the JSON has them
             from hctool.consensus.report import counts_line
             console.print(Text(counts_line(a["evidence"]), style="dim"), soft_wrap=True)

@@ -22,9 +22,9 @@ def _err(msg: str) -> None:
     log.info(msg)
 
 
-def _emit(report: dict, as_json: bool) -> None:
+def _emit(report, as_json: bool) -> None:
     if as_json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(report.to_json(), indent=2))
         return
     from rich.console import Console
 
@@ -33,8 +33,8 @@ def _emit(report: dict, as_json: bool) -> None:
     render(report, Console(width=None if sys.stdout.isatty() else 160))
 
 
-def _exit_code(report: dict) -> int:
-    return 0 if report["verdict"] == "consistent" else 1
+def _exit_code(report) -> int:
+    return report.exit_code
 
 
 def _default_trace_dir() -> Path:
@@ -91,9 +91,9 @@ def run(
     if latency is not None:
         _err(f"hctool: reported {latency * 1000:.0f} ms after the first divergent call")
     from hctool.consensus.truncation import describe
-    for entry in report.get("incomplete", []):  # said on stderr with --json too
+    for entry in report.incomplete:  # said on stderr with --json too
         _err(f"hctool: {describe(entry)}")
-    write_run_report(trace_dir, report)
+    write_run_report(trace_dir, report.to_json())
     _emit(report, as_json)
     raise typer.Exit(_exit_code(report))
 
@@ -150,7 +150,7 @@ def analyze(
                              stacks=stacks)
     except TraceError as exc:
         raise UsageError(str(exc), "analyze reads folders written by `check-consensus run` or Flight Recorder dumps") from None
-    if report["world_size"] == 0 and command_exit is None:  # a failed run's record alone still says `crashed`
+    if report.world_size == 0 and command_exit is None and exit_codes is None:  # a run's record alone still says what it saw
         raise UsageError(f"no traces found in {path}", "expected rank*.jsonl files or Flight Recorder pickles")
     _emit(report, as_json)
     raise typer.Exit(_exit_code(report))

@@ -218,11 +218,16 @@ def _render_all(results: list[dict], root: Path) -> None:
 
 
 def _site_cell(fd: dict | None) -> str:
+    """The cause and the culprit first, then where each rank stopped."""
+    from hctool.consensus.model import Divergence, ReportError
+
     if not fd:
         return "-"
-    return "\n".join(f"rank {r}: {e.get('op') or 'absent'} @ {e.get('site') or e.get('last_seen') or '-'}"
-                     f"{' (' + e['function'] + ')' if e.get('function') else ''}"
-                     for r, e in sorted(fd["ranks"].items()))
+    try:
+        first = Divergence.from_json(fd)
+    except ReportError as exc:
+        return f"(unreadable: {exc})"
+    return "\n".join([first.cause_line(), first.symptom_line()]).strip()
 
 
 def variant_table(result: dict):
@@ -244,6 +249,7 @@ def _render(result: dict) -> None:
     from rich.console import Console
     from rich.text import Text
 
+    from hctool.consensus.model import Divergence, Report, Verdict
     from hctool.consensus.report import render
 
     console = Console(width=None if sys.stdout.isatty() else 160)
@@ -258,10 +264,10 @@ def _render(result: dict) -> None:
                 console.print(f"  rank {rank}: {value}")
         if v["first_divergence"] or v["stacks"]:
             console.print(Text(f"\n{v['name']}: {v['verdict']}: {v.get('reason', '')}", style="bold"))
-            report = {"verdict": v["verdict"], "world_size": len(v["first_divergence"]["ranks"]) if v["first_divergence"] else 0,
-                      "first_divergence": v["first_divergence"], "stacks": _main_threads(v["stacks"]),
-                      "counts": v.get("counts", {})}
-            render(report, console)
+            fd = Divergence.from_json(v["first_divergence"]) if v["first_divergence"] else None
+            report = Report(Verdict.DIVERGED if fd else Verdict.HUNG, len(fd.ranks) if fd else 0, fd,
+                            _main_threads(v["stacks"]), v.get("counts", {}))
+            render(report, console, label=v["verdict"])
     console.print(f"artifacts: {result['artifacts']}")
 
 

@@ -9,7 +9,7 @@ Cross-site pairings (pattern, locate) are never evidence: they say where a diver
 hard evidence shows is located (docs/consensus.md "Evidence and location").
 
 Public API (light to import):
-  analyze_dir(path, exit_codes=None, stacks=None, command_exit=None, ended_at=None) -> report dict (docs/contracts.md)
+  analyze_dir(path, exit_codes=None, stacks=None, command_exit=None, ended_at=None) -> consensus.model.Report (its to_json(): docs/contracts.md)
   assert_same(label, value)        record a value that must agree across ranks (in a rank)
   @rank_consensus(same_params=..., same_results=...)
 """
@@ -17,7 +17,7 @@ Public API (light to import):
 from __future__ import annotations
 
 
-def analyze_dir(path, exit_codes=None, stacks=None, command_exit=None, ended_at=None) -> dict:
+def analyze_dir(path, exit_codes=None, stacks=None, command_exit=None, ended_at=None):
     """Raises hctool.consensus.trace.TraceError (a ValueError) for a folder hctool cannot read."""
     from hctool.consensus.analyze import analyze_dir as _analyze
 

@@ -135,9 +135,12 @@ def find_divergence(ch: Channel, all_ranks: list[int], ended: dict[int, str | No
         if equal and len(present) == len(look.ranks):
             scan.step(ch.base + i, at)  # cross-site pairings: where a later divergence may be located, not evidence
             continue
-        if equal:
-            return look.absent(i, at, present)
-        return look.mismatch(i, at)
+        f = look.absent(i, at, present) if equal else look.mismatch(i, at)
+        if f is not None:
+            # when the evidence was there: what detection latency is measured from (the cause may be far earlier)
+            times = [e["w"] for e in present.values() if e.get("w") is not None]
+            f["evidence_time"] = max(times) if times else f["time"]
+        return f
     return None
 
 
@@ -279,12 +282,17 @@ class _Look:
 
 
 def _after(ch: Channel, rank: int, seq: list, ci: int) -> dict | None:
-    """The run of calls right before the cause on its rank ("after 7 calls of all_reduce at t.py:8")."""
+    """The run of equal calls right before the cause on its rank ("after 7 calls of all_reduce at
+    t.py:8": the turn of the loop it came in)."""
     prev = seq[ci - 1] if 0 < ci <= len(seq) else ch.prev.get(rank)
     if prev is None:
         return None
-    key = pattern_key(prev)
-    n = sum(1 for e in seq[:ci] if pattern_key(e) == key) + ch.history.calls(rank, key)
+    key, n = pattern_key(prev), 0
+    while n < ci and pattern_key(seq[ci - 1 - n]) == key:
+        n += 1
+    if n == ci:
+        cur = ch.history.current.get(rank)
+        n += cur[1] if cur is not None and cur[0] == key else (1 if ci == 0 else 0)
     return {"op": prev.get("op"), "site": prev.get("site"), "count": n}
 
 

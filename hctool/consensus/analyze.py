@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import time
 
-from hctool.consensus import probes, truncation
+from hctool.consensus import blame, probes, truncation
 from hctool.consensus.align import Channel, channel_members, find_divergence, route
 from hctool.consensus.flight_recorder import is_flight_recorder_dir, read_flight_recorder
+from hctool.consensus.model import Call, Cause, Confidence, Coverage, Divergence, Kind, RankCall, Report, Symptom, Verdict
 from hctool.consensus.pattern import caller_text, pairings_of
 from hctool.consensus.structure import SourceMap
 from hctool.consensus.trace import TraceDirReader, TraceError, trace_files
@@ -83,6 +84,20 @@ class Tracker:
                     "time": min(times) if times else 0.0, "deadlock": waits.cycle, "cycle": list(waits.calls),
                     "cause_rank": head["rank"], "cause_seq": head["seq"], "cause_event": waits.events.get(head["rank"]),
                     "confidence": "high", "basis": "the ranks wait for each other across groups: " + waits.cycle}
+            if len(waits.calls) == 2:
+                # two ranks, each waiting in another channel: one of them may have made an extra call there
+                (ca, cb) = waits.calls
+                got = blame.explain_cycle(waits.events[ca["rank"]], waits.events[cb["rank"]], self.sources)
+                if got is not None:
+                    side, why = got
+                    c = (ca, cb)[side]
+                    ev = waits.events[c["rank"]]
+                    kind = "group" if c["group"] == GROUPS else "extra"
+                    best.update(kind=kind, culprits=[c["rank"]], cause_rank=c["rank"], cause_seq=c["seq"],
+                                cause_event=ev, channel=c["group"], seq=c["seq"], confidence="medium",
+                                basis=f"rank {c['rank']} waits in a call the other rank never makes: {why}; "
+                                      f"the other rank waits for it elsewhere ({waits.cycle})",
+                                events={r: (waits.events[r] if r == c["rank"] else None) for r in waits.events})
         return best
 
     def cross_site_pairings(self, finding: dict | None, limit: int = 100) -> list[dict]:
@@ -109,32 +124,25 @@ class Tracker:
         return out
 
 
-def _rank_entry(ev: dict | None, last: dict | None) -> dict:
+def _call(ev: dict | None) -> Call:
+    """A recorded call as the report names it."""
     if ev is None:
-        entry = {"op": None, "site": None, "function": None, "shapes": [], "dtypes": [], "reduce_op": None,
-                 "root": None, "label": None, "state": "absent"}
-        if last is not None:
-            entry["last_seen"] = f"{last['op']} at {last.get('site')} ({last['g']})"
-        return entry
-    entry = {"op": ev["op"], "site": ev.get("site"), "function": ev.get("fn"), "shapes": ev.get("sh", []),
-             "dtypes": ev.get("dt", []), "reduce_op": ev.get("ro"),
-             "root": ev.get("root") if "dir" not in ev else ev.get("peer"),
-             "label": ev.get("label"), "state": "completed" if ev["state"] == "completed" else "blocked",
-             "stack": [s.rsplit("/", 1)[-1] for s in ev.get("stack", [])]}
-    return entry
+        return Call(None)
+    return Call(ev["op"], ev.get("site"), ev.get("fn"), ev.get("g"), ev.get("sh", []), ev.get("dt", []), ev.get("ro"),
+                ev.get("root") if "dir" not in ev else ev.get("peer"), ev.get("label"),
+                [s.rsplit("/", 1)[-1] for s in ev.get("stack", [])])
 
 
-def _call(ev: dict | None) -> dict | None:
-    """A call as the report names it (cause, symptom)."""
+def _rank_entry(ev: dict | None, last: dict | None) -> RankCall:
     if ev is None:
-        return None
-    return {"op": ev["op"], "group": ev.get("g"), "site": ev.get("site"), "function": ev.get("fn"),
-            "shapes": ev.get("sh", []), "dtypes": ev.get("dt", []), "reduce_op": ev.get("ro"),
-            "root": ev.get("root") if "dir" not in ev else ev.get("peer"), "label": ev.get("label"),
-            "stack": [s.rsplit("/", 1)[-1] for s in ev.get("stack", [])]}
+        return RankCall(None, state="absent",
+                        last_seen=f"{last['op']} at {last.get('site')} ({last['g']})" if last is not None else None)
+    c = _call(ev)
+    return RankCall(c.op, c.site, c.function, None, c.shapes, c.dtypes, c.reduce_op, c.root, c.label, c.stack,
+                    state="completed" if ev["state"] == "completed" else "blocked")
 
 
-def symptoms(tracker: Tracker, ended: dict[int, str | None], errors: dict[int, str] | None = None) -> dict[str, dict]:
+def symptoms(tracker: Tracker, ended: dict[int, str | None], errors: dict[int, str] | None = None) -> dict[int, Symptom]:
     """Where each rank was when the run ended: the call it blocked or failed in (its latest
     one), else its last call and how it ended."""
     open_calls: dict[int, dict] = {}
@@ -148,16 +156,15 @@ def symptoms(tracker: Tracker, ended: dict[int, str | None], errors: dict[int, s
         ev = open_calls.get(r)
         state = ended.get(r)
         if ev is not None:
-            entry = dict(_call(ev), seq=_seq_of(tracker, ev), state="failed" if ev["state"] == "failed" else "blocked")
-            if ev.get("err"):
-                entry["error"] = ev["err"]
+            sym = Symptom("failed" if ev["state"] == "failed" else "blocked", _call(ev), _seq_of(tracker, ev),
+                          ev.get("err"))
         else:
             last = tracker.last_event.get(r)
-            entry = dict(_call(last) or {"op": None, "site": None},
-                         state={"clean": "ended", "crashed": "crashed"}.get(state or "", "running" if last else "absent"))
-        if state == "crashed" and errors and errors.get(r):
-            entry["error"] = errors[r]
-        out[str(r)] = entry
+            sym = Symptom({"clean": "ended", "crashed": "crashed"}.get(state or "", "running" if last else "absent"),
+                          _call(last))
+        if state == "crashed" and errors and errors.get(r) and not sym.error:
+            sym.error = errors[r]
+        out[r] = sym
     return out
 
 
@@ -172,8 +179,23 @@ def _seq_of(tracker: Tracker, ev: dict) -> int | None:
     return None
 
 
+def divergence(tracker: Tracker, ended: dict[int, str | None], finding: dict, errors: dict | None) -> Divergence:
+    if finding["channel"] == GROUPS and finding["kind"] in ("label", "extra", "missing", "op"):
+        finding["kind"] = "group"  # the ranks created different groups, or in another order
+    kind = Kind(finding["kind"])
+    cause = None
+    if finding.get("cause_event") is not None:
+        cause = Cause(finding["cause_rank"], finding["cause_seq"], kind, finding["culprits"],
+                      _call(finding["cause_event"]), finding.get("after"))
+    return Divergence(finding["channel"], finding["seq"], kind, finding["culprits"],
+                      {r: _rank_entry(e, tracker.last_event.get(r)) for r, e in sorted(finding["events"].items())},
+                      cause, symptoms(tracker, ended, errors), Confidence(finding.get("confidence", "high")),
+                      finding.get("basis"), finding.get("alternative"), finding.get("deadlock"),
+                      list(finding.get("cycle", [])), bool(finding.get("waiting_on")))
+
+
 def build_report(tracker: Tracker, ended: dict[int, str | None], finding: dict | None,
-                 stacks: dict[str, str] | None, final: bool, seen: dict | None = None) -> dict:
+                 stacks: dict[str, str] | None, final: bool, seen: dict | None = None) -> Report:
     """The report (docs/contracts.md). seen: what the analysis saw of the run (coverage):
     {"ranks": ranks with a trace of this run, "foreign": trace files of anything else,
     "errors": rank -> how it ended, "timed_out": hctool ended ranks still running}."""
@@ -183,64 +205,37 @@ def build_report(tracker: Tracker, ended: dict[int, str | None], finding: dict |
     first = None
     reason = None
     if finding is not None:
-        if finding["channel"] == GROUPS and finding["kind"] in ("label", "extra", "missing", "op"):
-            finding["kind"] = "group"  # the ranks created different groups, or in another order
-        first = {"group": finding["channel"], "seq": finding["seq"], "kind": finding["kind"],
-                 "culprit_ranks": finding["culprits"],
-                 "ranks": {str(r): _rank_entry(e, tracker.last_event.get(r)) for r, e in sorted(finding["events"].items())}}
-        cause_ev = finding.get("cause_event")
-        if cause_ev is not None:
-            first["cause"] = dict(_call(cause_ev), rank=finding["cause_rank"], seq=finding["cause_seq"],
-                                  kind=finding["kind"], culprit_ranks=finding["culprits"], after=finding.get("after"))
-        first["symptom"] = symptoms(tracker, ended, seen.get("errors"))
-        first["confidence"] = finding.get("confidence", "high")
-        first["basis"] = finding.get("basis")
-        if finding.get("alternative"):
-            first["alternative"] = finding["alternative"]
-        if finding.get("deadlock"):
-            first["deadlock"] = finding["deadlock"]  # the wait cycle across groups, in words
-            first["cycle"] = finding.get("cycle", [])
-        if finding["kind"] == "wait_cycle":
-            verdict = "hung"
-        elif finding["kind"] == "missing" and finding.get("waiting_on"):
-            culprit_states = {ended.get(r) for r in finding["culprits"]}
-            verdict = "crashed" if "crashed" in culprit_states else ("hung" if None in culprit_states else "diverged")
+        first = divergence(tracker, ended, finding, seen.get("errors"))
+        if first.kind is Kind.WAIT_CYCLE:
+            verdict = Verdict.HUNG
+        elif first.kind is Kind.MISSING and finding.get("waiting_on"):
+            culprit_states = {ended.get(r) for r in first.culprit_ranks}
+            verdict = Verdict.CRASHED if "crashed" in culprit_states else (
+                Verdict.HUNG if None in culprit_states else Verdict.DIVERGED)
         else:
-            verdict = "diverged"
+            verdict = Verdict.DIVERGED
     elif crashed:
-        verdict = "crashed"
+        verdict = Verdict.CRASHED
         reason = f"rank(s) {', '.join(map(str, crashed))} ended abnormally; no divergent collective explains it"
     elif tracker.blocked():
-        verdict = "hung"
-        reason = "calls were still waiting when the run ended"
+        verdict, reason = Verdict.HUNG, "calls were still waiting when the run ended"
     else:
         verdict, reason = earned(tracker, ended, final, seen)
     counts = {str(r): dict(sorted(tracker.counts.get(r, {}).items())) for r in ranks}
-    report = {"verdict": verdict, "world_size": tracker.world_size or len(ranks), "first_divergence": first,
-              "stacks": dict(stacks or {}), "counts": counts}
-    if reason:
-        report["reason"] = reason
-    report["coverage"] = coverage(tracker, ended, seen)
-    pairings = tracker.cross_site_pairings(finding)
-    if pairings:  # only where calls paired across call sites: a plain program's report stays as it was
-        report["cross_site_pairings"] = pairings
-    return report
+    return Report(verdict, tracker.world_size or len(ranks), first, dict(stacks or {}), counts, reason,
+                  coverage(tracker, ended, seen), tracker.cross_site_pairings(finding))
 
 
-def coverage(tracker: Tracker, ended: dict[int, str | None], seen: dict) -> dict:
+def coverage(tracker: Tracker, ended: dict[int, str | None], seen: dict) -> Coverage:
     """What the verdict rests on: the ranks expected, those whose trace of this run was read,
     those that recorded calls, and how each ended."""
-    expected = tracker.world_size or 0
-    traced = sorted(seen.get("ranks", tracker.ranks))
-    out = {"expected_ranks": expected, "traced_ranks": traced,
-           "ranks_with_calls": sorted(r for r, ops in tracker.counts.items() if ops),
-           "ended": {str(r): ended.get(r) or "running" for r in tracker.all_ranks()}}
-    if seen.get("foreign"):
-        out["foreign_traces"] = sorted(seen["foreign"])[:20]
-    return out
+    return Coverage(tracker.world_size or 0, sorted(seen.get("ranks", tracker.ranks)),
+                    sorted(r for r, ops in tracker.counts.items() if ops),
+                    {r: ended.get(r) or "running" for r in tracker.all_ranks()},
+                    sorted(seen.get("foreign") or [])[:20])
 
 
-def earned(tracker: Tracker, ended: dict[int, str | None], final: bool, seen: dict) -> tuple[str, str | None]:
+def earned(tracker: Tracker, ended: dict[int, str | None], final: bool, seen: dict) -> tuple[Verdict, str | None]:
     """`consistent` only for a run seen whole: every expected rank's trace of this run, from its
     process group's start to its end, with calls recorded, every rank ended cleanly. Anything
     less is named (docs/consensus.md "Verdicts")."""
@@ -251,22 +246,24 @@ def earned(tracker: Tracker, ended: dict[int, str | None], final: bool, seen: di
         if foreign else ""
     if not traced:
         if seen.get("timed_out"):
-            return "no_process_group", "the run was ended by --timeout before any rank formed a process group" + dropped
-        return "no_process_group", ("no rank recorded anything: no process group was formed (the program never "
-                                    "called init_process_group, or is not a torch.distributed program)" + dropped)
+            return Verdict.NO_PROCESS_GROUP, ("the run was ended by --timeout before any rank formed a process "
+                                              "group" + dropped)
+        return Verdict.NO_PROCESS_GROUP, ("no rank recorded anything: no process group was formed (the program "
+                                          "never called init_process_group, or is not a torch.distributed program)"
+                                          + dropped)
     missing = sorted(set(range(expected)) - traced) if expected else []
     if missing:
-        return "incomplete", (f"rank(s) {', '.join(map(str, missing[:16]))} of {expected} left no trace of this run"
-                              + dropped)
+        return Verdict.INCOMPLETE, (f"rank(s) {', '.join(map(str, missing[:16]))} of {expected} left no trace of "
+                                    f"this run" + dropped)
     if not any(tracker.counts.get(r) for r in traced):
         if seen.get("timed_out") or any(ended.get(r) is None for r in traced):
-            return "incomplete", "the run was ended before any rank made a collective call" + dropped
-        return "no_collectives", "the ranks formed their process group and ended without any collective call"
+            return Verdict.INCOMPLETE, "the run was ended before any rank made a collective call" + dropped
+        return Verdict.NO_COLLECTIVES, "the ranks formed their process group and ended without any collective call"
     running = sorted(r for r in tracker.all_ranks() if ended.get(r) is None)
     if running and final:
-        return "incomplete", (f"rank(s) {', '.join(map(str, running[:16]))} were still running, outside any "
-                              f"collective, when the run was ended")
-    return "consistent", None
+        return Verdict.INCOMPLETE, (f"rank(s) {', '.join(map(str, running[:16]))} were still running, outside any "
+                                    f"collective, when the run was ended")
+    return Verdict.CONSISTENT, None
 
 
 def ended_states(reader_ranks: dict, exit_codes: dict[int, int | None] | None, ranks: list[int],
@@ -348,20 +345,20 @@ class AnalysisSession:
                 "timed_out": timed_out}
 
     def report(self, ended: dict[int, str | None], now: float, hang_after: float | None, final: bool,
-               stacks: dict[str, str] | None = None, timed_out: bool = False) -> tuple[dict, dict | None]:
+               stacks: dict[str, str] | None = None, timed_out: bool = False) -> tuple[Report, dict | None]:
         """(report, finding): the first divergence given what ended, with probes annotated."""
         finding = self.tracker.first_divergence(ended, now, hang_after=hang_after, final=final)
         report = build_report(self.tracker, ended, finding, stacks, final=final, seen=self.seen(timed_out))
         if self.incomplete:
-            report["incomplete"] = self.incomplete
-            if report["verdict"] == "consistent":
-                report["verdict"] = "incomplete"
-                report["reason"] = "; ".join(truncation.describe(e) for e in self.incomplete)
+            report.incomplete = self.incomplete
+            if report.verdict is Verdict.CONSISTENT:
+                report.verdict = Verdict.INCOMPLETE
+                report.reason = "; ".join(truncation.describe(e) for e in self.incomplete)
         return probes.annotate(report, self.reader.ranks, finding), finding
 
 
 def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: dict[str, str] | None = None,
-                command_exit: int | None = None, ended_at: float | None = None) -> dict:
+                command_exit: int | None = None, ended_at: float | None = None) -> Report:
     """The report for a trace folder (or Flight Recorder dumps). exit_codes: what
     the caller knows of each rank's exit (None: still running when it was ended);
     command_exit: the exit code of a wrapper command (torchrun ...); ended_at: when
@@ -411,12 +408,12 @@ def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: d
         report = build_report(tracker, ended, tracker.first_divergence(ended, now, hang_after=None, final=True),
                               stacks, final=True, seen={"ranks": set(tracker.ranks)})
     if exit_codes is not None:
-        report["exit_codes"] = {str(r): c for r, c in sorted(exit_codes.items())}
+        report.exit_codes = {str(r): c for r, c in sorted(exit_codes.items())}
     if command_exit is not None:
-        report["command_exit_code"] = command_exit
-        if command_exit != 0 and report["verdict"] in ("consistent", "no_process_group", "no_collectives", "incomplete"):
+        report.command_exit_code = command_exit
+        if command_exit != 0 and (report.verdict is Verdict.CONSISTENT or not report.verdict.seen):
             # a failed command is never a clean run
             why = f"the command exited with code {command_exit}"
-            report["reason"] = why + (f"; {report['reason']}" if report.get("reason") else "")
-            report["verdict"] = "crashed"
+            report.reason = why + (f"; {report.reason}" if report.reason else "")
+            report.verdict = Verdict.CRASHED
     return report

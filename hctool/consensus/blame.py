@@ -439,6 +439,25 @@ def _both_unmatched(view: PairView, ia: int, ib: int) -> Verdict:
                    "one deviated")
 
 
+def explain_cycle(ea: dict, eb: dict, sources: SourceMap) -> tuple[int, str] | None:
+    """Two ranks each wait, in different channels, for the other (a wait cycle). When exactly one
+    of the two waiting calls sits in a branch the other rank's path is outside of, that rank made
+    an extra call (a rank-0-only new_group, an extra barrier) and the other's wait is its
+    consequence: (the side that branched, why). Calls of one statement, or both branched (an
+    if/else pair of sends), are the cycle itself: None."""
+    fa, fb = frames_of(ea), frames_of(eb)
+    lvl = common_level(fa, fb)
+    if lvl is None or fa[lvl[0]].line == fb[lvl[1]].line:
+        return None
+    ra = sources.conditional(fa, lvl[0], fb[lvl[1]].line)
+    rb = sources.conditional(fb, lvl[1], fa[lvl[0]].line)
+    if (ra is None) == (rb is None):
+        return None
+    side, region = (0, ra) if ra is not None else (1, rb)
+    return side, f"its {_where(ea if side == 0 else eb)} sits in a branch (line {region.start}) that the other rank's " \
+                 f"path does not enter"
+
+
 def _trip(view: PairView, rep: int, irep: int, dev: int, idev: int) -> Verdict | None:
     """rank `rep`'s call (index irep) repeats inside a loop that rank `dev`'s next call (or its end)
     is past: the ranks disagree on how many turns the loop takes. The loop decides who is wrong."""
@@ -473,7 +492,10 @@ def _trip(view: PairView, rep: int, irep: int, dev: int, idev: int) -> Verdict |
                            f"earlier run made {usual} ({sum(runs.values())} runs); rank {rr} made its call a "
                            f"{now_rep}th time")
     path = fx[li].path
+    # ways one rank's turn can end early or skip the call: the loops' own exits, and early returns
+    # of the functions on the call's path below the loop (a poll that returns without voting)
     exits = [e for lp in loops for e in view.sources.exits(lp) if e.rank_local]
+    exits += [e for f in fx[li + 1:] for e in view.sources.early_returns(f) if e.rank_local]
     name = f"{path.rsplit('/', 1)[-1]}:{loop.start}"
     if exits:
         e = exits[0]

@@ -27,6 +27,7 @@ from dataclasses import replace
 
 from hctool.consensus.align import pair_label
 from hctool.consensus.marks import Mark
+from hctool.consensus.model import Divergence, Report
 from hctool.consensus.timeline import Call, Timeline, wall_end
 
 FORMAT = "hctool-chrome-trace/1"
@@ -68,7 +69,7 @@ class _Tracks:
         return lanes[0][0] if lanes else self.lane(track, float("inf"), float("inf"), sort)
 
 
-def _call_args(c: Call, divergence: dict | None) -> dict:
+def _call_args(c: Call, divergence: Divergence | None) -> dict:
     ev = c.ev
     args = {"op": ev["op"], "group": ev["g"], "seq": c.seq, "shapes": ev.get("sh", []), "dtypes": ev.get("dt", []),
             "site": ev.get("site"), "function": ev.get("fn"), "thread": ev.get("th"), "state": ev.get("state")}
@@ -86,19 +87,19 @@ def _call_args(c: Call, divergence: dict | None) -> dict:
     if ev.get("err"):
         args["error"] = ev["err"]
     if c.divergent and divergence:
-        args["first_divergence"] = {"kind": divergence["kind"], "culprit_ranks": divergence["culprit_ranks"]}
+        args["first_divergence"] = {"kind": divergence.kind.value, "culprit_ranks": divergence.culprit_ranks}
     return args
 
 
-def _marker_name(divergence: dict, rank: int) -> str:
-    role = "culprit" if rank in divergence["culprit_ranks"] else "peer"
-    entry = divergence.get("ranks", {}).get(str(rank), {})
-    what = entry.get("op") or "absent"
-    return f"first divergence: {divergence['kind']}, {what} ({role})"
+def _marker_name(divergence: Divergence, rank: int) -> str:
+    role = "culprit" if rank in divergence.culprit_ranks else "peer"
+    entry = divergence.ranks.get(rank)
+    what = (entry.op if entry is not None else None) or "absent"
+    return f"first divergence: {divergence.kind.value}, {what} ({role})"
 
 
-def to_chrome(tl: Timeline, report: dict, marks: list[Mark] = ()) -> dict:
-    divergence = report.get("first_divergence")
+def to_chrome(tl: Timeline, report: Report, marks: list[Mark] = ()) -> dict:
+    divergence = report.first_divergence
     starts = [c.ev["w"] for cs in tl.calls.values() for c in cs if c.ev.get("w") is not None]
     starts += [m.ts for m in marks]
     t0 = min(starts) if starts else 0.0
@@ -143,34 +144,36 @@ def to_chrome(tl: Timeline, report: dict, marks: list[Mark] = ()) -> dict:
                      "ts": 0, "args": {"rule": tl.rule(), "stride": tl.stride}})
     events.sort(key=lambda e: e["ts"])
     return {"traceEvents": meta + events, "displayTimeUnit": "ms",
-            "otherData": {"hctool": {"format": FORMAT, "source": tl.source, "verdict": report.get("verdict"),
+            "otherData": {"hctool": {"format": FORMAT, "source": tl.source, "verdict": report.verdict.value,
+                                     "cause": divergence.cause_line() if divergence else None,
                                      "first_divergence": _brief(divergence), "t0_wall": t0,
                                      "limit_per_rank": tl.limit, "rule": tl.rule(), "stride": tl.stride,
                                      "calls_seen": {str(r): n for r, n in sorted(tl.seen.items())},
                                      "calls_kept": {str(r): len(cs) for r, cs in sorted(tl.calls.items())}}}}
 
 
-def _brief(divergence: dict | None) -> dict | None:
+def _brief(divergence: Divergence | None) -> dict | None:
     if not divergence:
         return None
-    return {k: divergence.get(k) for k in ("group", "seq", "kind", "culprit_ranks")}
+    return {"group": divergence.group, "seq": divergence.seq, "kind": divergence.kind.value,
+            "culprit_ranks": divergence.culprit_ranks}
 
 
-def _marker(divergence: dict, rank: int, pid: int, tid: int, ts: float) -> dict:
+def _marker(divergence: Divergence, rank: int, pid: int, tid: int, ts: float) -> dict:
+    entry = divergence.ranks.get(rank)
     return {"ph": "i", "s": "t", "name": _marker_name(divergence, rank), "cat": "divergence", "pid": pid,
             "tid": tid, "ts": ts, "args": {**_brief(divergence), "rank": rank,
-                                           "site": divergence.get("ranks", {}).get(str(rank), {}).get("site")}}
+                                           "site": entry.site if entry is not None else None}}
 
 
-def _absent_markers(tl: Timeline, divergence: dict, tracks: dict, report: dict, t0: float) -> list[dict]:
+def _absent_markers(tl: Timeline, divergence: Divergence, tracks: dict, report: Report, t0: float) -> list[dict]:
     """Ranks the finding names that have no call at it: a marker at the time of the finding."""
     have = {r for r, cs in tl.calls.items() for c in cs if c.divergent}
     times = [c.ev["w"] for cs in tl.calls.values() for c in cs if c.divergent and c.ev.get("w") is not None]
     at = _us(min(times), t0) if times else 0.0
-    group = divergence["group"].split(" p2p ", 1)[0]
+    group = divergence.group.split(" p2p ", 1)[0]
     out = []
-    for key in divergence.get("ranks", {}):
-        r = int(key)
+    for r in divergence.ranks:
         if r in have or r not in tracks:
             continue
         tid = 2 if group == "labels" else tracks[r].first(f"group {group}", _group_order(group))
@@ -240,7 +243,7 @@ def export_folder(path, run: str | None = None, limit: int | None = None, marks:
 
     chosen = pick(identify(path), run)
     report = analysis(chosen)
-    tl = collect(chosen.trace_dir, report.get("first_divergence"), limit, ended_at(chosen))
+    tl = collect(chosen.trace_dir, report.first_divergence, limit, ended_at(chosen))
     doc = to_chrome(tl, report, [*run_marks(chosen.run_dir, tl.headers), *(marks or [])])
     doc["otherData"]["hctool"]["run"] = chosen.name
     return doc, chosen

@@ -15,6 +15,7 @@ import time
 import psutil
 
 from hctool.consensus.analyze import AnalysisSession
+from hctool.consensus.model import Report
 
 
 class LiveWatcher:
@@ -26,7 +27,7 @@ class LiveWatcher:
         self.events_seen = 0
         self.detection: dict | None = None  # wall times of the divergent call and of its detection
 
-    def check(self, exit_codes: dict[int, int | None] | None = None) -> dict | None:
+    def check(self, exit_codes: dict[int, int | None] | None = None) -> Report | None:
         """A report (verdict diverged, hung or crashed) once the ranks disagree or
         a call waits past hang_after for a peer that is elsewhere; else None.
         exit_codes: what the supervisor knows of its rank processes (None: alive)."""
@@ -40,7 +41,8 @@ class LiveWatcher:
         report, finding = self.session.report(ended, now, self.hang_after, final=False)
         if finding is None:
             return None
-        self.detection = {"divergent_call_wall": finding["time"], "detected_wall": time.time()}
+        self.detection = {"divergent_call_wall": finding.get("evidence_time", finding["time"]),
+                          "detected_wall": time.time()}
         return report
 
     def latency_s(self) -> float | None:

@@ -7,17 +7,18 @@ from __future__ import annotations
 import bisect
 
 
-def annotate(report: dict, ranks: dict, finding: dict | None) -> dict:
-    """Adds "probes" (only when some rank recorded one) and each divergent rank's "probe"."""
+def annotate(report, ranks: dict, finding: dict | None):
+    """Adds "probes" (only when some rank recorded one) and each divergent rank's "probe"
+    (report: a consensus.model.Report)."""
     if not any(rt.probe_counts for rt in ranks.values()):
         return report
-    report["probes"] = {str(r): dict(sorted(rt.probe_counts.items())) for r, rt in sorted(ranks.items())}
-    first = report.get("first_divergence")
+    report.probes = {str(r): dict(sorted(rt.probe_counts.items())) for r, rt in sorted(ranks.items())}
+    first = report.first_divergence
     if not first or finding is None:
         return report
-    for r, entry in first["ranks"].items():
+    for r, entry in first.ranks.items():
         ev, rt = finding["events"].get(int(r)), ranks.get(int(r))
-        entry["probe"] = None
+        entry.probed, entry.probe = True, None
         if rt is None or not rt.probes:
             continue
         t = ev.get("t") if ev is not None else None
@@ -25,6 +26,6 @@ def annotate(report: dict, ranks: dict, finding: dict | None) -> dict:
         i = len(times) if t is None else bisect.bisect_right(times, t)
         if i:
             _, name, site, fn = rt.probes[i - 1]
-            entry["probe"] = {"name": name, "caller": f"{fn}:{site.rsplit(':', 1)[-1]}" if fn and site else site,
+            entry.probe = {"name": name, "caller": f"{fn}:{site.rsplit(':', 1)[-1]}" if fn and site else site,
                               "site": site}
     return report

@@ -6,36 +6,39 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from hctool.consensus.model import Call, Divergence, RankCall, Report
 from hctool.consensus.truncation import describe
 
-_VERDICT_STYLE = {"consistent": "bold green", "diverged": "bold red", "hung": "bold yellow", "crashed": "bold red"}
+_VERDICT_STYLE = {"consistent": "bold green", "diverged": "bold red", "hung": "bold yellow", "crashed": "bold red",
+                  "incomplete": "bold yellow", "no_collectives": "bold yellow", "no_process_group": "bold yellow"}
 
 
-def _chain(entry: dict) -> str:
+def _chain(entry: Call) -> str:
     # "check_prefetch_progress <- get_new_batch_prefill": the call site's function and its callers
-    names = [s.rsplit(" ", 1)[-1] for s in entry.get("stack", [])[:3]]
+    names = [s.rsplit(" ", 1)[-1] for s in entry.stack[:3]]
     return " <- ".join(names)
 
 
-def counts_line(report: dict) -> str:
+def counts_line(report: Report | dict) -> str:
     """One line of evidence: what each rank was seen calling."""
     parts = []
-    for rank, ops in report.get("counts", {}).items():
+    counts = report.counts if isinstance(report, Report) else report.get("counts", {})
+    for rank, ops in counts.items():
         total = sum(ops.values())
         detail = ", ".join(f"{n} {op}" for op, n in sorted(ops.items(), key=lambda kv: -kv[1]))
         parts.append(f"rank {rank}: {total}" + (f" ({detail})" if detail else ""))
     return "counts: " + ("; ".join(parts) if parts else "no calls recorded")
 
 
-def probe_cell(entry: dict) -> str:
+def probe_cell(entry: RankCall | dict) -> str:
     """`loading_check (probe) from _process_hicache_local_restores:285`"""
-    p = entry.get("probe")
+    p = entry.probe if isinstance(entry, RankCall) else entry.get("probe")
     return f"{p['name']} (probe) from {p['caller']}" if p else "-"
 
 
-def pairings_line(report: dict, shown: int = 3) -> str | None:
+def pairings_line(report: Report | dict, shown: int = 3) -> str | None:
     """Calls that paired across call sites, and whether each was judged legitimate."""
-    pairings = report.get("cross_site_pairings") or []
+    pairings = report.cross_site_pairings if isinstance(report, Report) else report.get("cross_site_pairings") or []
     if not pairings:
         return None
     legit = sum(p["legitimate"] for p in pairings)
@@ -46,66 +49,72 @@ def pairings_line(report: dict, shown: int = 3) -> str | None:
     return f"cross-site pairings: {len(pairings)}, {legit} legitimate: " + "; ".join(parts) + more
 
 
-def cycle_line(first: dict) -> str | None:
+def cycle_line(first: Divergence | dict) -> str | None:
     """Every rank of a wait cycle and the call it waits in."""
-    cycle = first.get("cycle") or []
+    cycle = first.cycle if isinstance(first, Divergence) else first.get("cycle") or []
     if not cycle:
         return None
     return "ranks in the cycle: " + "; ".join(f"rank {e['rank']} in {e['group']} seq {e['seq']} at {e['site']}"
                                                for e in cycle)
 
 
-def render(report: dict, console: Console) -> None:
-    verdict = report["verdict"]
-    line = Text(f"{verdict.upper()}", style=_VERDICT_STYLE.get(verdict, "bold"))
-    first = report.get("first_divergence")
+def render(report: Report, console: Console, label: str | None = None) -> None:
+    """Verdict and cause first (the line to fix and the rank that deviated), then the symptom,
+    the evidence of what was checked, the per-rank table and the stacks. label: the word a runner
+    uses for the verdict (repro's `deadlocked`), in place of the consensus one."""
+    verdict = report.verdict.value
+    line = Text(f"{(label or verdict).upper()}", style=_VERDICT_STYLE.get(verdict, "bold yellow"))
+    first = report.first_divergence
     if first:
-        line.append(f"  first divergence: group {first['group']}, seq {first['seq']}, kind {first['kind']}, "
-                    f"culprit rank(s) {', '.join(map(str, first['culprit_ranks']))}", style="default")
+        line.append(f"  {first.cause_line()}", style="bold")
+    elif report.reason:
+        line.append(f"  {report.reason}", style="default")
     else:
-        line.append(f"  {report['world_size']} rank(s), no divergent collective", style="default")
-    console.print(line)
-    if first and first.get("deadlock"):
-        console.print(Text(f"wait cycle across groups: {first['deadlock']}", style="bold red"), soft_wrap=True)
+        line.append(f"  {report.world_size} rank(s), every call agreed", style="default")
+    console.print(line, soft_wrap=True)
+    if first:
+        if first.symptom_line():
+            console.print(Text(first.symptom_line()), soft_wrap=True)
+        sure = f"confidence {first.confidence.value}: {first.basis}" if first.basis else f"confidence {first.confidence.value}"
+        if first.alternative:
+            sure += f" (the other reading: {first.alternative})"
+        console.print(Text(sure, style="dim"), soft_wrap=True)
+        console.print(Text(f"first divergence: group {first.group}, seq {first.seq}, kind {first.kind.value}, "
+                           f"culprit rank(s) {', '.join(map(str, first.culprit_ranks))}", style="dim"), soft_wrap=True)
+    if first and first.deadlock:
+        console.print(Text(f"wait cycle across groups: {first.deadlock}", style="bold red"), soft_wrap=True)
         if cycle_line(first):
             console.print(Text(cycle_line(first)), soft_wrap=True)
     console.print(Text(counts_line(report), style="dim"), soft_wrap=True)
     if pairings_line(report):
         console.print(Text(pairings_line(report), style="dim"), soft_wrap=True)
-    for entry in report.get("incomplete", []):
+    for entry in report.incomplete:
         console.print(Text(describe(entry), style="bold yellow"), soft_wrap=True)
-    if (report.get("exit_codes") and (report.get("incomplete") or any(c for c in report["exit_codes"].values()))
-            or report.get("command_exit_code")):
-        codes = ", ".join(f"rank {r}: {c}" for r, c in report.get("exit_codes", {}).items())
-        if report.get("command_exit_code"):
-            codes = f"command: {report['command_exit_code']}" + (f", {codes}" if codes else "")
+    codes_map = report.exit_codes or {}
+    if (codes_map and (report.incomplete or any(c for c in codes_map.values()))) or report.command_exit_code:
+        codes = ", ".join(f"rank {r}: {c}" for r, c in codes_map.items())
+        if report.command_exit_code:
+            codes = f"command: {report.command_exit_code}" + (f", {codes}" if codes else "")
         console.print(Text(f"exit codes: {codes}"))
     if first:
         table = Table(show_lines=False)
-        probed = any(e.get("probe") for e in first["ranks"].values())
+        probed = any(e.probe for e in first.ranks.values())
         for col in ("rank", "state", "call", "call site", "callers", *(("last probe",) if probed else ())):
             table.add_column(col, overflow="fold")
-        for rank, e in first["ranks"].items():
-            style = "red" if int(rank) in first["culprit_ranks"] else None
-            if e["state"] == "absent":
-                table.add_row(rank, "absent", "-", e.get("last_seen", "-") and f"last: {e.get('last_seen', '-')}", "-",
-                              *((probe_cell(e),) if probed else ()), style=style)
+        for rank, e in first.ranks.items():
+            style = "red" if rank in first.culprit_ranks else None
+            probe = (probe_cell(e),) if probed else ()
+            if e.state == "absent":
+                table.add_row(str(rank), "absent", "-", f"last: {e.last_seen}" if e.last_seen else "-", "-", *probe,
+                              style=style)
                 continue
-            call = f"{e['op']} {e['shapes']} {','.join(e['dtypes'])}"
-            if e["reduce_op"]:
-                call += f" op={e['reduce_op']}"
-            if e["root"] is not None:
-                call += f" root/peer={e['root']}"
-            if e["label"]:
-                call += f" label={e['label']!r}"
-            table.add_row(rank, e["state"], call, e["site"] or "-", _chain(e) or "-",
-                          *((probe_cell(e),) if probed else ()), style=style)
+            table.add_row(str(rank), e.state, e.describe(), e.site or "-", _chain(e) or "-", *probe, style=style)
         console.print(table)
-    if report.get("faults"):
+    if report.faults:
         console.print(Text("faults: " + "; ".join(
             f"{f['spec']} fired {f['total']}x" + (f" ({', '.join(f'rank {r}: {n}' for r, n in sorted(f['fired'].items()))})"
                                                    if f["total"] else " (never fired)")
-            for f in report["faults"]), style="dim"), soft_wrap=True)
-    for rank, text in sorted(report.get("stacks", {}).items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
+            for f in report.faults), style="dim"), soft_wrap=True)
+    for rank, text in sorted(report.stacks.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
         console.print(Text(f"--- stack of rank {rank} ---", style="bold"))
         console.print(Text(text))

@@ -13,6 +13,7 @@ from hctool import log, procs
 from hctool.consensus import kernel_build
 from hctool.consensus.analyze import analyze_dir
 from hctool.consensus.live import LiveWatcher, _alive
+from hctool.consensus.model import Kind, Report, Verdict
 from hctool.consensus.control import JobController
 from hctool.protocol import env as protocol_env
 from hctool.protocol import faultcounts
@@ -120,7 +121,7 @@ def _log_tails(opts: RunOptions) -> None:
             _log(f"last lines of {path.name}:\n  " + "\n  ".join(lines))
 
 
-def run_job(opts: RunOptions) -> tuple[dict, float | None]:
+def run_job(opts: RunOptions) -> tuple[Report, float | None]:
     """Returns (report, seconds from the first divergent call to its detection)."""
     watcher = LiveWatcher(opts.trace_dir, opts.nproc if opts.script_mode else None, hang_after=opts.hang_after)
     deadline = time.monotonic() + opts.timeout
@@ -151,23 +152,35 @@ def run_job(opts: RunOptions) -> tuple[dict, float | None]:
     except OSError as exc:  # a full folder: the report below still has it all
         _log(f"no run record ({exc.strerror or exc}): a later `analyze` will not know the exit codes")
     report = analyze_dir(opts.trace_dir, exit_codes=codes, stacks=stacks, command_exit=command_exit, ended_at=ended_at)
-    if report["verdict"] == "consistent" and finding is not None:
-        # the live finding stands if the final data lost it
-        report = dict(finding, stacks=stacks, exit_codes=report.get("exit_codes"))
-    live_first, final_first = (finding or {}).get("first_divergence") or {}, report.get("first_divergence") or {}
-    if live_first.get("deadlock") and not final_first.get("deadlock"):  # seen live; ending the job broke the cycle
-        if live_first["kind"] == "wait_cycle":
-            report = dict(report, verdict=finding["verdict"], first_divergence=live_first)
-        elif (live_first["group"], live_first["seq"]) == (final_first.get("group"), final_first.get("seq")):
-            final_first["deadlock"], final_first["cycle"] = live_first["deadlock"], live_first.get("cycle", [])
+    report = merge_live(report, finding, stacks)
     if opts.faults:
-        report["faults"] = faults
+        report.faults = faults
         for f in faults:
             if not f["total"]:
                 _log(f"fault {f['spec']} never fired" + (f" ({_unresolved(f)})" if _unresolved(f) else ""))
-    if report["verdict"] != "consistent":
+    if report.verdict is not Verdict.CONSISTENT:
         _log_tails(opts)
     return report, latency
+
+
+def merge_live(final: Report, live: Report | None, stacks: dict[str, str]) -> Report:
+    """The report of a run: the final analysis of every trace, except what ending the job took
+    away from it. A finding seen live stands if the final data lost it (a consistent or an
+    unseen verdict), and a wait cycle seen live stays on the finding it explains (ending the
+    job broke the cycle the final data would show)."""
+    if live is None:
+        return final
+    if (final.verdict is Verdict.CONSISTENT or not final.verdict.seen) and live.first_divergence is not None:
+        live.stacks, live.exit_codes = stacks, final.exit_codes
+        live.command_exit_code, live.coverage = final.command_exit_code, final.coverage
+        return live
+    lf, ff = live.first_divergence, final.first_divergence
+    if lf is not None and lf.deadlock and (ff is None or not ff.deadlock):
+        if lf.kind is Kind.WAIT_CYCLE:
+            final.verdict, final.first_divergence = live.verdict, lf
+        elif ff is not None and (lf.group, lf.seq) == (ff.group, ff.seq):
+            ff.deadlock, ff.cycle = lf.deadlock, lf.cycle
+    return final
 
 
 def _watch(opts: RunOptions, ps: procs.ProcessSet, ranks, watcher: LiveWatcher, controller, deadline: float):
@@ -182,9 +195,7 @@ def _watch(opts: RunOptions, ps: procs.ProcessSet, ranks, watcher: LiveWatcher, 
         if live is not None and finding is None:
             finding = live
             latency = watcher.latency_s()
-            first = live["first_divergence"]
-            _log(f"{live['verdict']}: group {first['group']} seq {first['seq']} ({first['kind']}), "
-                 f"culprit rank(s) {first['culprit_ranks']}")
+            _log(live.headline())
             if opts.abort:
                 break
         if everything_exited:

@@ -178,9 +178,29 @@ class SourceMap:
                     found = b
         return found
 
+    def early_returns(self, frame: Frame) -> list[Exit]:
+        """Guarded returns (and raises) of the frame's function before its line: ways a call of
+        this function can skip the call it made at that line (a poll that returns early)."""
+        blocks = self.blocks(frame.path)
+        if blocks is None:
+            return []
+        defs = [b for b in blocks if b.kind == "def" and b.holds(frame.line) and b.node is not None
+                and not isinstance(b.node, ast.Lambda)]
+        if not defs:
+            return []
+        fn = max(defs, key=lambda b: b.start).node
+        out = []
+        for stmt, guards in _walk_guarded(fn.body, []):
+            if isinstance(stmt, (ast.Return, ast.Raise)) and guards and stmt.lineno < frame.line:
+                g = guards[-1]
+                local = isinstance(g, ast.ExceptHandler) or not _uniform(g, set())
+                why = f"except {_text(g.type)}".strip() if isinstance(g, ast.ExceptHandler) else _text(g)
+                out.append(Exit("return" if isinstance(stmt, ast.Return) else "raise", stmt.lineno, local, why))
+        return out
+
     def exits(self, loop: Block) -> list[Exit]:
         """How a loop can end early or skip the rest of a turn, and what decides each way."""
-        if loop.node is None:
+        if loop.node is None or not isinstance(loop.node, (ast.For, ast.AsyncFor, ast.While)):
             return []
         out: list[Exit] = []
         node = loop.node
@@ -335,7 +355,8 @@ def _blocks(tree: ast.Module) -> list[Block]:
             for h in node.handlers:
                 add("except", h.body, h)
             add("else", node.orelse, node)
-        elif isinstance(node, (ast.comprehension,)):
-            continue
+        elif isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            # a comprehension is a loop of its own (its own frame, `<dictcomp>`): one call per item
+            out.append(Block("loop", node.lineno, node.end_lineno or node.lineno, node))
     out.sort(key=lambda b: (b.start, -b.end))
     return out

@@ -127,15 +127,15 @@ def default_limit(world_size: int) -> int:
     return max(MIN_PER_RANK, min(MAX_PER_RANK, TOTAL_CALLS // max(1, world_size)))
 
 
-def collect(path, divergence: dict | None = None, limit: int | None = None, ended_at: float | None = None) -> Timeline:
+def collect(path, divergence=None, limit: int | None = None, ended_at: float | None = None) -> Timeline:
     """The calls of a trace folder (or of Flight Recorder dumps) within `limit` per rank.
     limit: calls per rank (None: default_limit of the world size);
-    divergence: the report's `first_divergence` (its group and seq), or None;
+    divergence: the report's first divergence (a consensus.model.Divergence: its group and seq), or None;
     ended_at: when the run ended (wall), if the caller knows: calls that never
     completed are drawn until then (else until the last recorded time).
     Raises trace.TraceError for a folder hctool cannot read."""
     path = os.fspath(path)
-    key = (divergence["group"], divergence["seq"]) if divergence else None
+    key = (divergence.group, divergence.seq) if divergence else None
     if not trace_files(path) and is_flight_recorder_dir(path):
         per_rank, groups = read_flight_recorder(path)
         limit = limit or default_limit(len(per_rank))

@@ -151,18 +151,29 @@ def repro_step(cfg: GateConfig, work: Path, deadline: float) -> StepResult:
             cases.append(_could_not_run("repro", proc, f"hctool repro {entry}"))
             continue
         for v in report["variants"]:
-            first = v.get("first_divergence") or {}
-            sites = "\n".join(f"rank {r}: {e.get('op')} @ {e.get('site')} ({e.get('function')})"
-                              for r, e in first.get("ranks", {}).items())
+            first = _divergence(v.get("first_divergence"))
             msg = f"verdict {v['verdict']}, expected {' | '.join(v['expected'])}"
-            if first:  # the calls seen, as the repro's JSON has them
-                sites += "\n" + counts_line(v)
+            sites = ""
+            if first is not None:  # the cause and the culprit first, then where each rank stopped and the calls seen
+                msg += f"; {first.cause_line()}"
+                sites = "\n".join([first.symptom_line(), counts_line(v)])
             cases.append(Case(f"{incident}:{v['name']}", f"repro.{incident}", PASSED if v["ok"] else FAILED,
                               "" if v["ok"] else msg, f"{msg}\n{sites}\nartifacts: {v.get('artifacts', '')}".strip(),
                               float(v.get("seconds", 0))))
     ok = sum(c.status == PASSED for c in cases)
     return StepResult("repro", _status(cases), time.monotonic() - start, cases,
                       f"{ok}/{len(cases)} variant(s) as expected")
+
+
+def _divergence(doc):
+    from hctool.consensus.model import Divergence, ReportError
+
+    if not doc:
+        return None
+    try:
+        return Divergence.from_json(doc)
+    except ReportError:
+        return None
 
 
 def chaos_step(cfg: GateConfig, work: Path, deadline: float) -> StepResult:

@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import pytest
 
+from hctool.consensus.model import Report, Verdict
 from hctool.pytest_plugin.worker import read_outcomes
 
 _FRAME = re.compile(r"\.py:\d+\)")
@@ -92,16 +93,16 @@ def run_on_ranks(item: pytest.Function, marker) -> None:
             pytest.skip(outcome.message)
         return
     message = outcome.message
-    if latency is not None and report["verdict"] != "consistent":
+    if latency is not None and report.verdict is not Verdict.CONSISTENT:
         message += f"\n(detected {latency:.1f} s after the divergent call)"
     pytest.fail(f"{message}\n(rank logs and traces kept in {trace_dir})", pytrace=False)
 
 
-def _outcome(report: dict, outcomes: dict[int, list[dict]], codes: dict[int, int | None], trace_dir: str,
+def _outcome(report: Report, outcomes: dict[int, list[dict]], codes: dict[int, int | None], trace_dir: str,
              n: int, timeout: float) -> Outcome:
     """What the ranks did, as this test's outcome."""
     failed = sorted((e for es in outcomes.values() for e in es if e["outcome"] == "failed"), key=lambda e: e["t"])
-    verdict = report["verdict"]
+    verdict = report.verdict.value
     if not failed and verdict == "consistent" and len(codes) == n and all(c == 0 for c in codes.values()):
         skipped = {e["rank"]: e for es in outcomes.values() for e in es if e["outcome"] == "skipped"}
         if len(skipped) == n:
@@ -123,26 +124,25 @@ def _outcome(report: dict, outcomes: dict[int, list[dict]], codes: dict[int, int
                          + _tail(Path(trace_dir) / f"rank{r}.log"))
     if failed and verdict != "consistent":  # the traceback is the news; the collectives give context
         from hctool.consensus.report import counts_line
-        parts.append(f"collectives at that point ({verdict}):\n" + _sites(report) + "\n" + counts_line(report))
+        cause = f"\n{report.first_divergence.cause_line()}" if report.first_divergence else ""
+        parts.append(f"collectives at that point ({verdict}):{cause}\n" + _sites(report) + "\n" + counts_line(report))
     elif verdict != "consistent" or not parts:
         parts += [_headline(report, codes, timeout), _sites(report), _render(report)]
     return Outcome("failed", "\n".join(p for p in parts if p))
 
 
-def _headline(report: dict, codes: dict[int, int | None], timeout: float) -> str:
-    first = report.get("first_divergence") or {}
-    states = {r: e["state"] for r, e in first.get("ranks", {}).items()}
-    absent = [r for r, s in states.items() if s == "absent"]
+def _headline(report: Report, codes: dict[int, int | None], timeout: float) -> str:
+    """The answer first: the cause and the culprit, then where the ranks stopped."""
+    first = report.first_divergence
     alive = [str(r) for r, c in sorted(codes.items()) if c is None]
-    if absent and "blocked" in states.values():
-        return f"ranks hung: a collective waits for rank(s) {', '.join(absent)}, which never reached it"
-    if first and report["verdict"] == "diverged":
-        return "ranks diverged: the first divergent collective differs between ranks"
-    if report["verdict"] == "crashed":
+    if first is not None:
+        lead = {"hung": "ranks hung", "crashed": "a rank crashed"}.get(report.verdict.value, "ranks diverged")
+        return f"{lead}: {first.cause_line()}\n{first.symptom_line()}".rstrip()
+    if report.verdict is Verdict.CRASHED:
         return "a rank crashed while its peers were in a collective"
     if alive:
         return f"ranks did not finish within {timeout:.0f} s (rank(s) {', '.join(alive)} still running): their stacks"
-    return f"the ranks' collectives: {report['verdict']}"
+    return f"the ranks' collectives: {report.headline()}"
 
 
 def _describe(code: int | None) -> str:
@@ -158,22 +158,24 @@ def _tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
-def _sites(report: dict) -> str:
+def _sites(report: Report) -> str:
     """One plain line per rank: readable in any CI log, even where tables wrap."""
-    first = report.get("first_divergence")
+    first = report.first_divergence
     if not first:
         return ""
-    return "\n".join(f"  rank {r}: {e['op'] or '-'} @ {e['site'] or '-'} ({e.get('function') or '-'}) [{e['state']}]"
-                     for r, e in first["ranks"].items())
+    return "\n".join(f"  rank {r}: {e.op or '-'} @ {e.site or '-'} ({e.function or '-'}) [{e.state}]"
+                     for r, e in first.ranks.items())
 
 
-def _render(report: dict) -> str:
+def _render(report: Report) -> str:
     from rich.console import Console
 
     from hctool.consensus.report import render
 
     # A stack without a Python frame (a rank already leaving) only adds noise.
-    stacks = {r: t for r, t in report.get("stacks", {}).items() if _FRAME.search(t)}
+    from dataclasses import replace
+
+    stacks = {r: t for r, t in report.stacks.items() if _FRAME.search(t)}
     buf = io.StringIO()
-    render(dict(report, stacks=stacks), Console(file=buf, width=160, color_system=None, soft_wrap=True))
+    render(replace(report, stacks=stacks), Console(file=buf, width=160, color_system=None, soft_wrap=True))
     return buf.getvalue()

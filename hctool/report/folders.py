@@ -141,7 +141,7 @@ def pick(folder: Folder, name: str | None = None) -> TracedRun:
     return next((r for r in runs if interesting(r)), runs[0])
 
 
-def analysis(run: TracedRun) -> dict:
+def analysis(run: TracedRun):
     """The check-consensus report of a run's traces (verdict, first_divergence, counts,
     stacks); where the runner recorded its own verdict and finding (repro, chaos, the
     hook's document) those win: the picture shows what the user was told."""
@@ -156,13 +156,37 @@ def analysis(run: TracedRun) -> dict:
         (record.exit_codes, record.command_exit_code, record.ended_at, record.stacks or None)
     report = analyze_dir(run.trace_dir, exit_codes=codes, command_exit=command_exit, ended_at=ended_at,
                          stacks=stacks)  # as analyze
-    doc = run.doc
-    for key in ("verdict", "first_divergence", "stacks"):
-        if doc.get(key):
-            report[key] = doc[key]
-    if "first_divergence" in doc and not doc["first_divergence"]:
-        report["first_divergence"] = None
+    return with_runner_doc(report, run.doc)
+
+
+def with_runner_doc(report, doc: dict):
+    """The analysis, with what the runner told the user where it recorded it (its verdict, finding
+    and stacks win: the picture shows what the user was told). A document of the wrong shape is a
+    FolderError."""
+    from hctool.consensus.model import Divergence, ReportError, Verdict
+
+    try:
+        if doc.get("verdict") in {v.value for v in Verdict}:
+            report.verdict = Verdict(doc["verdict"])
+        elif doc.get("verdict"):
+            report.extra["runner_verdict"] = str(doc["verdict"])
+        if doc.get("first_divergence"):
+            report.first_divergence = Divergence.from_json(doc["first_divergence"])
+        elif "first_divergence" in doc:
+            report.first_divergence = None
+        stacks = doc.get("stacks")
+        if stacks:
+            if not isinstance(stacks, dict):
+                raise ReportError("stacks must be an object")
+            report.stacks = {str(r): str(t) for r, t in stacks.items()}
+    except ReportError as exc:
+        raise FolderError(f"{run_name_hint(doc)}report.json: {exc}") from None
     return report
+
+
+def run_name_hint(doc: dict) -> str:
+    name = doc.get("name")
+    return f"{name}: " if isinstance(name, str) else ""
 
 
 def ended_at(run: TracedRun) -> float | None:

@@ -20,14 +20,16 @@ PAGE_CALLS = 24_000     # calls drawn over all ranks of one run (the SVG stays l
 MAX_RUNS = 8            # traced runs drawn in full; the others stay rows of the table
 
 
-def _verdict(folder: Folder, reports: list[dict]) -> str:
+def _verdict(folder: Folder, reports: list) -> str:
     doc = folder.doc or {}
     if folder.kind == "chaos":
         return doc.get("verdict")
     if folder.kind in ("repro", "repro-all"):
         variants = doc.get("variants") or [v for i in doc.get("incidents", []) for v in i.get("variants", [])]
         return "as expected" if variants and all(v.get("ok") for v in variants) else "not as expected"
-    return reports[0].get("verdict") if reports else None
+    if reports:
+        return reports[0].extra.get("runner_verdict") or reports[0].verdict.value
+    return None
 
 
 def _title(folder: Folder) -> str:
@@ -56,8 +58,20 @@ def _variant_rows(variants: list[dict]) -> list[list]:
         out.append([v.get("name"), " | ".join(v.get("expected", [])), v.get("verdict"), "yes" if v.get("ok") else "NO",
                     "-" if not m else ("seen" if m.get("seen") else "NOT seen"),
                     f"{req.get('succeeded', '?')}/{req.get('sent', '?')}", v.get("seconds"),
-                    headline({"first_divergence": first}) if first else "-"])
+                    _cause_text(first)])
     return out
+
+
+def _cause_text(first) -> str:
+    """A variant's or a run's first divergence (a document from its report.json), as its cause line."""
+    from hctool.consensus.model import Divergence, ReportError
+
+    if not first:
+        return "-"
+    try:
+        return Divergence.from_json(first).cause_line()
+    except ReportError:
+        return "(not a first divergence this hctool reads)"
 
 
 def _runner_section(folder: Folder) -> str:
@@ -103,8 +117,8 @@ def build(path: Path, document: dict | None = None) -> str:
     for run in shown:
         report = analysis(run)
         reports.append(report)
-        world = max(1, int(report.get("world_size") or 1))
-        tl = collect(run.trace_dir, report.get("first_divergence"), min(default_limit(world), PAGE_CALLS // world),
+        world = max(1, int(report.world_size or 1))
+        tl = collect(run.trace_dir, report.first_divergence, min(default_limit(world), PAGE_CALLS // world),
                      ended_at(run))
         extra = ""
         if run.doc.get("reason"):

@@ -3,6 +3,7 @@ number, its timeline (the whole run, then around the divergence), counts, stacks
 
 from __future__ import annotations
 
+from hctool.consensus.model import Divergence, Report
 from hctool.consensus.pattern import hard_signature
 from hctool.consensus.marks import Mark
 from hctool.consensus.timeline import Call, Timeline
@@ -11,7 +12,7 @@ from hctool.report.svg import esc, timeline_svg
 LANE_BEFORE, LANE_AFTER = 5, 3      # sequence numbers shown around the divergent one
 ZOOM_CALLS = 30                     # calls per rank before the divergence in the zoomed timeline
 BAD = {"diverged", "deadlocked", "crashed", "hung", "invalid"}
-WARN = {"unknown"}
+WARN = {"unknown", "incomplete", "no_collectives", "no_process_group"}
 
 
 def verdict_badge(verdict, element_id: str | None = None) -> str:
@@ -20,46 +21,52 @@ def verdict_badge(verdict, element_id: str | None = None) -> str:
     return f'<span class="verdict {cls}"{ident}>{esc(verdict or "-")}</span>'
 
 
-def headline(report: dict) -> str:
-    first = report.get("first_divergence")
-    if not first:
-        return f"{report.get('world_size', '?')} rank(s), no divergent collective"
-    culprits = ", ".join(map(str, first["culprit_ranks"]))
-    sites = "; ".join(f"rank {r}: {e.get('op') or 'absent'} at {e.get('site') or e.get('last_seen') or '-'}"
-                      for r, e in sorted(first["ranks"].items(), key=lambda kv: int(kv[0])))
-    return (f"first divergence in group {first['group']} at seq {first['seq']}: {first['kind']}, "
-            f"culprit rank(s) {culprits} — {sites}")
+def headline(report: Report) -> str:
+    """The cause and the culprit first (or what was not seen), as every rendering leads."""
+    first = report.first_divergence
+    if first is None:
+        return report.reason or f"{report.world_size} rank(s), every call agreed"
+    return first.cause_line()
 
 
-def divergence_table(first: dict) -> str:
+def divergence_table(first: Divergence) -> str:
     rows = ['<table class="divergence"><tr><th>rank</th><th>role</th><th>state</th><th>call</th><th>site</th>'
-            '<th>function</th><th>callers</th></tr>']
-    for rank, e in sorted(first["ranks"].items(), key=lambda kv: int(kv[0])):
-        culprit = int(rank) in first["culprit_ranks"]
-        call = "-" if e.get("state") == "absent" else (
-            f"{e.get('op')} {e.get('shapes')} {','.join(map(str, e.get('dtypes') or []))}"
-            + (f" op={e['reduce_op']}" if e.get("reduce_op") else "")
-            + (f" root/peer={e['root']}" if e.get("root") is not None else "")
-            + (f" label={e['label']!r}" if e.get("label") else ""))
-        callers = " ← ".join(s.rsplit(" ", 1)[-1] for s in (e.get("stack") or [])[:4])
-        site = e.get("site") or (f"last: {e['last_seen']}" if e.get("last_seen") else "-")
-        rows.append(f'<tr class="{"culprit" if culprit else "peer"}" data-rank="{esc(rank)}"><td class="rank">{esc(rank)}</td>'
-                    f'<td>{"culprit" if culprit else "peer"}</td><td>{esc(e.get("state"))}</td><td>{esc(call)}</td>'
-                    f'<td class="site">{esc(site)}</td><td>{esc(e.get("function") or "-")}</td>'
-                    f'<td class="site">{esc(callers or "-")}</td></tr>')
+            '<th>function</th><th>callers</th><th>where it stopped</th></tr>']
+    for rank, e in sorted(first.ranks.items()):
+        culprit = rank in first.culprit_ranks
+        call = "-" if e.state == "absent" else e.describe()
+        callers = " ← ".join(s.rsplit(" ", 1)[-1] for s in e.stack[:4])
+        site = e.site or (f"last: {e.last_seen}" if e.last_seen else "-")
+        sym = first.symptom.get(rank)
+        rows.append(f'<tr class="{"culprit" if culprit else "peer"}" data-rank="{rank}"><td class="rank">{rank}</td>'
+                    f'<td>{"culprit" if culprit else "peer"}</td><td>{esc(e.state)}</td><td>{esc(call)}</td>'
+                    f'<td class="site">{esc(site)}</td><td>{esc(e.function or "-")}</td>'
+                    f'<td class="site">{esc(callers or "-")}</td><td class="site">{esc(sym.words() if sym else "-")}</td></tr>')
     rows.append("</table>")
     return "\n".join(rows)
+
+
+def cause_block(first: Divergence) -> str:
+    """The answer, before any table: the cause line, the symptom, how sure, and why."""
+    parts = [f'<p class="cause" id="cause">{esc(first.cause_line())}</p>']
+    if first.symptom_line():
+        parts.append(f'<p class="symptom">{esc(first.symptom_line())}</p>')
+    why = f"confidence {first.confidence.value}" + (f": {first.basis}" if first.basis else "")
+    if first.alternative:
+        why += f" (the other reading: {first.alternative})"
+    parts.append(f'<p class="dim">{esc(why)}</p>')
+    return "\n".join(parts)
 
 
 def _channel_calls(tl: Timeline, channel: str) -> dict[int, dict[int, Call]]:
     return {r: {c.seq: c for c in cs if c.channel == channel} for r, cs in tl.calls.items()}
 
 
-def lanes_table(tl: Timeline, first: dict | None) -> str:
+def lanes_table(tl: Timeline, first: Divergence | None) -> str:
     """Rows = ranks, columns = sequence numbers of one group: the divergent one, or the
     busiest group's last calls. A cell differs (red) from the lowest rank's call at that seq."""
     if first:
-        channel, at = first["group"], first["seq"]
+        channel, at = first.group, first.seq
     else:
         busiest: dict[str, int] = {}
         for cs in tl.calls.values():
@@ -76,7 +83,7 @@ def lanes_table(tl: Timeline, first: dict | None) -> str:
     head = "".join(f'<th class="{"at" if s == at else ""}">seq {s}</th>' for s in seqs)
     rows = [f'<div class="lanes"><table class="seq-lanes" data-group="{esc(channel)}"><tr><th>group {esc(channel)}</th>{head}</tr>']
     ranks = sorted(per_rank) or tl.ranks
-    culprits = set(first["culprit_ranks"]) if first else set()
+    culprits = set(first.culprit_ranks) if first else set()
     for r in ranks:
         cells = []
         for s in seqs:
@@ -103,13 +110,13 @@ def lanes_table(tl: Timeline, first: dict | None) -> str:
     return "\n".join(rows) + note
 
 
-def _zoom_window(tl: Timeline, first: dict | None) -> tuple[float, float] | None:
+def _zoom_window(tl: Timeline, first: Divergence | None) -> tuple[float, float] | None:
     """The calls of the lanes table on the time axis: from LANE_BEFORE calls before the
     divergence in its group (or the last ZOOM_CALLS calls of each rank) to a little after it."""
     starts, ats = [], []
     for r, cs in tl.calls.items():
         if first:
-            mine = [c for c in cs if c.channel == first["group"] and first["seq"] - LANE_BEFORE <= c.seq <= first["seq"]]
+            mine = [c for c in cs if c.channel == first.group and first.seq - LANE_BEFORE <= c.seq <= first.seq]
         else:
             mine = cs[-ZOOM_CALLS:]
         times = [c.ev["w"] for c in mine if c.ev.get("w") is not None]
@@ -122,7 +129,7 @@ def _zoom_window(tl: Timeline, first: dict | None) -> tuple[float, float] | None
     return lo, at + max(0.25 * (at - lo), 0.002)
 
 
-def timelines(tl: Timeline, marks: list[Mark], first: dict | None, name: str) -> str:
+def timelines(tl: Timeline, marks: list[Mark], first: Divergence | None, name: str) -> str:
     times = [c.ev["w"] for cs in tl.calls.values() for c in cs if c.ev.get("w") is not None]
     times += [m.ts for m in marks]
     if not times:
@@ -143,8 +150,8 @@ def timelines(tl: Timeline, marks: list[Mark], first: dict | None, name: str) ->
     return "\n".join(out)
 
 
-def counts_table(report: dict) -> str:
-    counts = report.get("counts") or {}
+def counts_table(report: Report) -> str:
+    counts = report.counts
     ops = sorted({op for c in counts.values() for op in c})
     if not ops:
         return '<p class="dim">no counts</p>'
@@ -154,25 +161,30 @@ def counts_table(report: dict) -> str:
     return f'<table class="counts"><tr><th></th>{head}<th>total</th></tr>{rows}</table>'
 
 
-def stacks_block(report: dict) -> str:
-    stacks = report.get("stacks") or {}
+def stacks_block(report: Report) -> str:
+    stacks = report.stacks
     if not stacks:
         return '<p class="dim">no stacks (they are taken when a run hangs or diverges while its ranks are alive)</p>'
-    culprits = set((report.get("first_divergence") or {}).get("culprit_ranks", []))
+    culprits = set(report.first_divergence.culprit_ranks if report.first_divergence else [])
     key = lambda kv: (int(kv[0]) not in culprits, int(kv[0]) if str(kv[0]).isdigit() else 0)  # noqa: E731
     return "\n".join(f'<details class="stack" data-rank="{esc(r)}" open><summary>rank {esc(r)}'
                      f'{" (culprit)" if str(r).isdigit() and int(r) in culprits else ""}</summary><pre>{esc(text)}</pre></details>'
                      for r, text in sorted(stacks.items(), key=key))
 
 
-def run_section(name: str, report: dict, tl: Timeline, marks: list[Mark], extra: str = "") -> str:
-    first = report.get("first_divergence")
+def run_section(name: str, report: Report, tl: Timeline, marks: list[Mark], extra: str = "") -> str:
+    first = report.first_divergence
     slug = "".join(ch if ch.isalnum() else "-" for ch in name)
-    parts = [f'<section class="run" id="run-{esc(slug)}"><h2>{esc(name)} {verdict_badge(report.get("verdict"))}</h2>',
-             f'<p class="headline">{esc(headline(report))}</p>', extra]
+    shown = report.extra.get("runner_verdict") or report.verdict.value  # repro's and chaos's own words win
+    parts = [f'<section class="run" id="run-{esc(slug)}"><h2>{esc(name)} {verdict_badge(shown)}</h2>']
     if first:
-        if first.get("deadlock"):
-            parts.append(f'<p><b>Wait cycle across groups:</b> {esc(first["deadlock"])}</p>')
+        parts.append(cause_block(first))
+    else:
+        parts.append(f'<p class="headline">{esc(headline(report))}</p>')
+    parts.append(extra)
+    if first:
+        if first.deadlock:
+            parts.append(f'<p><b>Wait cycle across groups:</b> {esc(first.deadlock)}</p>')
         parts.append(divergence_table(first))
     parts += ["<h3>Calls aligned by sequence number</h3>", lanes_table(tl, first),
               timelines(tl, marks, first, name), "<h3>Calls per rank</h3>", counts_table(report),

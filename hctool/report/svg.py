@@ -68,7 +68,7 @@ def _groups(tl: Timeline) -> list[str]:
 
 
 def timeline_svg(tl: Timeline, marks: list[Mark], lo: float, hi: float, origin: float, width: int = 1200,
-                 pairs: bool = False, divergence: dict | None = None, css_id: str = "timeline") -> str:
+                 pairs: bool = False, divergence=None, css_id: str = "timeline") -> str:
     """Calls and marks between wall times lo and hi; the axis counts seconds from origin."""
     hi = max(hi, lo + 1e-6)
     plot = width - LEFT - RIGHT
@@ -172,10 +172,10 @@ def _pair_lines(centres) -> list[str]:
     return out
 
 
-def _divergence_lines(centres, divergence: dict, rows, x, lo, hi) -> list[str]:
+def _divergence_lines(centres, divergence, rows, x, lo, hi) -> list[str]:
     out = []
-    for r, x0, ry, c in centres.get((divergence["group"], divergence["seq"]), []):
-        role = "culprit" if r in divergence["culprit_ranks"] else "peer"
+    for r, x0, ry, c in centres.get((divergence.group, divergence.seq), []):
+        role = "culprit" if r in divergence.culprit_ranks else "peer"
         out.append(f'<g class="divmark {role}" data-rank="{r}"><line x1="{x0:.1f}" y1="{ry - 3}" x2="{x0:.1f}" '
                    f'y2="{ry + ROW + 1}"/><text x="{x0 + 4:.1f}" y="{ry - 1}">first divergence ({role})</text></g>')
     return out

@@ -23,6 +23,7 @@ from hctool import log as hlog
 from hctool import progress
 from hctool.consensus import analyze_dir
 from hctool.consensus.live import LiveWatcher
+from hctool.consensus.model import Divergence, Report
 from hctool.launch import PDTopology, Topology
 from hctool.repro.scenario import Scenario, Variant
 from hctool.repro.state import find_state_divergence
@@ -150,9 +151,9 @@ class ReproHarness:
         j = judge(obs, variant.expected, per_round, self.s.require_load_back, variant.mechanism, first, state)
         report = VariantReport(variant.name, list(variant.expected), j.verdict, j.ok, round(time.monotonic() - t0, 2),
                                per_round, driver.counts(), j.reason, j.mechanism, state, first,
-                               stacks or final.get("stacks") or {}, str(vdir),
+                               stacks or final.stacks or {}, str(vdir),
                                # calls per rank per op, from the analysis of every trace after teardown
-                               counts=final.get("counts") or (live or {}).get("counts") or {})
+                               counts=final.counts or (live.counts if live is not None else {}))
         (vdir / "report.json").write_text(json.dumps(report.to_json(), indent=2))
         if stacks:
             (vdir / "stacks.txt").write_text("".join(f"== rank {r} ==\n{t}\n" for r, t in sorted(stacks.items())))
@@ -203,13 +204,13 @@ class ReproHarness:
         return out
 
 
-def _first_divergence(outcome: str, live: dict | None, final: dict) -> dict | None:
+def _first_divergence(outcome: str, live: Report | None, final: Report) -> Divergence | None:
     """After a death the traces are complete by the time of the final analysis, which
     (unlike the live check, taken 0.5 s after the death) is not cut short by the
     live settle window; otherwise what the live check saw first."""
-    if outcome == "death" and final.get("first_divergence"):
-        return final["first_divergence"]
-    return (live or {}).get("first_divergence") or final.get("first_divergence")
+    if outcome == "death" and final.first_divergence is not None:
+        return final.first_divergence
+    return (live.first_divergence if live is not None else None) or final.first_divergence
 
 
 def _load_back_tokens(url: str) -> int:

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-KINDS = ("extra", "missing", "op", "shape", "dtype", "reduce_op", "root", "label", "site")
+from hctool.consensus.model import Call, Divergence, Kind
+
+KINDS = tuple(k.value for k in Kind)
 KEYS = ("function", "kind", "culprit_ranks", "state_field", "output")
 
 
@@ -73,33 +75,35 @@ def parse_mechanism(table) -> Mechanism | None:
     return Mechanism(table.get("function"), tuple(kind), tuple(ranks), table.get("state_field"), table.get("output"))
 
 
-def _frames(entry: dict) -> list[str]:
+def _frames(entry: Call) -> list[str]:
     """Function names on a rank's stack at the divergent call, innermost first."""
-    names = [f.rsplit(" ", 1)[-1] for f in entry.get("stack") or []]
-    return ([entry["function"]] if entry.get("function") else []) + names
+    names = [f.rsplit(" ", 1)[-1] for f in entry.stack]
+    return ([entry.function] if entry.function else []) + names
 
 
-def check_mechanism(mech: Mechanism, first_divergence: dict | None, state_divergence: dict | None,
+def check_mechanism(mech: Mechanism, first_divergence: Divergence | None, state_divergence: dict | None,
                     outputs_match: bool) -> tuple[bool, list[str]]:
     """(every declared key matched, evidence lines: what matched and what did not)."""
-    fd, ok, evidence = first_divergence or {}, True, []
-    ranks = fd.get("ranks") or {}
+    fd, ok, evidence = first_divergence, True, []
+    calls: list[tuple[int, Call]] = sorted(fd.ranks.items()) if fd is not None else []
+    if fd is not None and fd.cause is not None:
+        calls.append((fd.cause.rank, fd.cause.call))  # the cause, however far before the rest it was
     if mech.function:
-        hits = [r for r, e in sorted(ranks.items()) if mech.function in _frames(e)]
+        hits = [(r, c) for r, c in calls if mech.function in _frames(c)]
         if hits:
-            e = ranks[hits[0]]
-            evidence.append(f"function: rank {hits[0]} was in {mech.function} at the first divergent collective "
-                            f"({e.get('op')} {e.get('reduce_op') or ''} seq {fd.get('seq')})".replace("  ", " "))
+            r, e = hits[0]
+            evidence.append(f"function: rank {r} was in {mech.function} at the first divergent collective "
+                            f"({e.op} {e.reduce_op or ''} seq {fd.seq})".replace("  ", " "))
         else:
             ok = False
             evidence.append(f"function: NOT seen: no rank had {mech.function} on its stack at the first divergent "
                             f"collective" + ("" if fd else " (no divergent collective was found)"))
     if mech.kind:
-        seen = fd.get("kind")
+        seen = fd.kind.value if fd is not None else None
         ok &= seen in mech.kind
         evidence.append(f"kind: {seen}" + ("" if seen in mech.kind else f" (NOT one of {', '.join(mech.kind)})"))
     if mech.culprit_ranks:
-        seen = sorted(fd.get("culprit_ranks") or [])
+        seen = sorted(fd.culprit_ranks if fd is not None else [])
         match = seen == sorted(mech.culprit_ranks)
         ok &= match
         evidence.append(f"culprit ranks: {seen}" + ("" if match else f" (NOT {sorted(mech.culprit_ranks)})"))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hctool.consensus.model import Divergence, Report, Verdict
+
 
 @dataclass
 class Observation:
@@ -11,8 +13,8 @@ class Observation:
 
     outcome: str                 # done | stalled | deadline | watcher | death
     rank_died: str | None        # "rank 1 died (killed by SIGABRT)..." if a rank exited on its own
-    watcher_report: dict | None  # the live checker's report, if it fired
-    final_report: dict | None    # check-consensus analysis of the traces after teardown
+    watcher_report: Report | None  # the live checker's report, if it fired
+    final_report: Report | None    # check-consensus analysis of the traces after teardown
     sent: int
     succeeded: int
     outputs_match: bool          # every answered request equals the no-cache reference
@@ -20,9 +22,9 @@ class Observation:
     outputs_differing: int = 0   # how many answers differ from the reference (when known)
 
 
-def _blocked(report: dict | None) -> bool:
-    fd = (report or {}).get("first_divergence") or {}
-    return any(r.get("state") == "blocked" for r in fd.get("ranks", {}).values())
+def _blocked(report: Report | None) -> bool:
+    fd = report.first_divergence if report is not None else None
+    return fd is not None and any(r.state == "blocked" for r in fd.ranks.values())
 
 
 def derive_verdict(obs: Observation) -> tuple[str, str]:
@@ -38,9 +40,9 @@ def derive_verdict(obs: Observation) -> tuple[str, str]:
         return "crashed", obs.rank_died
     if obs.outcome in ("stalled", "deadline"):
         return "deadlocked", f"no request answered for a while ({obs.succeeded}/{obs.sent} answered); ranks alive"
-    if obs.outcome == "watcher" and (_blocked(obs.watcher_report) or obs.watcher_report.get("verdict") == "hung"):
+    if obs.outcome == "watcher" and (_blocked(obs.watcher_report) or obs.watcher_report.verdict is Verdict.HUNG):
         return "deadlocked", "ranks blocked in mismatched collectives (live check)"
-    final = (obs.final_report or {}).get("verdict")
+    final = obs.final_report.verdict.value if obs.final_report is not None else None
     if obs.outcome == "watcher" or final in ("diverged", "hung"):
         return "diverged", "the consensus check found a divergence while the job kept going"
     if obs.succeeded + obs.aborted < obs.sent:  # a timeout abort is an answer the server chose
@@ -48,7 +50,7 @@ def derive_verdict(obs: Observation) -> tuple[str, str]:
     if not obs.outputs_match:
         n = f"{obs.outputs_differing} of {obs.succeeded} answers" if obs.outputs_differing else "outputs"
         return "diverged", f"{n} differ from the no-cache reference"
-    if final not in (None, "consistent"):
+    if final not in (None, "consistent") and obs.final_report is not None and obs.final_report.verdict.seen:
         return "diverged", f"trace analysis says {final}"
     return "healthy", "every request answered, outputs equal the reference, traces consistent"
 
@@ -64,7 +66,7 @@ class Judgement:
 
 
 def judge(obs: Observation, expected: tuple[str, ...], load_back_by_round: list[int], require_load_back: bool,
-          mechanism=None, first_divergence: dict | None = None, state: dict | None = None) -> Judgement:
+          mechanism=None, first_divergence: Divergence | None = None, state: dict | None = None) -> Judgement:
     """The one place a variant's outcome is decided: the verdict from what the processes did,
     `ok` when it is an expected one, a healthy run that never loaded back when the scenario
     needs load-backs is not ok, and a declared mechanism must be seen in the evidence (a
@@ -78,7 +80,7 @@ def judge(obs: Observation, expected: tuple[str, ...], load_back_by_round: list[
     seen_mechanism = None
     if mechanism is not None:
         seen, evidence = check_mechanism(mechanism, first_divergence, state, obs.outputs_match)
-        after = (obs.final_report or {}).get("first_divergence")
+        after = obs.final_report.first_divergence if obs.final_report is not None else None
         if not seen and after and after != first_divergence:
             # The live check reports the first mismatch it sees, which can be a consequence in
             # another group; the post-run analysis of every trace is the other finding.
@@ -105,7 +107,7 @@ class VariantReport:
     reason: str
     mechanism: dict | None
     state_divergence: dict | None
-    first_divergence: dict | None
+    first_divergence: Divergence | None
     stacks: dict
     artifacts: str
     counts: dict = field(default_factory=dict)  # calls per rank per op (what --json's analysis saw)
@@ -118,6 +120,8 @@ class VariantReport:
                                              "load_back_tokens_by_round", "requests", "reason", "mechanism",
                                              "state_divergence", "first_divergence", "stacks", "counts",
                                              "artifacts")}
+        if self.first_divergence is not None:
+            out["first_divergence"] = self.first_divergence.to_json()
         if self.runs is not None:
             out.update(runs=self.runs, ok_runs=self.ok_runs, verdicts=list(self.verdicts))
         return out

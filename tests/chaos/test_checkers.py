@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from hctool.chaos.invariants import RunRecord, check_all
+from hctool.consensus.model import Report, Verdict
 
 METRICS = ('hicache_cached_tokens_total{cache_source="device"} 32.0\n'
            'hicache_cached_tokens_total{cache_source="host"} 0.0\n'
@@ -18,7 +19,7 @@ QUIESCE = {"rank": 0, "tick": 9, "l1": {"total": 64, "free": 60, "cached": 4, "i
 def _record(tmp_path, **kw) -> RunRecord:
     (tmp_path / "chaos").mkdir(exist_ok=True)
     base = dict(run_dir=tmp_path, outcome="done", death=None, watcher_report=None,
-                final_report={"verdict": "consistent"}, sent=2,
+                final_report=Report(Verdict.CONSISTENT, 2), sent=2,
                 answered={("workload", "0.0"): [5, 6, 7], ("workload", "0.1"): [8, 9]},
                 meta={("workload", "0.0"): {"cached_tokens": 48, "cached_tokens_details": {"device": 32, "host": 0, "storage": 16}},
                       ("workload", "0.1"): {"cached_tokens": 0, "cached_tokens_details": {"device": 0, "host": 0, "storage": 0}}},
@@ -48,7 +49,7 @@ def test_each_rule_reports_under_its_own_name(tmp_path):
     _quiesce(tmp_path)
     assert _invariants(_record(tmp_path, answered={("workload", "0.0"): [5, 6, 1], ("workload", "0.1"): [8, 9]}))[0] == ["correctness"]
     assert _invariants(_record(tmp_path, metrics_text=METRICS.replace("32.0", "33.0")))[0] == ["metrics"]
-    assert _invariants(_record(tmp_path, final_report={"verdict": "diverged", "first_divergence": {}}))[0] == ["consensus"]
+    assert _invariants(_record(tmp_path, final_report=Report(Verdict.DIVERGED, 2)))[0] == ["consensus"]
     _quiesce(tmp_path, locked_nodes=[3])
     assert _invariants(_record(tmp_path))[0] == ["accounting"]
     _quiesce(tmp_path, l1={"total": 64, "free": 59, "cached": 4, "in_use": 0})

@@ -30,7 +30,7 @@ def _calls(rank: int, *sites: str, **kw) -> list[dict]:
 def _report(tr: Tracker, ended=None, final=True) -> dict:
     ended = ended or {r: "clean" for r in tr.all_ranks()}
     finding = tr.first_divergence(ended, now=200.0, hang_after=None, final=final)
-    return build_report(tr, ended, finding, {}, final=final)
+    return build_report(tr, ended, finding, {}, final=final).to_json()
 
 
 def test_a_cross_site_pairing_alone_is_no_divergence():

@@ -41,7 +41,7 @@ def test_trace_survives_sigkill_with_every_field(tmp_path, no_leftover_processes
                    ("reduce_scatter_tensor", "0:[0]", [[2]], ["int64"], None, None, site(prog, "frame"),
                     "completed", False, "helper")]
     assert all(e["t"] <= e["t_done"] for e in events)
-    report = analyze_dir(trace)
+    report = analyze_dir(trace).to_json()
     assert report["verdict"] == "crashed"  # no end record, no exit code: it was killed
     assert report["counts"] == {"0": {"all_reduce": 4, "broadcast": 1, "reduce_scatter_tensor": 1}}
 

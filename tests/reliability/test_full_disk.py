@@ -74,9 +74,10 @@ def test_one_rank_trace_cut_short_is_compared_as_far_as_it_goes(tmp_path, no_lef
     proc, report = run(trace, {"LIMIT_RANK": "1", "LIMIT_BYTES": str(PER_SEGMENT * 64 + 4096)}, calls)
     log1 = (trace / "rank1.log").read_text()
     assert expected_line(1, calls) in log1 and expected_line(0, calls) in (trace / "rank0.log").read_text()
-    # rank 0 recorded every call, rank 1 the first segment's: the rest is unknown, not missing
-    assert report["verdict"] == "consistent", report.get("first_divergence")
-    assert proc.returncode == 0, proc.stderr
+    # rank 0 recorded every call, rank 1 the first segment's: the rest is unknown, not missing, and a
+    # run not seen whole is not called consistent (exit 1: incomplete, with where the comparison stopped)
+    assert report["verdict"] == "incomplete", report.get("first_divergence")
+    assert "trace file too large at seq" in report["reason"] and proc.returncode == 1, proc.stderr
     assert log1.count("hctool: the trace folder cannot take more (File too large)") == 1, log1
     assert report["incomplete"] == [{"rank": 1, "reason": "trace file too large", "errno": "EFBIG",
                                      "group": "0:[0,1]", "seq": PER_SEGMENT}]

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import pytest
 
+from hctool.consensus.model import Report
 from hctool.repro.verdict import Observation, derive_verdict
 
-BLOCKED = {"verdict": "diverged", "first_divergence": {"ranks": {"0": {"state": "blocked"}, "1": {"state": "blocked"}}}}
-PAIRED = {"verdict": "diverged", "first_divergence": {"ranks": {"0": {"state": "completed"}, "1": {"state": "completed"}}}}
-CONSISTENT = {"verdict": "consistent", "first_divergence": None}
+
+def _report(verdict: str, states: tuple[str, ...] | None) -> Report:
+    first = None if states is None else {"group": "0:[0,1]", "seq": 3, "kind": "extra", "culprit_ranks": [0],
+                                         "ranks": {str(r): {"op": "all_reduce", "state": s} for r, s in enumerate(states)}}
+    return Report.from_json({"verdict": verdict, "world_size": 2, "first_divergence": first})
+
+
+BLOCKED = _report("diverged", ("blocked", "blocked"))
+PAIRED = _report("diverged", ("completed", "completed"))
+CONSISTENT = _report("consistent", None)
 
 
 def obs(**kw):
@@ -23,7 +31,7 @@ def obs(**kw):
     (obs(outcome="stalled", succeeded=7), "deadlocked"),
     (obs(outcome="deadline", succeeded=9), "deadlocked"),
     (obs(outcome="watcher", watcher_report=BLOCKED, succeeded=3), "deadlocked"),
-    (obs(outcome="watcher", watcher_report={"verdict": "hung", "first_divergence": None}), "deadlocked"),
+    (obs(outcome="watcher", watcher_report=_report("hung", None)), "deadlocked"),
     (obs(outcome="watcher", watcher_report=PAIRED, succeeded=3), "diverged"),
     (obs(final_report=PAIRED), "diverged"),
     (obs(outputs_match=False), "diverged"),
