@@ -53,7 +53,10 @@ def run_one(path: Path, exp: dict, torchrun: bool, timeout: float) -> dict:
         argv = [sys.executable, "-m", "hctool", "check-consensus", "run", "--json", "--nproc", str(exp["nproc"]),
                 "--timeout", str(timeout), "--hang-after", "10", "--trace-dir", str(trace), "--", *cmd]
         t0 = time.monotonic()
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 120, cwd=path.parent)
+        # a fresh temporary folder per run: a program's own files there (a cache it builds) must not
+        # carry over into the next run
+        env = dict(os.environ, TMPDIR=tmp)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 120, cwd=path.parent, env=env)
         secs = time.monotonic() - t0
     try:
         report = json.loads(proc.stdout)

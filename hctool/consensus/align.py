@@ -181,10 +181,11 @@ class _Look:
                                 basis=f"rank(s) {_ranks(dead)} ended ({ended[dead[0]]}) without making the call "
                                       f"rank(s) {_ranks(sorted(present))} made")
         elsewhere = all(waits.busy.get(r, set()) - {ch.key} for r in absent)
-        if len(self.ranks) == 2 and ch.seen_sites and elsewhere and _novel(ch, self.seqs, i, present):
+        if len(self.ranks) == 2 and ch.seen_sites and elsewhere and not self.stuck and _novel(ch, self.seqs, i, present):
             # The present rank waits in a call from a place this group never used before, while
             # its peer waits in a collective of another group: that call is the inserted one (an
             # extra call in one group deadlocks another). A peer outside any collective is `missing`.
+            # (When the two wait for each other, a cycle, analyze.py weighs both waiting calls.)
             (r,) = present
             return self.finding(i, at, "extra", [r], cause=(r, i), confidence="high",
                                 basis=f"rank {r} waits in a call from a place this group never used, while its peer "

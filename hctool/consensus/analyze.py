@@ -9,7 +9,7 @@ from hctool.consensus import blame, probes, truncation
 from hctool.consensus.align import Channel, channel_members, find_divergence, route
 from hctool.consensus.flight_recorder import is_flight_recorder_dir, read_flight_recorder
 from hctool.consensus.model import Call, Cause, Confidence, Coverage, Divergence, Kind, RankCall, Report, Symptom, Verdict
-from hctool.consensus.pattern import caller_text, pairings_of
+from hctool.consensus.pattern import caller_text, pairings_of, pattern_key, site_key
 from hctool.consensus.structure import SourceMap
 from hctool.consensus.trace import TraceDirReader, TraceError, trace_files
 from hctool.consensus.waits import wait_state
@@ -49,8 +49,15 @@ class Tracker:
             ch = self.channels[key] = Channel(key, members)
         ch.add(ev, now)
         self.ranks.add(ev["rank"])
-        self.last_event[ev["rank"]] = ev
-        self.thread_last[(ev["rank"], ev.get("th"))] = ev
+        # latest by entry time: a poll hands a file's side-table events (labels, group creations)
+        # before its ring's calls, whatever their order in time
+        last = self.last_event.get(ev["rank"])
+        if last is None or (ev.get("t") or 0.0) >= (last.get("t") or 0.0):
+            self.last_event[ev["rank"]] = ev
+        tkey = (ev["rank"], ev.get("th"))
+        last = self.thread_last.get(tkey)
+        if last is None or (ev.get("t") or 0.0) >= (last.get("t") or 0.0):
+            self.thread_last[tkey] = ev
 
     def all_ranks(self) -> list[int]:
         n = self.world_size or 0
@@ -85,19 +92,47 @@ class Tracker:
                     "cause_rank": head["rank"], "cause_seq": head["seq"], "cause_event": waits.events.get(head["rank"]),
                     "confidence": "high", "basis": "the ranks wait for each other across groups: " + waits.cycle}
             if len(waits.calls) == 2:
-                # two ranks, each waiting in another channel: one of them may have made an extra call there
-                (ca, cb) = waits.calls
-                got = blame.explain_cycle(waits.events[ca["rank"]], waits.events[cb["rank"]], self.sources)
-                if got is not None:
-                    side, why = got
-                    c = (ca, cb)[side]
-                    ev = waits.events[c["rank"]]
-                    kind = "group" if c["group"] == GROUPS else "extra"
-                    best.update(kind=kind, culprits=[c["rank"]], cause_rank=c["rank"], cause_seq=c["seq"],
-                                cause_event=ev, channel=c["group"], seq=c["seq"], confidence="medium",
-                                basis=f"rank {c['rank']} waits in a call the other rank never makes: {why}; "
-                                      f"the other rank waits for it elsewhere ({waits.cycle})",
-                                events={r: (waits.events[r] if r == c["rank"] else None) for r in waits.events})
+                best = self._cycle_of_two(best, waits)
+        return best
+
+    def _cycle_of_two(self, best: dict, waits) -> dict:
+        """Two ranks, each waiting in another channel for the other: often one of the two calls is
+        extra there (a rank-0-only new_group, a barrier one rank skipped). Which one is weighed as
+        for any unmatched pair (blame.explain_cycle): how often each rank made that call before
+        (a call both always made is the one the other skipped), then the program's branches, then
+        a call from a place its channel never used. Undecided: the cycle itself, both ranks."""
+        ca, cb = waits.calls
+        evs = (waits.events[ca["rank"]], waits.events[cb["rank"]])
+        made = []
+        for c, ev in zip((ca, cb), evs):
+            ch = self.channels.get(c["group"])
+            key = pattern_key(ev)
+            other = cb["rank"] if c is ca else ca["rank"]
+            counts = {}
+            for r in (c["rank"], other):
+                seq = list(ch.seqs.get(r, ())) if ch is not None else []
+                upto = next((i for i, e in enumerate(seq) if e is ev), len(seq))
+                counts[r] = (ch.history.calls(r, key) if ch is not None else 0) + sum(
+                    1 for e in seq[:upto] if pattern_key(e) == key)
+            # a place the channel never used, in a channel that was used before (a fresh group says nothing)
+            used = ch is not None and (ch.seen_sites or any(e is not ev for s in ch.seqs.values() for e in s))
+            novel = bool(used) and site_key(ev) not in ch.seen_sites and not any(
+                site_key(e) == site_key(ev) and e is not ev for s in ch.seqs.values() for e in s)
+            if "dir" in ev:  # a send and its receive are one flow from two places: no per-place counts
+                counts = {c["rank"]: 0, other: 0}
+            made.append((counts[c["rank"]], counts[other], novel))
+        got = blame.explain_cycle(evs[0], evs[1], self.sources, made)
+        if got is None:
+            return best
+        side, kind, why = got
+        c, other = (ca, cb)[side], (cb, ca)[side]
+        culprit = c["rank"] if kind == "extra" else other["rank"]
+        if c["group"] == GROUPS:
+            kind = "group"
+        best = dict(best, kind=kind, culprits=[culprit], cause_rank=c["rank"], cause_seq=c["seq"], cause_event=evs[side],
+                    channel=c["group"], seq=c["seq"], confidence="medium", waiting_on=False,
+                    basis=f"{why}; the ranks wait for each other ({waits.cycle})",
+                    events={r: (waits.events[r] if r == c["rank"] else None) for r in waits.events})
         return best
 
     def cross_site_pairings(self, finding: dict | None, limit: int = 100) -> list[dict]:

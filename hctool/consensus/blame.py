@@ -149,6 +149,7 @@ class History:
         self.runs: dict[tuple, Counter] = {}     # (key, next key) -> run length of key before it -> times
         self.counts: dict[int, Counter] = {}     # rank -> key -> calls
         self.current: dict[int, tuple] = {}      # rank -> (key, run length so far)
+        self.sigs: dict = {}                     # key -> hard signatures its calls had (what "usual" is here)
 
     def copy(self) -> History:
         h = History()
@@ -156,10 +157,16 @@ class History:
         h.runs = {k: Counter(v) for k, v in self.runs.items()}
         h.counts = {r: Counter(c) for r, c in self.counts.items()}
         h.current = dict(self.current)
+        h.sigs = {k: set(v) for k, v in self.sigs.items()}
         return h
 
     def learn(self, rank: int, ev: dict) -> None:
         key = pattern_key(ev)
+        sigs = self.sigs.get(key)
+        if sigs is None and len(self.sigs) < self.LIMIT:
+            sigs = self.sigs[key] = set()
+        if sigs is not None and len(sigs) < 8:
+            sigs.add(hard_signature(ev))
         counts = self.counts.setdefault(rank, Counter())
         if key in counts or len(counts) < self.LIMIT:
             counts[key] += 1
@@ -289,6 +296,12 @@ def explain_against(view: PairView, ops: list[Op]) -> tuple[str, int, int] | Non
         return diff_kind(a[ia], b[jb]), 0, ia
     if op.kind == "gap_a":
         return "extra", 0, op.i
+    ia = _next_index(ops, k, "i", len(a))
+    if ia < len(a) and op.j + 1 < len(b) and hard_signature(a[ia]) == hard_signature(b[op.j + 1]) \
+            and pattern_key(a[ia]) != pattern_key(b[op.j + 1]):
+        # the odd rank made, from another place, the call the others make next: it took two calls in
+        # the other order (a flag that flips the order on one rank), its first one is the cause
+        return diff_kind(a[ia], b[op.j]), 0, ia
     return "missing", 1, op.j
 
 
@@ -315,7 +328,8 @@ def _mismatch(view: PairView, ia: int, ib: int) -> Verdict:
         return Verdict(kind, [culprit], culprit, ib if side else ia, ia, "high",
                        f"rank {culprit}'s {_where(eb if side else ea)} differs in {kind.replace('_', ' ')} from "
                        f"what its root, rank {root}, made")
-    seen = {hard_signature(e) for e in a[:ia] + b[:ib] if pattern_key(e) == pattern_key(ea)}
+    view.learn_until(ia, ib)
+    seen = view.trans.sigs.get(pattern_key(ea), set())
     known_a, known_b = hard_signature(ea) in seen, hard_signature(eb) in seen
     if known_a != known_b:
         culprit, side = (rb, 1) if known_a else (ra, 0)
@@ -439,23 +453,40 @@ def _both_unmatched(view: PairView, ia: int, ib: int) -> Verdict:
                    "one deviated")
 
 
-def explain_cycle(ea: dict, eb: dict, sources: SourceMap) -> tuple[int, str] | None:
-    """Two ranks each wait, in different channels, for the other (a wait cycle). When exactly one
-    of the two waiting calls sits in a branch the other rank's path is outside of, that rank made
-    an extra call (a rank-0-only new_group, an extra barrier) and the other's wait is its
-    consequence: (the side that branched, why). Calls of one statement, or both branched (an
-    if/else pair of sends), are the cycle itself: None."""
+def explain_cycle(ea: dict, eb: dict, sources: SourceMap, made=None) -> tuple[int, str, str] | None:
+    """Two ranks each wait, in different channels, for the other (a wait cycle). made: per side
+    (this rank's calls of that kind before, the other rank's, whether its channel never saw the
+    call's place). Returns (side of the call that decides, "extra" | "missing", why), or None:
+    the cycle itself (both waiting calls are one statement, an if/else pair of sends...).
+    - a call both ranks made equally often before: the other rank skipped it this time (missing);
+    - else a call that sits in a branch the other rank's path is outside of: that rank made an
+      extra call (a rank-0-only new_group, an extra barrier);
+    - else a call from a place its channel never used, while the other's place was used: extra."""
+    evs = (ea, eb)
+    made = made or [(0, 0, False), (0, 0, False)]
     fa, fb = frames_of(ea), frames_of(eb)
     lvl = common_level(fa, fb)
-    if lvl is None or fa[lvl[0]].line == fb[lvl[1]].line:
-        return None
-    ra = sources.conditional(fa, lvl[0], fb[lvl[1]].line)
-    rb = sources.conditional(fb, lvl[1], fa[lvl[0]].line)
-    if (ra is None) == (rb is None):
-        return None
-    side, region = (0, ra) if ra is not None else (1, rb)
-    return side, f"its {_where(ea if side == 0 else eb)} sits in a branch (line {region.start}) that the other rank's " \
-                 f"path does not enter"
+    if lvl is not None and fa[lvl[0]].line == fb[lvl[1]].line:
+        return None  # one statement on both ranks (both send first): the cycle itself
+    for side in (0, 1):
+        mine, theirs, _ = made[side]
+        earlier = lvl is not None and (fa, fb)[side][lvl[side]].line < (fb, fa)[side][lvl[1 - side]].line
+        if mine >= 1 and theirs == mine and earlier:
+            # a call both ranks always made, before the other's waiting call in their common function: the
+            # other rank went past it this time
+            return side, "missing", (f"both ranks made the {_where(evs[side])} {mine} time(s) before, and the "
+                                     f"other rank is past it, at {_where(evs[1 - side])}")
+    if lvl is not None:
+        ra = sources.conditional(fa, lvl[0], fb[lvl[1]].line)
+        rb = sources.conditional(fb, lvl[1], fa[lvl[0]].line)
+        if (ra is None) != (rb is None):
+            side, region = (0, ra) if ra is not None else (1, rb)
+            return side, "extra", (f"the {_where(evs[side])} sits in a branch (line {region.start}) that the other "
+                                   f"rank's path does not enter")
+    if made[0][2] != made[1][2]:
+        side = 0 if made[0][2] else 1
+        return side, "extra", f"the {_where(evs[side])} comes from a place its group never used before"
+    return None
 
 
 def _trip(view: PairView, rep: int, irep: int, dev: int, idev: int) -> Verdict | None:
@@ -496,6 +527,7 @@ def _trip(view: PairView, rep: int, irep: int, dev: int, idev: int) -> Verdict |
     # of the functions on the call's path below the loop (a poll that returns without voting)
     exits = [e for lp in loops for e in view.sources.exits(lp) if e.rank_local]
     exits += [e for f in fx[li + 1:] for e in view.sources.early_returns(f) if e.rank_local]
+    exits += [e for f in fx[li:] for e in view.sources.caught(f)]
     name = f"{path.rsplit('/', 1)[-1]}:{loop.start}"
     if exits:
         e = exits[0]
@@ -537,6 +569,7 @@ def _skip_path(view: PairView, holder: int, ix: int):
         return None
     li, loop = found
     exits = [e for e in view.sources.exits(loop) if e.how in ("continue", "return", "break") and e.line <= fx[li].line]
+    exits += [e for f in fx[li:] for e in view.sources.caught(f)]
     local = [e for e in exits if e.rank_local]
     return (local or exits or [None])[0]
 

@@ -198,6 +198,18 @@ class SourceMap:
                 out.append(Exit("return" if isinstance(stmt, ast.Return) else "raise", stmt.lineno, local, why))
         return out
 
+    def caught(self, frame: Frame) -> list[Exit]:
+        """The frame's line sits in a try body whose handler catches: an exception raised before it
+        (on one rank: an OOM, a missing file) skips the call, and the handler goes on."""
+        around = self.enclosing(frame) or []
+        out = []
+        for b in around:
+            if b.kind == "try" and b.node is not None:
+                for h in b.node.handlers:
+                    if not (h.body and isinstance(h.body[-1], ast.Raise) and h.body[-1].exc is None and len(h.body) == 1):
+                        out.append(Exit("except", h.lineno, True, f"except {_text(h.type)}".strip()))
+        return out
+
     def exits(self, loop: Block) -> list[Exit]:
         """How a loop can end early or skip the rest of a turn, and what decides each way."""
         if loop.node is None or not isinstance(loop.node, (ast.For, ast.AsyncFor, ast.While)):
@@ -352,6 +364,8 @@ def _blocks(tree: ast.Module) -> list[Block]:
             add("if", node.body, node)
             add("else", node.orelse, node)
         elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+            if node.handlers:
+                add("try", node.body, node)  # a call here is skipped when something before it raises
             for h in node.handlers:
                 add("except", h.body, h)
             add("else", node.orelse, node)

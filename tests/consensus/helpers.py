@@ -22,7 +22,7 @@ def site(program: str, marker: str) -> str:
 def run_check(program: str, tmp_path: Path, *, nproc: int = 2, fix: bool = False, extra: list[str] | None = None,
               wrapper: list[str] | None = None, timeout: float = 90, args: list[str] | None = None) -> tuple[int, dict, str]:
     """`hctool check-consensus run --json` in a real subprocess: (exit code, report, stderr)."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path))  # a program's temporary files stay its own
     env.pop("HCTOOL_DEBUG", None)
     if fix:
         env["PROG_FIX"] = "1"
