@@ -1,12 +1,14 @@
 """check-consensus: name the first divergent collective of a job from every rank's trace.
 
 The analyzer lives here (supervisor side): trace (reading traces), flight_recorder (reading
-FR dumps safely), align (per-group alignment and the first divergence), waits (who waits
-for whom, wait cycles), analyze (the report), live (the incremental watcher), report (rich
-rendering), run (supervising a job), kernel_build (the C++ capture kernel). The recorder
-runs inside the ranks: hctool/agent/capture.
-Cross-site pairings (pattern, locate) are never evidence: they say where a divergence that
-hard evidence shows is located (docs/consensus.md "Evidence and location").
+FR dumps safely), align (channels and the evidence that they disagree), blame (the cause:
+sequences aligned, and the rank whose path deviated), structure (the program's loops and
+branches, from its source), waits (who waits for whom, wait cycles), analyze (the report),
+model (the typed report), live (the incremental watcher), report (rich rendering), run
+(supervising a job), kernel_build (the C++ capture kernel). The recorder runs inside the
+ranks: hctool/agent/capture.
+Cross-site pairings (pattern) are never evidence by themselves (docs/consensus.md
+"Evidence, cause and culprit").
 
 Public API (light to import):
   analyze_dir(path, exit_codes=None, stacks=None, command_exit=None, ended_at=None) -> consensus.model.Report (its to_json(): docs/contracts.md)

@@ -18,7 +18,7 @@ before the evidence, and the rank whose path deviated.
 from __future__ import annotations
 
 import json
-from collections import Counter, deque
+from collections import deque
 
 from hctool.consensus import blame
 from hctool.consensus.pattern import HOLD, ROOTED, Pattern, Scan, hard_signature, pattern_key, site_key
@@ -89,8 +89,8 @@ class Channel:
                 return
             events = {r: s[0] for r, s in zip(ranks, seqs)}
             what = scan.classify(events)
-            if what[0] == "cross" and min(map(len, seqs)) <= HOLD:
-                return
+            if what[0] == "cross" and not _agreed_ahead(seqs, HOLD):
+                return  # kept until HOLD agreed calls follow it: a divergence within them is located here
             scan.step(self.base, events, what)
             for r, s in zip(ranks, seqs):
                 ev = s.popleft()
@@ -101,6 +101,17 @@ class Channel:
     def _learn(self, rank: int, before: dict | None, ev: dict) -> None:
         self.seen_sites.add(site_key(ev))
         self.history.learn(rank, ev)
+
+
+def _agreed_ahead(seqs: list, n: int) -> bool:
+    """Whether the n calls after each sequence's first are there and agree (equal and completed)."""
+    if min(map(len, seqs)) <= n:
+        return False
+    for k in range(1, n + 1):
+        sig = hard_signature(seqs[0][k])
+        if any(s[k]["state"] != "completed" or hard_signature(s[k]) != sig for s in seqs):
+            return False
+    return True
 
 
 def route(ev: dict, groups: dict[str, list[int]]) -> str | None:
@@ -224,8 +235,42 @@ class _Look:
                 return None
             if v.confidence == "low" and not self.final and not self.stuck and self.now - self.ch.last_arrival < self.settle:
                 return None  # more events may settle which rank deviated (not in a deadlock)
-            return self.verdict(v, off)
+            rare = self.rare_pairing(v, a if v.cause_rank == ra else b, v.cause_index)
+            return rare if rare is not None else self.verdict(v, off)
         return self.majority(i)
+
+    def rare_pairing(self, v: blame.Verdict, seq: list, ci: int) -> dict | None:
+        """An extra call that paired silently long before the evidence has left the window, but
+        not the channel's pattern: a cross-site pairing seen once, whose call on the rank with
+        the surplus came from a place that rank used once and its peer never. When the window's
+        own cause is a call from a place both ranks use every turn, that pairing is the cause."""
+        if v.kind != "extra" or len(v.culprits) != 1 or not (0 <= ci < len(seq)):
+            return None
+        (culprit,) = v.culprits
+        here = pattern_key(seq[ci])
+        others = [r for r in self.ranks if r != culprit]
+        h = self.ch.history
+        if h.calls(culprit, here) <= 1:
+            return None  # the window's cause is itself a place of its own: it stands
+        pos = self.ranks.index(culprit)
+        for combo, p in sorted(self.ch.pattern.pairings.items(), key=lambda kv: kv[1]["seq"]):
+            key = combo[pos] if pos < len(combo) else None
+            if p["count"] != 1 or key is None:
+                continue
+            if h.calls(culprit, key) == 1 and all(h.calls(r, key) == 0 for r in others):
+                ev = p["events"].get(culprit)
+                if ev is None:
+                    continue
+                out = _finding(self.ch, 0, p["events"], "extra", [culprit], self.waits)
+                out.update(seq=p["seq"], cause_rank=culprit, cause_seq=p["seq"], cause_event=ev, confidence="medium",
+                           basis=f"rank {culprit} made one call from {ev.get('site')} that no other rank ever made, "
+                                 f"{self.ch.base - p['seq']}+ calls before the evidence; it paired silently with "
+                                 f"rank {others[0]}'s call at {p['events'][others[0]].get('site')}, and rank {culprit} "
+                                 f"has been one call ahead since",
+                           alternative=v.basis, after=None, waiting_on=False,
+                           time=ev.get("w") or 0.0)
+                return out
+        return None
 
     def majority(self, i: int) -> dict:
         """Three or more ranks: the odd ones out by majority at the evidence; each culprit's cause

@@ -7,9 +7,10 @@ import time
 
 from hctool.consensus import blame, probes, truncation
 from hctool.consensus.align import Channel, channel_members, find_divergence, route
-from hctool.consensus.flight_recorder import is_flight_recorder_dir, read_flight_recorder
+from hctool.consensus.classes import ranges
+from hctool.consensus.flight_recorder import is_flight_recorder_dir
 from hctool.consensus.model import Call, Cause, Confidence, Coverage, Divergence, Kind, RankCall, Report, Symptom, Verdict
-from hctool.consensus.pattern import caller_text, pairings_of, pattern_key, site_key
+from hctool.consensus.pattern import HOLD, caller_text, pairings_of, pattern_key, site_key
 from hctool.consensus.structure import SourceMap
 from hctool.consensus.trace import TraceDirReader, TraceError, trace_files
 from hctool.consensus.waits import wait_state
@@ -33,6 +34,7 @@ class Tracker:
         self.last_blocking: dict[int, dict] = {}      # rank -> its latest call that has not (yet) completed
         self.sources = SourceMap()                    # the program's source, for its structure (blame.py)
         self.traced: set[int] | None = None           # ranks with a trace file (None: not known, FR dumps)
+        self.capped: set[tuple] = set()                # (rank, channel) whose later calls were only counted
 
     def add(self, ev: dict, now: float) -> None:
         per_op = self.counts.setdefault(ev["rank"], {})
@@ -49,6 +51,9 @@ class Tracker:
             ch = self.channels[key] = Channel(key, members)
         ch.add(ev, now)
         self.ranks.add(ev["rank"])
+        self._note(ev)
+
+    def _note(self, ev: dict) -> None:
         # latest by entry time: a poll hands a file's side-table events (labels, group creations)
         # before its ring's calls, whatever their order in time
         last = self.last_event.get(ev["rank"])
@@ -58,6 +63,102 @@ class Tracker:
         last = self.thread_last.get(tkey)
         if last is None or (ev.get("t") or 0.0) >= (last.get("t") or 0.0):
             self.thread_last[tkey] = ev
+
+    def add_blocks(self, blocks: list, interner, now: float, final: bool = False) -> None:
+        """Column blocks (consensus/columns.py) of completed calls, each preceding any other call of
+        its channel in this poll: the prefix every member of a channel made alike is folded into its
+        history at once; the rest becomes events, in order, for the ordinary path. final (nothing
+        more will come: a folder of dumps): the evidence lies within HOLD calls of where the fold
+        stopped, so a channel's calls beyond that and the alignment's reach are only counted."""
+        from hctool.consensus.columns import agreed_prefix, concat
+
+        by_channel: dict[str, dict[int, list]] = {}
+        for rank, key, block in blocks:
+            by_channel.setdefault(key, {}).setdefault(rank, []).append(block)
+        for key, per_rank in by_channel.items():
+            ch = self.channels.get(key)
+            if ch is None:
+                ch = self.channels[key] = Channel(key, channel_members(key, self.groups))
+            got = {r: concat(bs) for r, bs in per_rank.items()}
+            used = {r: 0 for r in got}
+            members = ch.member_ranks(self.all_ranks())
+            # Events left in the window from earlier polls (a rank ahead by a few calls) come first:
+            # bring the others level with events, let the ordinary prune drain the window, then fold.
+            if len(members) >= 2 and any(ch.seqs.get(r) for r in members):
+                need = max(len(ch.seqs.get(r, ())) for r in members)
+                for r in members:
+                    if r in got:
+                        k = min(max(0, need - len(ch.seqs.get(r, ()))), len(got[r]))
+                        for i in range(k):
+                            self.add(got[r].make(i), now)
+                        used[r] = k
+                ch.prune(self.all_ranks())
+            rest = {r: got[r].tail(used[r]) for r in got}
+            b = 0
+            if (len(members) >= 2 and set(rest) >= set(members) and all(not ch.seqs.get(r) for r in members)):
+                b, cross = agreed_prefix([rest[r] for r in members], HOLD)
+                if len(cross):
+                    self._commit_pairings(ch, members, {r: rest[r] for r in members}, cross, interner)
+            if b:
+                self._fold(ch, {r: rest[r] for r in members}, b, interner, now)
+            cap = b + HOLD + blame.MAX_ALIGN if final else None
+            for r, block in rest.items():
+                first = b if r in members else 0
+                end = len(block) if cap is None else min(len(block), cap)
+                for i in range(first, end):
+                    self.add(block.make(i), now)
+                if end < len(block):  # counted, not kept; its last call is where the rank was
+                    self._count(r, block.op[end:], interner)
+                    self._note(block.make(len(block) - 1))
+                    self.capped.add((r, key))
+
+    def _count(self, rank: int, ops, interner) -> None:
+        import numpy as np
+
+        per_op = self.counts.setdefault(rank, {})
+        got, n = np.unique(ops, return_counts=True)
+        for o, c in zip(got.tolist(), n.tolist()):
+            name = interner.op_names[o]
+            per_op[name] = per_op.get(name, 0) + c
+
+    def _commit_pairings(self, ch: Channel, members: list[int], blocks: dict, cross, interner) -> None:
+        """Cross-site pairings in a folded prefix go into the channel's pattern, as prune() commits them."""
+
+        from hctool.consensus.pattern import MAX_PAIRINGS
+
+        from hctool.consensus.columns import unique_rows
+
+        combos, first, counts = unique_rows([blocks[r].key[cross] for r in members], counts=True, index=True)
+        for combo, i, c in zip(combos.tolist(), first.tolist(), counts.tolist()):
+            key = tuple(interner.key_obj[k] for k in combo)
+            mine = ch.pattern.pairings.get(key)
+            if mine is not None:
+                mine["count"] += c
+            elif len(ch.pattern.pairings) < MAX_PAIRINGS:
+                pos = int(cross[i])
+                ch.pattern.pairings[key] = {"seq": ch.base + pos, "count": c,
+                                            "events": {r: blocks[r].make(pos) for r in members}}
+
+    def _fold(self, ch: Channel, blocks: dict, b: int, interner, now: float) -> None:
+        """The first b calls of every member's block agree: into the channel's history, not its window."""
+        import numpy as np
+
+        for r, block in blocks.items():
+            keys, hards = block.key[:b], block.hard[:b]
+            ch.history.learn_block(r, keys, hards, interner.key_obj, interner.hard_obj)
+            ch.seen_sites.update(interner.site_obj[k] for k in np.unique(keys).tolist())
+            self._count(r, block.op[:b], interner)
+            # the latest call of each thread, and the last call, as the event the rest of the analysis keeps
+            th = block.th[:b]
+            lasts = sorted({int(np.flatnonzero(th == t)[-1]) for t in np.unique(th).tolist()})
+            for i in lasts:
+                ev = block.make(i)
+                self._note(ev)
+                if i == b - 1:
+                    ch.prev[r] = ev
+            self.ranks.add(r)
+        ch.base += b
+        ch.last_arrival = now
 
     def all_ranks(self) -> list[int]:
         n = self.world_size or 0
@@ -338,8 +439,14 @@ class AnalysisSession:
     ~0.2 s while the job runs) and the offline analyzer (in rounds, until the files end) are its
     two users, so both read, fold and report the same way."""
 
-    def __init__(self, trace_dir, world_size: int | None = None, strict: bool = False):
-        self.reader = TraceDirReader(os.fspath(trace_dir), strict=strict)
+    def __init__(self, trace_dir, world_size: int | None = None, strict: bool = False, columns: bool | None = None):
+        from hctool.consensus.columns import Interner
+        from hctool.protocol import env as protocol_env
+
+        if columns is None:
+            columns = os.environ.get(protocol_env.ANALYZE_COLUMNS, "1") != "0"
+        self.interner = Interner() if columns else None  # the fast path (consensus/columns.py)
+        self.reader = TraceDirReader(os.fspath(trace_dir), strict=strict, interner=self.interner)
         self.tracker = Tracker()
         self.tracker.world_size = world_size
         self.strict = strict
@@ -355,6 +462,8 @@ class AnalysisSession:
             self.tracker.world_size = self.reader.world_size
         self.tracker.groups.update(self.reader.groups)
         self.tracker.traced = set(self.reader.ranks)
+        if self.reader.blocks:  # they precede every event of their channel in this poll
+            self.tracker.add_blocks(self.reader.blocks, self.interner, now)
         for ev in events:
             self.tracker.add(ev, now)
         self.tracker.prune()
@@ -363,7 +472,7 @@ class AnalysisSession:
         # calls than of its peers' would otherwise drop peers' calls that are never read again.
         if not self.reader.more:
             self.incomplete = truncation.cut(self.tracker, self.reader.ranks)
-        return len(events)
+        return len(events) + sum(len(b) for _, _, b in self.reader.blocks)
 
     def cut(self) -> None:
         """The truncation cut for a reader stopped with data left (see feed)."""
@@ -392,6 +501,125 @@ class AnalysisSession:
         return probes.annotate(report, self.reader.ranks, finding), finding
 
 
+def feed_flight_recorder(tracker: Tracker, path: str, now: float):
+    """A folder of Flight Recorder dumps into the tracker: per channel (a group's collectives, a
+    p2p flow), the calls every member still holds, folded as columns where every member agrees
+    (consensus/columns.py). A rank the groups name that left no dump is set aside here
+    (`_no_dump` names it)."""
+    import numpy as np
+
+    from hctool.consensus import flight_recorder as fr
+    from hctool.consensus.columns import Block, Interner
+
+    dumps = fr.read_all(path)
+    plan = fr.plan(dumps)
+    have = {d.rank for d in dumps}
+    tracker.groups.update({g: [r for r in rs if r in have] for g, rs in plan.members.items()})
+    tracker.world_size = len(plan.expected)
+    tracker.traced = have
+    interner = Interner()
+    blocks, later = [], []
+    for d in dumps:
+        # per channel, in order: the calls' kinds, times and states (arrays), and how to make an event
+        channels: list[tuple] = []
+        coll = _kind_table(d, interner, [None if "dir" in ev else ev for ev in d.kinds]) if d.calls else None
+        for g, (kinds, seqs, ts, done) in d.calls.items():
+            keep = seqs >= plan.start.get(g, 0)
+            channels.append((g, "c", g, kinds[keep], ts[keep], done[keep], coll))
+        groups, gi, kinds, seqs, ts, done = d.p2p
+        for j, g in enumerate(groups):
+            sel = (gi == j) & (seqs >= plan.p2p_start.get(g, 0))
+            evs = [fr.p2p_event(d, plan, g, k, 0.0, True) for k in range(len(d.kinds))]
+            table = _kind_table(d, interner, [e if e is not None and "dir" in e else None for e in evs])
+            for k in np.unique(kinds[sel]).tolist():
+                ev = evs[k]
+                if ev is None or ev["peer"] not in have:
+                    continue  # a peer with no dump: nothing to compare the flow with
+                ks = sel & (kinds == k)
+                channels.append((route(ev, tracker.groups), "p", g, kinds[ks], ts[ks], done[ks], table))
+        merged: dict[str, list] = {}
+        for ch_key, *rest in channels:  # several p2p kinds of one flow: one channel, in time order
+            merged.setdefault(ch_key, []).append(rest)
+        for ch_key, parts in merged.items():
+            what, g = parts[0][0], parts[0][1]
+            kinds = np.concatenate([p[2] for p in parts])
+            ts = np.concatenate([p[3] for p in parts])
+            done = np.concatenate([p[4] for p in parts])
+            table = parts[0][5]
+            if len(parts) > 1:
+                order = np.argsort(ts, kind="stable")
+                kinds, ts, done = kinds[order], ts[order], done[order]
+
+            def make(i, kinds=kinds, ts=ts, done=done, what=what, g=g, d=d):
+                k, ti, c = int(kinds[i]), float(ts[i]), bool(done[i])
+                return fr.event(d, g, k, ti, c) if what == "c" else fr.p2p_event(d, plan, g, k, ti, c)
+            lead = int(np.argmin(done)) if len(done) and not done.all() else len(done)  # the completed run first
+            if lead:
+                ids = table[kinds[:lead]]
+                blocks.append((d.rank, ch_key, Block(d.rank, ids[:, 0], ids[:, 1], ids[:, 2], make, ts[:lead],
+                                                     np.zeros(lead, dtype=np.int64))))
+            later += [make(i) for i in range(lead, len(kinds))]
+    for rank, channel, block in blocks:  # p2p channels take their two ranks as members
+        if " p2p " in channel and channel not in tracker.channels:
+            src, dst = channel.rsplit(" ", 1)[1].split("->")
+            tracker.channels[channel] = Channel(channel, sorted({int(src), int(dst)}))
+    tracker.add_blocks(blocks, interner, now, final=True)
+    for ev in sorted(later, key=lambda e: e["t"]):
+        if (ev["rank"], route(ev, tracker.groups)) in tracker.capped:
+            tracker.counts.setdefault(ev["rank"], {})[ev["op"]] = tracker.counts.get(ev["rank"], {}).get(ev["op"], 0) + 1
+            tracker._note(ev)  # beyond what is compared: only where the rank was
+        else:
+            tracker.add(ev, now)
+    tracker.prune()
+    return plan
+
+
+def _kind_table(d, interner, templates: list):
+    """Per kind of a dump: (hard signature id, call-site key id, op id), as the interner keys them."""
+    import numpy as np
+
+    rows = []
+    for ev in templates:
+        if ev is None:
+            rows.append((-1, -1, 0))
+            continue
+        probe = dict(ev, rank=d.rank)
+        rows.append((interner.hard_id(probe), interner.key_id(probe), interner.op_id(ev["op"])))
+    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+
+
+def _no_dump(report: Report, plan, tracker: Tracker, ended: dict) -> None:
+    """Ranks the groups name that left no dump: named, never silently dropped. With no divergence
+    among the others they are the finding: the ranks whose calls still wait in a group with such
+    a rank wait for it (hung, `missing`, never reached); else the run is incomplete."""
+    missing = plan.missing
+    words = f"rank(s) {ranges(missing)} of {len(plan.expected)} left no Flight Recorder dump"
+    if report.coverage is not None:
+        report.coverage.expected_ranks = len(plan.expected)
+    if report.first_divergence is not None:
+        report.reason = words + (f"; {report.reason}" if report.reason else "")
+        return
+    waiting = [(ch, ev) for ch in tracker.channels.values() for seq in ch.seqs.values() for ev in seq
+               if ev["state"] == "blocked" and set(plan.members.get(ev["g"], ())) & set(missing)]
+    if not waiting:
+        report.verdict = Verdict.INCOMPLETE
+        report.reason = (f"{words} (the process died, or never dumped); the {len(plan.dumps)} dumps there agree "
+                         f"as far as every rank's buffer goes")
+        return
+    ch, ev = min(waiting, key=lambda w: w[1].get("t") or 0.0)
+    absent = sorted(set(plan.members.get(ev["g"], ())) & set(missing))
+    seq = next(ch.base + i for i, e in enumerate(ch.seqs[ev["rank"]]) if e is ev)
+    waiters = sorted({e["rank"] for _, e in waiting})
+    finding = {"channel": ch.key, "seq": seq, "kind": "missing", "culprits": absent, "time": ev.get("t") or 0.0,
+               "events": {ev["rank"]: ev, **{r: None for r in absent}}, "cause_rank": ev["rank"], "cause_seq": seq,
+               "cause_event": ev, "confidence": "high", "waiting_on": True,
+               "basis": f"{words}, while rank(s) {ranges(waiters)} wait in calls of groups with it "
+                        f"(their last entries are still scheduled): it never reached them"}
+    report.first_divergence = divergence(tracker, ended, finding, None)
+    report.verdict = Verdict.HUNG
+    report.reason = None
+
+
 def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: dict[str, str] | None = None,
                 command_exit: int | None = None, ended_at: float | None = None) -> Report:
     """The report for a trace folder (or Flight Recorder dumps). exit_codes: what
@@ -403,17 +631,16 @@ def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: d
     tracker = Tracker()
     now = time.monotonic()
     session = None
+    fr_plan = None
     if not trace_files(path) and is_flight_recorder_dir(path):
-        per_rank, groups = read_flight_recorder(path)
-        tracker.groups.update(groups)
-        tracker.world_size = len(per_rank)
-        for r in sorted(per_rank):
-            for ev in per_rank[r]:
-                tracker.add(ev, now)
+        fr_plan = feed_flight_recorder(tracker, path, now)
         # A Flight Recorder dump says nothing about exits; the dump itself means the rank got there.
-        ended = {r: "clean" for r in per_rank}
+        ended = {d.rank: "clean" for d in fr_plan.dumps}
         if exit_codes:
             ended.update({r: None if c is None else ("clean" if c == 0 else "crashed") for r, c in exit_codes.items()})
+        if not stacks:  # each rank's "stack": the frames of its last entry (what the job was doing when it dumped)
+            stacks = {str(d.rank): "(Flight Recorder: the frames of its last entry)\nThread 0 (dumped): \"MainThread\"\n"
+                      + "\n".join(f"    {f}" for f in d.last_frames) for d in fr_plan.dumps if d.last_frames}
     else:
         session = AnalysisSession(path, strict=True)
         tracker = session.tracker
@@ -442,6 +669,8 @@ def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: d
     else:
         report = build_report(tracker, ended, tracker.first_divergence(ended, now, hang_after=None, final=True),
                               stacks, final=True, seen={"ranks": set(tracker.ranks)})
+        if fr_plan is not None and fr_plan.missing:
+            _no_dump(report, fr_plan, tracker, ended)
     if exit_codes is not None:
         report.exit_codes = {str(r): c for r, c in sorted(exit_codes.items())}
     if command_exit is not None:

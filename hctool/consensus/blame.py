@@ -182,6 +182,64 @@ class History:
                     runs[cur[1]] += 1
         self.current[rank] = (key, cur[1] + 1 if cur is not None and cur[0] == key else 1)
 
+    def learn_block(self, rank: int, keys, hards, key_obj: list, hard_obj: list) -> None:
+        """learn() for a run of calls given as id arrays (columns.py): the same counts, in bulk."""
+        import numpy as np
+
+        n = len(keys)
+        if n == 0:
+            return
+        counts = self.counts.setdefault(rank, Counter())
+        uk, uc = np.unique(keys, return_counts=True)
+        for k, c in zip(uk.tolist(), uc.tolist()):
+            obj = key_obj[k]
+            if obj in counts or len(counts) < self.LIMIT:
+                counts[obj] += c
+        from hctool.consensus.columns import unique_rows
+
+        for k, h in unique_rows([keys, hards])[0].tolist():
+            obj = key_obj[k]
+            sigs = self.sigs.get(obj)
+            if sigs is None and len(self.sigs) < self.LIMIT:
+                sigs = self.sigs[obj] = set()
+            if sigs is not None and len(sigs) < 8:
+                sigs.add(hard_obj[h])
+        cur = self.current.get(rank)
+        first = key_obj[int(keys[0])]
+        if cur is not None:
+            self._pair(cur[0], first, 1)
+        if n > 1:
+            pairs, pc = unique_rows([keys[:-1], keys[1:]], counts=True)
+            for (a, b), c in zip(pairs.tolist(), pc.tolist()):
+                self._pair(key_obj[a], key_obj[b], c)
+        # run lengths: runs of one key, each followed by the next run's key
+        change = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+        starts = np.concatenate([[0], change])
+        lengths = np.diff(np.concatenate([starts, [n]]))
+        run_keys = keys[starts]
+        if cur is not None and cur[0] == first:
+            lengths = lengths.copy()
+            lengths[0] += cur[1]
+        elif cur is not None:
+            self._run(cur[0], first, cur[1], 1)
+        if len(run_keys) > 1:
+            trip, tc = unique_rows([run_keys[:-1], run_keys[1:], lengths[:-1]], counts=True)
+            for (a, b, length), c in zip(trip.tolist(), tc.tolist()):
+                self._run(key_obj[a], key_obj[b], length, c)
+        self.current[rank] = (key_obj[int(run_keys[-1])], int(lengths[-1]))
+
+    def _pair(self, a, b, c: int) -> None:
+        pair = (a, b)
+        if pair in self.pairs or len(self.pairs) < self.LIMIT:
+            self.pairs[pair] += c
+            self.out[a] += c
+
+    def _run(self, a, b, length: int, c: int) -> None:
+        pair = (a, b)
+        runs = self.runs.setdefault(pair, Counter()) if (pair in self.runs or len(self.runs) < self.LIMIT) else None
+        if runs is not None and (length in runs or len(runs) < 8):
+            runs[length] += c
+
     def count(self, prev, cur) -> int:
         return self.pairs.get((prev, cur), 0)
 
@@ -376,9 +434,9 @@ def _one_unmatched(view: PairView, holder: int, ix: int, iy: int, resynced: int)
     if t_ins == 0 and t_skip > 0:
         conf = "high" if resynced and t_skip >= 2 else "medium"
         return Verdict("extra", [rh], rh, ix, ix, conf,
-                       f"rank {rh}'s {_where(x)} has no counterpart on rank {ro}: this call never followed "
-                       f"{_where(px)} before, while rank {ro}'s next call did {t_skip} time(s)"
-                       + (f"; the rest lines up again without it ({resynced} calls)" if resynced else ""))
+                       f"rank {rh}'s {_where(x)} has no counterpart on rank {ro}: no call from there had followed "
+                       f"the {_where(px)} before, while the call rank {ro} made next had, {t_skip} time(s)"
+                       + (f"; without it the rest lines up again ({resynced} calls)" if resynced else ""))
     if t_skip == 0 and t_ins > 0 and (t_succ > 0 or y is None):
         return Verdict("missing", [ro], rh, ix, ix, "high" if t_ins >= 2 else "medium",
                        f"rank {ro} skipped the {_where(x)} that rank {rh} made: it always followed "
@@ -425,9 +483,9 @@ def _both_unmatched(view: PairView, ia: int, ib: int) -> Verdict:
         idx = ia if dev == 0 else ib
         return Verdict("extra", [rd], rd, idx, idx, "high" if td == 0 and to >= 2 else "medium",
                        f"rank {rd}'s {_where(ed)} broke the pattern this group kept: "
-                       + (f"it never followed {_where(view.before(dev, idx))} before" if td == 0
-                          else f"it followed {_where(view.before(dev, idx))} {td} time(s)")
-                       + f", while rank {ro}'s {_where(eo)} did {to} time(s)")
+                       + (f"no call from there had followed the {_where(view.before(dev, idx))} before" if td == 0
+                          else f"a call from there had followed the {_where(view.before(dev, idx))} {td} time(s)")
+                       + f", while rank {ro}'s next call ({_where(eo)}) had, {to} time(s)")
     for side in (0, 1):
         other = 1 - side
         i_s, i_o = (ia, ib) if side == 0 else (ib, ia)
@@ -458,24 +516,29 @@ def explain_cycle(ea: dict, eb: dict, sources: SourceMap, made=None) -> tuple[in
     (this rank's calls of that kind before, the other rank's, whether its channel never saw the
     call's place). Returns (side of the call that decides, "extra" | "missing", why), or None:
     the cycle itself (both waiting calls are one statement, an if/else pair of sends...).
-    - a call both ranks made equally often before: the other rank skipped it this time (missing);
-    - else a call that sits in a branch the other rank's path is outside of: that rank made an
-      extra call (a rank-0-only new_group, an extra barrier);
-    - else a call from a place its channel never used, while the other's place was used: extra."""
+    - a call neither rank ever made, against one both made before: the new one is extra;
+    - two calls both ranks made equally often before: the earlier one in their common function
+      is the one the other rank skipped this time (it is past it);
+    - a call that sits in a branch the other rank's path is outside of: that rank made an extra
+      call (a rank-0-only new_group, an extra barrier);
+    - a call from a place its channel never used, while the other's place was used: extra."""
     evs = (ea, eb)
     made = made or [(0, 0, False), (0, 0, False)]
     fa, fb = frames_of(ea), frames_of(eb)
     lvl = common_level(fa, fb)
     if lvl is not None and fa[lvl[0]].line == fb[lvl[1]].line:
         return None  # one statement on both ranks (both send first): the cycle itself
+    new = [m[0] == 0 and m[1] == 0 for m in made]
+    usual = [m[0] >= 1 and m[0] == m[1] for m in made]
     for side in (0, 1):
-        mine, theirs, _ = made[side]
-        earlier = lvl is not None and (fa, fb)[side][lvl[side]].line < (fb, fa)[side][lvl[1 - side]].line
-        if mine >= 1 and theirs == mine and earlier:
-            # a call both ranks always made, before the other's waiting call in their common function: the
-            # other rank went past it this time
-            return side, "missing", (f"both ranks made the {_where(evs[side])} {mine} time(s) before, and the "
-                                     f"other rank is past it, at {_where(evs[1 - side])}")
+        if new[side] and usual[1 - side]:
+            return side, "extra", (f"neither rank had made the {_where(evs[side])} before, while both had made the "
+                                   f"{_where(evs[1 - side])} {made[1 - side][0]} time(s)")
+    if all(usual) and lvl is not None:
+        side = 0 if fa[lvl[0]].line < fb[lvl[1]].line else 1
+        return side, "missing", (f"both ranks always made both calls before ({made[side][0]} time(s)); the "
+                                 f"{_where(evs[side])} comes first in their common function, and the other rank is "
+                                 f"past it, at {_where(evs[1 - side])}")
     if lvl is not None:
         ra = sources.conditional(fa, lvl[0], fb[lvl[1]].line)
         rb = sources.conditional(fb, lvl[1], fa[lvl[0]].line)

@@ -370,10 +370,26 @@ class Report:
             return f"{self.verdict.value}: {self.first_divergence.cause_line()}"
         return f"{self.verdict.value}: {self.reason}" if self.reason else self.verdict.value
 
+    def stack_classes(self) -> list:
+        """Ranks with the same main-thread stack, odd classes first (consensus/classes.py)."""
+        from hctool.consensus.classes import main_thread_frames, stack_classes
+
+        return stack_classes({int(r): main_thread_frames(t) for r, t in self.stacks.items() if str(r).isdigit()})
+
+    def count_classes(self) -> list:
+        """Ranks with the same calls per op, odd classes first."""
+        from hctool.consensus.classes import count_classes
+
+        return count_classes({r: ops for r, ops in self.counts.items() if str(r).isdigit()})
+
     def to_json(self) -> dict:
         out: dict[str, Any] = {"verdict": self.verdict.value, "world_size": self.world_size,
                                "first_divergence": self.first_divergence.to_json() if self.first_divergence else None,
                                "stacks": dict(self.stacks), "counts": self.counts}
+        if self.stacks:
+            out["stack_classes"] = [c.to_json() for c in self.stack_classes()]
+        if self.counts:
+            out["count_classes"] = [c.to_json() for c in self.count_classes()]
         if self.reason:
             out["reason"] = self.reason
         if self.coverage is not None:
@@ -414,7 +430,8 @@ class Report:
                                                                            for c in codes.values())):
             raise ReportError("report.exit_codes must map ranks to integers or null")
         known = {"verdict", "world_size", "first_divergence", "stacks", "counts", "reason", "coverage",
-                 "cross_site_pairings", "incomplete", "exit_codes", "command_exit_code", "faults", "probes"}
+                 "cross_site_pairings", "incomplete", "exit_codes", "command_exit_code", "faults", "probes",
+                 "stack_classes", "count_classes"}  # the classes are derived again from stacks and counts
         return cls(verdict, ws, Divergence.from_json(fd) if fd else None,
                    {str(r): str(t) for r, t in stacks.items()}, counts, _str_or_none(d, "reason", "report"),
                    Coverage.from_json(d["coverage"]) if d.get("coverage") else None,

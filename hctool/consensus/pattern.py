@@ -5,7 +5,7 @@ different call sites is not a divergence by itself: Join's shadow all-reduces,
 the rank-0-first barriers, the sender/receiver arms of a broadcast and a neutral
 vote from another line pair so by design, also when that shifts how often each
 line meets its peer's. It counts only through evidence found elsewhere
-(docs/consensus.md, "Evidence and location"); the pairings say where such a
+(docs/consensus.md, "Evidence, cause and culprit"); the pairings say where such a
 divergence is located. The state is bounded by the program's call sites.
 """
 

@@ -19,6 +19,29 @@ def _chain(entry: Call) -> str:
     return " <- ".join(names)
 
 
+MANY = 8   # beyond this many ranks, the text shows classes of ranks, not every rank
+
+
+def classes_lines(report: Report) -> list[str]:
+    """Ranks folded into classes (by calls per op, by stack), the odd ones first."""
+    out = []
+    cc = report.count_classes()
+    # a class of one rank per rank says nothing the counts line does not
+    if 1 < len(cc) < len(report.counts) or len(report.counts) > MANY:
+        out.append(f"count classes ({len(cc)}): " + "; ".join(c.words() for c in cc[:8])
+                   + (f"; {len(cc) - 8} more" if len(cc) > 8 else ""))
+    sc = report.stack_classes()
+    if sc and (1 < len(sc) < len(report.stacks) or len(report.stacks) > MANY):
+        from hctool.consensus.classes import tree, tree_lines
+
+        out.append(f"stack classes ({len(sc)}), odd first:")
+        out += [f"  {c.words()}" for c in sc[:8]]
+        if len(report.stacks) > MANY:
+            out.append("merged (ranks per frame, outermost first):")
+            out += [f"  {line}" for line in tree_lines(tree(sc))[:24]]
+    return out
+
+
 def counts_line(report: Report | dict) -> str:
     """One line of evidence: what each rank was seen calling."""
     parts = []
@@ -85,7 +108,10 @@ def render(report: Report, console: Console, label: str | None = None) -> None:
         console.print(Text(f"wait cycle across groups: {first.deadlock}", style="bold red"), soft_wrap=True)
         if cycle_line(first):
             console.print(Text(cycle_line(first)), soft_wrap=True)
-    console.print(Text(counts_line(report), style="dim"), soft_wrap=True)
+    if len(report.counts) <= MANY:
+        console.print(Text(counts_line(report), style="dim"), soft_wrap=True)
+    for line in classes_lines(report):
+        console.print(Text(line, style="dim"), soft_wrap=True)
     if pairings_line(report):
         console.print(Text(pairings_line(report), style="dim"), soft_wrap=True)
     for entry in report.incomplete:
@@ -115,6 +141,10 @@ def render(report: Report, console: Console, label: str | None = None) -> None:
             f"{f['spec']} fired {f['total']}x" + (f" ({', '.join(f'rank {r}: {n}' for r, n in sorted(f['fired'].items()))})"
                                                    if f["total"] else " (never fired)")
             for f in report.faults), style="dim"), soft_wrap=True)
-    for rank, text in sorted(report.stacks.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
+    shown = report.stacks
+    if len(shown) > MANY:  # one rank of each stack class: the classes above say which ranks share it
+        reps = {str(c.ranks[0]) for c in report.stack_classes()}
+        shown = {r: t for r, t in shown.items() if r in reps}
+    for rank, text in sorted(shown.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
         console.print(Text(f"--- stack of rank {rank} ---", style="bold"))
         console.print(Text(text))

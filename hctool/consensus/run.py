@@ -114,8 +114,16 @@ def _stacks(opts: RunOptions, ps: procs.ProcessSet, ranks, watcher: LiveWatcher)
     return dump_stacks(pids, timeout=5.0, trace_dir=str(opts.trace_dir))
 
 
-def _log_tails(opts: RunOptions) -> None:
-    for path in sorted(opts.trace_dir.glob("*.log")):
+def _log_tails(opts: RunOptions, report: Report) -> None:
+    logs = sorted(opts.trace_dir.glob("*.log"))
+    if len(logs) > 8:
+        # a big world: the logs of the ranks the answer names (the culprits, else the first), not 64 tails
+        first = report.first_divergence
+        named = {str(r) for r in first.culprit_ranks} if first is not None else set()
+        keep = [p for p in logs if p.stem.removeprefix("rank") in named] or logs[:1]
+        _log(f"{len(logs) - len(keep)} more logs in {opts.trace_dir}")
+        logs = keep
+    for path in logs:
         lines = path.read_text(errors="replace").splitlines()[-5:]
         if lines:
             _log(f"last lines of {path.name}:\n  " + "\n  ".join(lines))
@@ -159,7 +167,7 @@ def run_job(opts: RunOptions) -> tuple[Report, float | None]:
             if not f["total"]:
                 _log(f"fault {f['spec']} never fired" + (f" ({_unresolved(f)})" if _unresolved(f) else ""))
     if report.verdict is not Verdict.CONSISTENT:
-        _log_tails(opts)
+        _log_tails(opts, report)
     return report, latency
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import os
+import sysconfig
 from typing import NamedTuple
 
 from hctool.lint import names as N
@@ -98,7 +99,7 @@ class SourceMap:
         if path in self._files:
             return self._files[path]
         out = None
-        if len(self._files) < MAX_FILES and path.endswith(".py") and os.path.isabs(path):
+        if len(self._files) < MAX_FILES and path.endswith(".py") and os.path.isabs(path) and not _library(path):
             try:
                 out = _blocks(ast.parse(read_regular(path, MAX_SOURCE)))
             except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
@@ -151,7 +152,7 @@ class SourceMap:
         for i in range(start, len(fx)):
             around = self.enclosing(fx[i])
             if around is None:
-                return None
+                continue  # a library frame above the program's own (threading's bootstrap, a runner)
             loops = [b for b in around if b.kind in ("loop", "while")]
             if loops:
                 return i, loops[0], loops + self._loops_below(fx, i + 1)
@@ -230,6 +231,20 @@ class SourceMap:
                 else _text(g)
             out.append(Exit(how, stmt.lineno, local, why))
         return out
+
+
+# Frames of the machinery a program runs on (the standard library, torch and its compilers, hctool):
+# their loops and early returns are not the program's decisions (dynamo's compile wrapper returns
+# early on every traced call).
+_STDLIB = tuple({sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib") if k in sysconfig.get_paths()})
+_LIBRARY_PARTS = (f"{os.sep}torch{os.sep}", f"{os.sep}hctool{os.sep}", f"{os.sep}triton{os.sep}",
+                  f"{os.sep}numpy{os.sep}", f"{os.sep}functorch{os.sep}")
+
+
+def _library(path: str) -> bool:
+    if path.startswith(_STDLIB) and "-packages" not in path:  # the standard library, not what is installed beside it
+        return True
+    return any(p in path for p in _LIBRARY_PARTS)
 
 
 def _shares_outer(fa: list[Frame], ia: int, fb: list[Frame]) -> bool:

@@ -14,9 +14,12 @@ import json
 import os
 import re
 import stat
+
+import numpy as np
 from dataclasses import dataclass, field
 
 from hctool import log, runlock
+from hctool.consensus.columns import RECORD_DTYPE
 from hctool.protocol.records import (CALL, FLAG_ASYNC, INTERNED, KIND_CALL, KIND_EMPTY, KIND_VOID, NO_ROOT,
                                       RECORD_SIZE, STATE_COMPLETED, STATE_ENTERED, STATE_FAILED, CallRecord,
                                       Event, Site)
@@ -85,6 +88,7 @@ class _File:
     groups: dict = field(default_factory=dict)     # ring group id -> key
     errors: dict = field(default_factory=dict)     # token -> error text
     open: dict = field(default_factory=dict)       # ring slot -> [events]
+    cols: object = None                            # columns.FileColumns, in column mode
 
 
 def _check(cond: bool, what: str) -> None:
@@ -123,9 +127,13 @@ class TraceDirReader:
     """Reads what was appended to every rank{R}-{pid} trace in a folder since the
     previous poll(); `more` says a per-poll cap left data for the next one."""
 
-    def __init__(self, path: str, strict: bool = False):
+    def __init__(self, path: str, strict: bool = False, interner=None):
         self.path = path
         self.strict = strict
+        # With an Interner (consensus/columns.py), poll() leaves completed non-p2p calls of the
+        # ring files as column blocks in `blocks` (rank, channel, Block) instead of event dicts.
+        self.interner = interner
+        self.blocks: list = []
         self.ranks: dict[int, RankTrace] = {}   # newest process per rank
         self.groups: dict[str, list[int]] = {}
         self.world_size: int | None = None
@@ -137,6 +145,7 @@ class TraceDirReader:
     def poll(self) -> list[Event]:
         new: list[Event] = []
         self.more = False
+        self.blocks = []
         names = trace_files(self.path)
         if self.run_id is None:
             self.run_id = runlock.claimed_run(self.path) or ""
@@ -193,12 +202,21 @@ class TraceDirReader:
     def _poll_file(self, f: _File, new: list) -> None:
         base = os.path.join(self.path, f.name[:-len(".jsonl")])
         ended = f.rt.ended
-        records = self._read_ring(f, base + ".ring")  # first: every id it uses is in the side table by now
-        self._read_side(f, base + ".jsonl", new)
-        if f.rt.ended and not ended:
-            # The end record follows the rank's last call, which may have been written
-            # after the ring was read: read it now, or the rank looks absent from it.
-            records += self._read_ring(f, base + ".ring")
+        if self.interner is not None:
+            rows, slots = self._read_ring_rows(f, base + ".ring")  # first: its ids are in the side table by now
+            self._read_side(f, base + ".jsonl", new)
+            if f.rt.ended and not ended:
+                more, more_slots = self._read_ring_rows(f, base + ".ring")
+                if len(more):
+                    rows, slots = np.concatenate([rows, more]), np.concatenate([slots, more_slots])
+            records = self._columns(f, rows, slots, base + ".ring")
+        else:
+            records = self._read_ring(f, base + ".ring")  # first: every id it uses is in the side table by now
+            self._read_side(f, base + ".jsonl", new)
+            if f.rt.ended and not ended:
+                # The end record follows the rank's last call, which may have been written
+                # after the ring was read: read it now, or the rank looks absent from it.
+                records += self._read_ring(f, base + ".ring")
         for rec in records:
             try:
                 new.extend(self._ring_event(f, rec))
@@ -232,6 +250,74 @@ class TraceDirReader:
                 raise TraceError(f"{os.path.basename(path)}: record {slot} has unknown kind {kind}")
         self.more = self.more or usable == RING_CHUNK * RECORD_SIZE
         return out
+
+    def _read_ring_rows(self, f: _File, path: str) -> np.ndarray:
+        """_read_ring, as numpy rows (columns.RECORD_DTYPE): no Python object per call."""
+        if not os.path.lexists(path):
+            return np.empty(0, dtype=RECORD_DTYPE), np.empty(0, dtype=np.int64)
+        fd = open_regular(path, MAX_RING_BYTES if self.strict else None)
+        try:
+            data = os.pread(fd, RING_CHUNK * RECORD_SIZE, f.next_slot * RECORD_SIZE)
+        finally:
+            os.close(fd)
+        usable = len(data) - len(data) % RECORD_SIZE
+        rows = np.frombuffer(data[:usable], dtype=RECORD_DTYPE)
+        empty = np.flatnonzero(rows["kind"] == KIND_EMPTY)
+        if len(empty):
+            rows = rows[:empty[0]]  # not written yet (or still being written)
+        else:
+            self.more = self.more or usable == RING_CHUNK * RECORD_SIZE
+        if self.strict:
+            bad = np.flatnonzero((rows["kind"] != KIND_CALL) & (rows["kind"] != KIND_VOID))
+            if len(bad):
+                raise TraceError(f"{os.path.basename(path)}: record {f.next_slot + int(bad[0])} has unknown kind "
+                                 f"{int(rows['kind'][bad[0]])}")
+        first = f.next_slot
+        f.next_slot += len(rows)
+        keep = rows["kind"] == KIND_CALL
+        if keep.all():
+            return rows, np.arange(first, first + len(rows), dtype=np.int64)
+        return rows[keep], first + np.flatnonzero(keep)
+
+    def _columns(self, f: _File, rec: np.ndarray, slots: np.ndarray, path: str) -> list[CallRecord]:
+        """Completed non-p2p calls into column blocks (self.blocks), per channel; the rest as
+        CallRecords for the ordinary path."""
+        if len(rec) == 0:
+            return []
+        if f.cols is None:
+            from hctool.consensus.columns import FileColumns
+
+            f.cols = FileColumns(self.interner, f.tables, f.groups)
+        try:
+            hard, key, op, p2p = f.cols.columns(rec)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            if self.strict:
+                raise TraceError(f"{os.path.basename(path)}: a record refers to names its side table lacks") from None
+            return []
+        fold = (rec["state"] == STATE_COMPLETED) & ~p2p
+        # A channel's calls must stay in order: per group, only the leading run of completed calls
+        # goes into a block; from the group's first other call on, its calls are records.
+        group = rec["group"].astype(np.int64)
+        for gid in np.unique(group[~fold & ~p2p]).tolist():
+            first = int(np.flatnonzero((group == gid) & ~fold)[0])
+            fold[first:] &= group[first:] != gid
+        records = [CallRecord.unpack(int(slot), tuple(r.item())[:13]) for slot, r in zip(slots[~fold], rec[~fold])]
+        if fold.any():
+            idx = np.flatnonzero(fold)
+            groups = rec["group"][idx]
+            for gid in np.unique(groups).tolist():
+                sel = idx[groups == gid]
+                key_name = f.groups[gid]
+                sub_rows, sub_slots = rec[sel], slots[sel]
+
+                def make(i, sub_rows=sub_rows, sub_slots=sub_slots, f=f):
+                    evs = self._ring_event(f, CallRecord.unpack(int(sub_slots[i]), tuple(sub_rows[i].item())[:13]))
+                    return evs[0]
+                from hctool.consensus.columns import Block
+
+                self.blocks.append((f.rt.rank, key_name, Block(f.rt.rank, hard[sel], key[sel], op[sel], make,
+                                                                sub_rows["t"], sub_rows["th"].astype(np.int64))))
+        return records
 
     def _ring_event(self, f: _File, c: CallRecord) -> list[Event]:
         op_name = f.tables["op"][c.op]

@@ -16,9 +16,10 @@ C10D_KERNEL = "HCTOOL_C10D_KERNEL"        # path of the built C++ capture kernel
 FASTPATH = "HCTOOL_FASTPATH"              # 0: the recorder's C hot path is off
 CACHE_DIR = "HCTOOL_CACHE_DIR"            # build, lint and chaos caches (default ~/.cache/hctool; off: none)
 DEBUG = "HCTOOL_DEBUG"                    # 1: internal errors print their traceback
+ANALYZE_COLUMNS = "HCTOOL_ANALYZE_COLUMNS"  # 0: the analyzer reads every call as an event (no column fast path)
 
 ALL = (TRACE_DIR, RUN_ID, FAULTS, FAULTS_T0, PROBES, SUPERVISOR_PID, ROLE, RUN_DIR, CHAOS_DIR, CHAOS_STARVE_TICKS,
-       C10D_KERNEL, FASTPATH, CACHE_DIR, DEBUG)
+       C10D_KERNEL, FASTPATH, CACHE_DIR, DEBUG, ANALYZE_COLUMNS)
 
 
 def cache_root():

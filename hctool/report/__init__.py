@@ -32,7 +32,10 @@ def write_run_report(run_dir, document: dict | None = None) -> Path | None:
         write_atomic(out, build_html(run_dir, document).encode("utf-8"))  # never through a planted link
         log.debug(f"hctool: report.html made in {time.monotonic() - t0:.2f} s ({out.stat().st_size >> 10} KiB)")
     except Exception as exc:  # the run's own result stands whatever happens here
-        log.warning(f"hctool: no HTML report ({type(exc).__name__}: {exc})")
+        from hctool.report.folders import FolderError
+
+        why = str(exc) if isinstance(exc, (FolderError, OSError)) else f"{type(exc).__name__}: {exc}"
+        log.warning(f"hctool: no HTML report: {why}")
         return None
     log.info(f"hctool: report in {out}")
     return out

@@ -161,10 +161,40 @@ def counts_table(report: Report) -> str:
     return f'<table class="counts"><tr><th></th>{head}<th>total</th></tr>{rows}</table>'
 
 
+MANY = 8  # beyond this many ranks, the page shows classes of ranks and one stack per class
+
+
+def classes_block(report: Report) -> str:
+    """Ranks folded into classes, STAT-style: by calls per op and by stack, odd ones first."""
+    from hctool.consensus.classes import tree, tree_lines
+
+    parts = []
+    cc = report.count_classes()
+    if 1 < len(cc) < len(report.counts) or len(report.counts) > MANY:  # as the text: only where ranks fold
+        rows = "".join(f'<tr class="{"odd" if i < len(cc) - 1 else ""}"><td class="rank">{esc(c.to_json()["ranks"])}</td>'
+                       f"<td>{len(c.ranks)}</td><td>{esc(c.words().split(': ', 1)[1])}</td></tr>"
+                       for i, c in enumerate(cc[:50]))
+        parts.append(f'<h3>Ranks by calls ({len(cc)} classes, odd first)</h3><table class="classes counts-classes">'
+                     f"<tr><th>ranks</th><th>how many</th><th>calls</th></tr>{rows}</table>")
+    sc = report.stack_classes()
+    if sc and (1 < len(sc) < len(report.stacks) or len(report.stacks) > MANY):
+        rows = "".join(f'<tr><td class="rank">{esc(c.to_json()["ranks"])}</td><td>{len(c.ranks)}</td>'
+                       f'<td class="site">{esc(" <- ".join(c.frames[:8]) or "(no frame)")}</td></tr>' for c in sc[:50])
+        merged = "\n".join(tree_lines(tree(sc))[:60])
+        parts.append(f'<h3>Ranks by stack ({len(sc)} classes, odd first)</h3><table class="classes stack-classes">'
+                     f"<tr><th>ranks</th><th>how many</th><th>frames, innermost first</th></tr>{rows}</table>"
+                     f"<details><summary>merged tree (ranks per frame, outermost first)</summary><pre>{esc(merged)}</pre>"
+                     f"</details>")
+    return "\n".join(parts)
+
+
 def stacks_block(report: Report) -> str:
     stacks = report.stacks
     if not stacks:
         return '<p class="dim">no stacks (they are taken when a run hangs or diverges while its ranks are alive)</p>'
+    if len(stacks) > MANY:  # one rank of each stack class
+        reps = {str(c.ranks[0]) for c in report.stack_classes()}
+        stacks = {r: t for r, t in stacks.items() if r in reps}
     culprits = set(report.first_divergence.culprit_ranks if report.first_divergence else [])
     key = lambda kv: (int(kv[0]) not in culprits, int(kv[0]) if str(kv[0]).isdigit() else 0)  # noqa: E731
     return "\n".join(f'<details class="stack" data-rank="{esc(r)}" open><summary>rank {esc(r)}'
@@ -187,7 +217,8 @@ def run_section(name: str, report: Report, tl: Timeline, marks: list[Mark], extr
             parts.append(f'<p><b>Wait cycle across groups:</b> {esc(first.deadlock)}</p>')
         parts.append(divergence_table(first))
     parts += ["<h3>Calls aligned by sequence number</h3>", lanes_table(tl, first),
-              timelines(tl, marks, first, name), "<h3>Calls per rank</h3>", counts_table(report),
+              timelines(tl, marks, first, name), classes_block(report),
+              *(("<h3>Calls per rank</h3>", counts_table(report)) if len(report.counts) <= MANY else ()),
               "<h3>Stacks</h3>", stacks_block(report), "</section>"]
     return "\n".join(parts)
 

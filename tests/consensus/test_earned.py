@@ -101,6 +101,35 @@ def test_the_text_leads_with_the_cause_and_the_symptom(tmp_path, no_leftover_pro
     assert later.returncode == 0, later.stderr
     first_page = (tmp_path / "trace" / "report.html").read_text()
     again = (tmp_path / "later.html").read_text()
+    stacks = json.loads((tmp_path / "trace" / "hctool-run.json").read_text())["stacks"]
+    assert stacks, "the ranks alive at the finding have stacks"
     for page in (first_page, again):
         assert 'id="cause">cause: rank 0, extra all_reduce' in page
-        assert page.count('<details class="stack"') == 2 and "MainThread" in page, page[-3000:]
+        assert page.count('<details class="stack"') == len(stacks), page[-3000:]
+        for rank in stacks:
+            assert f'<details class="stack" data-rank="{rank}"' in page
+
+
+@pytest.mark.slow
+def test_sixty_four_ranks_fold_into_classes(tmp_path, no_leftover_processes):
+    """64 real gloo ranks, one deviating: the culprit and its line, and the ranks folded into
+    classes (by calls, by stack), odd first, in the JSON, the text and the page."""
+    from tests.consensus.helpers import site
+
+    code, report, err = run_check("many_ranks.py", tmp_path, nproc=64, extra=["--hang-after", "30", "--timeout", "600"],
+                                  timeout=900)
+    first = report["first_divergence"]
+    assert first is not None, (report["verdict"], report.get("reason"), report.get("coverage"), err[-3000:])
+    assert (code, first["culprit_ranks"], first["cause"]["site"]) == (1, [37], site("many_ranks.py", "extra")), first
+    counts = report["count_classes"]
+    assert counts[0]["ranks"] == "37" and counts[0]["counts"] == {"all_reduce": 21}, counts
+    assert counts[1]["ranks"] == "0-36,38-63" and counts[1]["size"] == 63, counts
+    stacks = report["stack_classes"]
+    assert stacks[0]["ranks"] == "37" and any("many_ranks.py:" in f for f in stacks[0]["frames"]), stacks
+    assert sum(c["size"] for c in stacks) == len(report["stacks"]), stacks
+    page = (tmp_path / "trace" / "report.html").read_text()
+    assert "Ranks by calls (2 classes, odd first)" in page and "0-36,38-63" in page and "Ranks by stack" in page
+    text = subprocess.run([sys.executable, "-m", "hctool", "check-consensus", "analyze", str(tmp_path / "trace")],
+                          capture_output=True, text=True, timeout=300).stdout
+    assert "count classes (2): rank 37: 21 (21 all_reduce); ranks 0-36,38-63:" in text, text[:2000]
+    assert "stack classes" in text and text.count("--- stack of rank") <= len(stacks), text[:3000]
