@@ -20,13 +20,15 @@ def register(app: typer.Typer) -> None:
         select: Optional[List[str]] = typer.Option(None, "--select", help="Only these rule codes (comma-separated, prefixes allowed)."),
         ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Skip these rule codes."),
         config: Optional[Path] = typer.Option(None, "--config", help="pyproject.toml holding a tool.hctool.lint table (default: the nearest one)."),
-        statistics: bool = typer.Option(False, "--statistics", help="Count findings per rule (text format)."),
+        statistics: bool = typer.Option(False, "--statistics", help="Print only the count of findings per rule (text format)."),
         jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Worker processes (default: CPU count)."),
         baseline: Optional[Path] = typer.Option(None, "--baseline", help="Report only findings not in this baseline (JSON from --write-baseline)."),
         write_baseline: Optional[Path] = typer.Option(None, "--write-baseline", help="Write all current findings to this baseline file and exit 0."),
         diff: Optional[str] = typer.Option(None, "--diff", help="Only findings on lines changed since this git ref (working tree vs REF)."),
         severity: Optional[str] = typer.Option(None, "--severity", help="Only findings of this severity or above: low, medium (a premise), high."),
         no_cache: bool = typer.Option(False, "--no-cache", help="Analyze every file afresh and write no cache (default cache: $HCTOOL_CACHE_DIR or ~/.cache/hctool)."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="Findings only: no progress, no summary line."),
+        verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More diagnostics on stderr (the run's peak memory among them)."),
     ) -> None:
         """Find collectives whose execution depends on rank-local state (HC100-HC104).
 
@@ -34,6 +36,10 @@ def register(app: typer.Typer) -> None:
         (findings in the other files are still printed). With --baseline, only findings not in the
         baseline count; --write-baseline exits 0.
         """
+        from hctool import log
+
+        if quiet or verbose:  # also accepted after the subcommand, as ruff takes them
+            log.setup(-1 if quiet else verbose)
         from hctool.lint.adopt import apply_baseline, changed_lines, filter_diff, read_baseline
         from hctool.lint.adopt import write_baseline as write_baseline_file
         from hctool.lint.config import load_config
@@ -63,6 +69,11 @@ def register(app: typer.Typer) -> None:
 
         report = lint(paths, cfg, jobs=jobs, progress=stderr_progress if fmt == "text" else None,
                       cache_dir=None if no_cache else cache_root())
+        from hctool.lint.bounded import peak_mib
+
+        own, child = peak_mib()
+        log.LOGGER.debug(f"peak memory: {own:.0f} MiB in this process, {child:.0f} MiB in the largest worker "
+                         f"(a file over 1 MiB is parsed within {cfg.memory_mib} MiB: docs/lint.md 'Memory')")
         rel = lambda p: _rel(p, report)  # noqa: E731
         if write_baseline is not None:
             n = write_baseline_file(write_baseline, report.findings, rel, cwd)
@@ -83,7 +94,7 @@ def register(app: typer.Typer) -> None:
         if fmt == "text":
             from rich.console import Console
 
-            print_text(report, Console(), statistics)
+            print_text(report, Console(), statistics, quiet)
         else:
             out = render(report, fmt)
             if out:

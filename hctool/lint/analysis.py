@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ast
+import errno
 import io
 import re
 import tokenize
 from dataclasses import dataclass, field
 
+from hctool.lint import bounded
 from hctool.lint import names as N
 from hctool.lint import receivers as R
 from hctool.lint.checks import Finding, Relation, check_function
@@ -20,6 +22,11 @@ from hctool.lint.source import read_source
 from hctool.lint.walker import EMPTY, FnAtom, ModuleInfo, ParamAtom, Walker  # noqa: F401
 
 SUPPRESS_RE = re.compile(r"#\s*hctool:\s*ignore\[([^\]]*)\]")
+# ruff's and flake8's form: `noqa`, a colon, then codes separated by commas or spaces. Only HC codes
+# are ours: a comment naming E501 and HC102 suppresses HC102 and leaves E501 to the other linter. A bare
+# `noqa` names no code and suppresses no hctool finding (it is usually written for another linter).
+NOQA_RE = re.compile(r"#\s*noqa\s*:\s*([A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*)", re.IGNORECASE)
+HC_CODE = re.compile(r"^HC[0-9]{3}$")
 _COMPOUND = (ast.If, ast.Try, ast.With, ast.For, ast.While)
 
 
@@ -77,26 +84,37 @@ def _module_info(tree: ast.Module, path: str, modname: str, cfg: LintConfig) -> 
                       cfg.collectives, cfg.rank_local, (cfg.uniform | N.DEFAULT_UNIFORM) - cfg.rank_local, props)
 
 
-def _parse(file: str) -> tuple[bytes, ast.Module]:
-    data = read_source(file)  # never a FIFO, a followed link or an unbounded read (source.py)
-    return data, ast.parse(data, filename=file)
-
-
 def _error(exc: BaseException) -> tuple:
     if isinstance(exc, SyntaxError):
         return (exc.lineno or 1, f"syntax error: {exc.msg}")
+    if isinstance(exc, MemoryError):
+        return (1, "out of memory while parsing it")
+    if isinstance(exc, OSError) and exc.errno == errno.ENOMEM:
+        return (1, exc.strerror)
     if isinstance(exc, OSError):
         return (1, f"cannot read: {exc.strerror or exc}")
     return (1, f"{type(exc).__name__}: {exc}")
 
 
 def summarize_file(file: str, path: str, modname: str, cfg: LintConfig) -> ModuleSummary:
+    try:
+        data = read_source(file)  # never a FIFO, a followed link or an unbounded read (source.py)
+        if bounded.needs_bound(len(data)):  # its tree could outgrow the memory budget: parse it in a child
+            return bounded.call(_summarize, (file, data, path, modname, cfg), cfg.memory_mib)
+        return _summarize(file, data, path, modname, cfg)
+    except (OSError, MemoryError) as exc:
+        summary = ModuleSummary(path, modname)
+        summary.error = _error(exc)
+        return summary
+
+
+def _summarize(file: str, data: bytes, path: str, modname: str, cfg: LintConfig) -> ModuleSummary:
     summary = ModuleSummary(path, modname)
     try:
-        data, tree = _parse(file)
+        tree = ast.parse(data, filename=file)
         summary.digest = digest(data)
         summary.lines = data.count(b"\n") + 1
-        if b"hctool:" in data:
+        if b"hctool:" in data or b"HC" in data:
             summary.suppressions = suppressions(data.decode("utf-8", errors="replace"))
         mod = _module_info(tree, path, modname, cfg)
         summary.imports, summary.local_defs, summary.latch_props = mod.imports, mod.local_defs, mod.latch_props
@@ -139,23 +157,30 @@ def summarize_file(file: str, path: str, modname: str, cfg: LintConfig) -> Modul
                         if specs:
                             k = (node.name, item.target.id)
                             summary.field_types[k] = summary.field_types.get(k, EMPTY) | specs
-    except (SyntaxError, ValueError, OSError, RecursionError, MemoryError) as exc:
+    except (SyntaxError, ValueError, OSError, RecursionError) as exc:  # MemoryError: see bounded.py
         summary.error = _error(exc)
         summary.funcs, summary.classes, summary.module_funcs, summary.attr_assigns = [], {}, {}, {}
         summary.field_types, summary.init_params = {}, {}
     return summary
 
 
-def suppressions(text: str) -> dict[int, tuple[int, set[str]]]:
-    """line -> (column, codes) for each `# hctool: ignore[...]` comment."""
-    out = {}
-    if "hctool:" not in text:
+def suppressions(text: str) -> dict[int, tuple[int, set[str], str]]:
+    """line -> (column, codes, form) for each `# hctool: ignore[...]` or `# noqa: HCnnn` comment;
+    FORM ("ignore" or "noqa") is how HC100 names a stale one."""
+    out: dict = {}
+    if "hctool:" not in text and "HC" not in text:
         return out
     for lineno, col, comment in _comments(text):
         m = SUPPRESS_RE.search(comment)
         if m:
             codes = {c.strip().upper() for c in m.group(1).split(",") if c.strip()}
-            out[lineno] = (col + m.start() + 1, codes)
+            out[lineno] = (col + m.start() + 1, codes, "ignore")
+        n = NOQA_RE.search(comment)
+        if n:
+            codes = {c.upper() for c in re.split(r"[\s,]+", n.group(1)) if HC_CODE.match(c.upper())}
+            if codes:
+                prev = out.get(lineno)
+                out[lineno] = (prev[0], prev[1] | codes, prev[2]) if prev else (col + n.start() + 1, codes, "noqa")
     return out
 
 
@@ -185,11 +210,12 @@ def suppress(relations: list[Relation], table: dict, used: set) -> list[Relation
 
 def unused_suppressions(path: str, table: dict, used: set, select: frozenset) -> list[Finding]:
     out = []
-    for line, (col, codes) in sorted(table.items()):
+    for line, (col, codes, *form) in sorted(table.items()):
         for code in sorted(codes):
             if (line, code) not in used and (code in select or code not in RULES):
+                comment = f"noqa: {code}" if form and form[0] == "noqa" else f"ignore[{code}]"
                 out.append(Finding(path, line, col, "HC100",
-                                   f"unused suppression `ignore[{code}]`: no {code} finding on this line", [], line,
+                                   f"unused suppression `{comment}`: no {code} finding on this line", [], line,
                                    "low"))
     return out
 
@@ -202,11 +228,20 @@ def walked(project: Project, keys) -> tuple:
 def check_file(file: str, path: str, modname: str, cfg: LintConfig, project: Project) -> FileResult:
     """Pass 2: the relations of the functions that issue collectives (the only ones that can gate one).
     Only those functions are parsed again, from their lines: a tenth of what the files hold in srt."""
+    try:
+        data = read_source(file)
+        if bounded.needs_bound(len(data)):
+            return bounded.call(_check, (file, data, path, modname, cfg, project), cfg.memory_mib)
+        return _check(file, data, path, modname, cfg, project)
+    except (OSError, MemoryError) as exc:
+        return FileResult(error=_error(exc))
+
+
+def _check(file: str, data: bytes, path: str, modname: str, cfg: LintConfig, project: Project) -> FileResult:
     result = FileResult()
     facts = Recorder(project)
     summary = project.modules[path]
     try:
-        data = read_source(file)
         result.digest = digest(data)
         funcs = {f.key: f for f in summary.funcs}
         result.walked = walked(project, list(funcs))
@@ -238,7 +273,7 @@ def check_file(file: str, path: str, modname: str, cfg: LintConfig, project: Pro
             relations = suppress(relations, summary.suppressions, result.used)
         result.relations = relations
         result.answers = facts.answers()
-    except (SyntaxError, ValueError, OSError, RecursionError, MemoryError) as exc:
+    except (SyntaxError, ValueError, OSError, RecursionError) as exc:  # MemoryError: see bounded.py
         result.error = _error(exc)
     return result
 

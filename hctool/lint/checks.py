@@ -27,7 +27,7 @@ class Finding:
     message: str
     related: list = field(default_factory=list)  # [Rel]
     end_line: int = 0  # suppression comments may sit on any line of the statement
-    severity: str = "low"  # sources.py: high, medium (a premise), low (a rank-id role)
+    severity: str = "low"  # sources.py: high, medium (a premise), low (no named source; HC100)
     function: str = ""  # the function holding the reported line (baseline key)
     premise: str | None = None
     count: int = 0  # collective call sites the source gates
@@ -52,7 +52,8 @@ class Relation:
 
 
 def _pref(src: Src, path: str) -> tuple:
-    return (-S.LEVELS.index(S.severity(src.kind)), src.path != path, src)
+    # A rank id is named last among equals: the poll or the deadline beside it is the rarer news.
+    return (-S.LEVELS.index(S.severity(src.kind)), src.kind.startswith("id"), src.path != path, src)
 
 
 def first_src(taint, path: str = "") -> Src | None:
@@ -94,14 +95,24 @@ def _loop_exit(loop: Frame, c: Collective, exits: list[Exit], path: str) -> tupl
         cond = _tainted_inside(e.stack, loop)
         if cond is not None and first_src(cond.taint, path) is not None:
             hits.append((e, cond))
-    hits.sort(key=lambda h: _pref(first_src(h[1].taint, path), path)[:2])  # stable: earlier first
+    hits.sort(key=lambda h: _pref(first_src(h[1].taint, path), path)[:3])  # stable: earlier first
     return hits[0] if hits else None
+
+
+def _other_dimension(src: Src | None, c: Collective) -> bool:
+    """A rank id of one parallel dimension deciding a collective on a group of another (`if tp_rank == 0:`
+    around a data-parallel barrier; ColossalAI's `get_local_rank(PARALLEL_2D_COL) == 0` around a gather
+    on the 2D row group): every member of that group has the same coordinate, so all of it goes or none."""
+    return src is not None and src.kind.startswith("id") and bool(src.dims) and bool(c.dims) \
+        and not (src.dims & c.dims)
 
 
 def check_function(w: Walker, path: str) -> list[Relation]:
     out: list[Relation] = []
 
     def add(rule, c, src, how, cond=None, exit_=None, loop=None):
+        if _other_dimension(src, c):
+            return
         out.append(Relation(rule, src, path, c.line, c.col, c.end_line, w.qual, _what(c), how, cond, exit_, loop,
                             c.chain))
 
@@ -124,8 +135,12 @@ def check_function(w: Walker, path: str) -> list[Relation]:
             src = first_src(branch.taint, path) if branch.kind != "loop" and not branch.balanced else None
             if src is not None and src not in named:
                 named.add(src)
-                add("HC102", c, src, f"runs only under the condition at line {branch.line}; other arms do not "
-                    "issue the same collectives", (path, branch.line))
+                if branch.kind == "swallow":
+                    add("HC102", c, src, f"is skipped by a rank whose call at line {branch.line} fails (the failure "
+                        "is swallowed and that rank carries on)", (path, branch.line))
+                else:
+                    add("HC102", c, src, f"runs only under the condition at line {branch.line}; other arms do not "
+                        "issue the same collectives", (path, branch.line))
         if c.order is not None:  # a stamp-ordered list in a collective's arguments: contents differ per rank
             add("HC104", c, c.order, "carries a list ordered by per-rank stamps into the collective, so ranks "
                 "contribute it in different orders")

@@ -7,9 +7,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hctool.errors import UsageError
+from hctool.lint.bounded import BUDGET_LIMITS_MIB, DEFAULT_BUDGET_MIB
 from hctool.lint.rules import ALL_CODES
 
-KEYS = ("select", "ignore", "collectives", "rank-local", "uniform", "exclude")
+KEYS = ("select", "ignore", "collectives", "rank-local", "uniform", "exclude", "memory-per-file")
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class LintConfig:
     uniform: frozenset[str] = frozenset()  # calls/attributes whose values are replicated
     exclude: tuple[str, ...] = ()  # glob patterns on paths relative to the config's directory
     root: Path = field(default_factory=Path.cwd)  # where exclude patterns are anchored
+    memory_mib: int = DEFAULT_BUDGET_MIB  # the budget to parse one large file in (bounded.py)
 
     def with_cli(self, select: list[str] | None, ignore: list[str] | None) -> LintConfig:
         chosen = self.select
@@ -94,7 +96,13 @@ def load_config(config_path: Path | None, cwd: Path | None = None) -> LintConfig
     select = frozenset(parse_codes(list(_names(section, "select", path)), f"{path} select")) if "select" in section \
         else frozenset(ALL_CODES)
     select -= frozenset(parse_codes(list(_names(section, "ignore", path)), f"{path} ignore"))
+    memory = section.get("memory-per-file", DEFAULT_BUDGET_MIB)
+    low, high = BUDGET_LIMITS_MIB
+    if type(memory) is not int or not low <= memory <= high:
+        raise UsageError(f"{path}: [tool.hctool.lint] memory-per-file must be an integer number of MiB from {low} "
+                         f"to {high}, got {memory!r}", f"e.g. memory-per-file = {DEFAULT_BUDGET_MIB}")
     return LintConfig(
+        memory_mib=memory,
         select=select,
         collectives=_names(section, "collectives", path),
         rank_local=_names(section, "rank-local", path),

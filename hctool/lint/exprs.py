@@ -43,6 +43,12 @@ class Expressions:
             return t
         if S.is_none_test(node):  # `os.getenv("RANK") is None`: whether the launcher set it, not the rank
             t = frozenset(a for a in t if not (isinstance(a, Src) and a.kind.startswith("id")))
+        elif S.is_membership(node) and _has_id(parts[0]):
+            # `get_rank() in get_process_group_ranks(g)`: whether this rank is a member of a group, and
+            # every member answers the same; a rank outside it takes no part in that group's collectives.
+            t = frozenset(a for a in parts[0] if not (isinstance(a, Src) and a.kind.startswith("id")))
+            for p in parts[1:]:
+                t = t | p
         clocks = [[a for a in p if isinstance(a, Src) and a.kind == "clock"] for p in parts]
         if any(clocks) and S.is_deadline_compare(node, [bool(c) for c in clocks]):
             clock = min(a for c in clocks for a in c)
@@ -73,9 +79,10 @@ class Expressions:
             return EMPTY
         if node.id in N.RANK_VARIABLES:
             # A bare `rank` is ambiguous (a LoRA or matrix rank): a rank id here, never stored in a field.
-            return self._src("id-local" if node.id == "rank" else "id", f"`{node.id}`", node.lineno)
+            return self._src("id-local" if node.id == "rank" else "id", f"`{node.id}`", node.lineno,
+                             node.col_offset + 1, N.dims(node.id))
         if node.id in self.mod.rank_local:
-            return self._src("rank", f"`{node.id}`", node.lineno)
+            return self._src("rank", f"`{node.id}`", node.lineno, node.col_offset + 1)
         return EMPTY
 
     def e_attribute(self, node) -> frozenset:
@@ -199,7 +206,10 @@ class Expressions:
         if last in S.MUTATORS and args and isinstance(func, ast.Attribute):  # `xs.append(v)`: xs now holds v
             d = N.dotted(func.value)
             if d is not None and d.split(".", 1)[0] not in ("self", "cls"):
-                self.env[d] = self.env.get(d, EMPTY) | (args - recv if recv else args)
+                # A rank's own shard stored in a list is a per-rank value, not a per-rank shape of the list.
+                held = _without_ids(args - recv if recv else args)
+                if held:
+                    self.env[d] = self.env.get(d, EMPTY) | held
         order = EMPTY
         if (last in N.ORDERING_CALLS or last in N.HEAP_PUSH) and self.facts is not None:
             order = self._ordering(node, func, last, arg_taints)
@@ -211,6 +221,8 @@ class Expressions:
         if N.op_family(last) != last.lower():  # `self._all_reduce(t, MIN)`: a wrapper's in-place result
             self._agreed(node)
         if ref is None:
+            if self.swallow:
+                self._may_fail(node, last, qual, display)
             return args | order
         if self.facts is None:
             per_arg = None
@@ -223,7 +235,25 @@ class Expressions:
         if chain:
             self._collective(node, display, chain, args)
             self._agreed(node)
+        elif self.swallow:
+            self._may_fail(node, last, qual, display)
         return t | order
+
+    def _may_fail(self, node, last: str, qual: str | None, display: str) -> None:
+        """A call inside a construct that swallows its failure: from here on, that scope's collectives run
+        only where it worked. Tensor arithmetic and logging are not what fails on one rank."""
+        if self.quiet or (qual or "").startswith(("torch.", "math.", "logging.")) or last in N.VALUE_BUILTINS \
+                or (N.dotted(node.func) or "").split(".", 1)[0] in ("logger", "log", "logging"):
+            return
+        for scope in self.swallow:
+            # The outermost call of an expression is the one to name (`SharedMemory(name=make_name())`):
+            # its arguments were walked, and marked, first.
+            inner = scope.failed is not None and scope.failed_at is not None and _inside(scope.failed_at, node)
+            if (scope.failed is None or inner) and (scope.mode == "any" or S.IO_CALL.search(last)):
+                scope.failed_at = node
+                scope.failed = next(iter(self._src(
+                    "io", f"a failure of `{display}()` that the {scope.construct} swallows", node.lineno,
+                    node.col_offset + 1)), None)
 
     def _agreed(self, node) -> None:
         """In-place collective arguments (all_reduce(t)) hold the replicated result afterwards."""
@@ -238,12 +268,19 @@ class Expressions:
         self.pos += 1
         real = chain[-1][2].rsplit("`", 2)[-2].rstrip("()") if chain else display
         group = next((ast.unparse(k.value) for k in node.keywords if k.arg in ("group", "process_group")), "")
+        # The parallel dimensions of the group it runs on, where the call names one (checks._other_dimension).
+        named = " ".join(ast.unparse(a) for a in (*node.args, *(k.value for k in node.keywords))
+                         if _names_group(a))
         sent = frozenset(a for a in args if isinstance(a, Src) and a.kind in ("order", "deadline")) \
             if args and self.facts is not None else EMPTY
         order = min((a for a in sent if a.kind == "order"), default=None)
+        stack = tuple(self.stack)
+        failed = [Frame("swallow", s.failed.line, frozenset((s.failed,))) for s in self.swallow if s.failed]
+        if failed:  # skipped where an earlier call of its try/suppress block failed (walker._swallowed)
+            stack = (*failed, *stack)
         self.collectives.append(Collective(self.pos, node.lineno, getattr(node, "end_lineno", None) or node.lineno,
-                                           node.col_offset + 1, display, chain, tuple(self.stack),
-                                           N.op_family(real), group, order, None, sent))
+                                           node.col_offset + 1, display, chain, stack,
+                                           N.op_family(real), group, order, None, sent, N.dims(named)))
 
     def _is_collective(self, func, last: str, qual: str | None) -> bool:
         if last in N.COLLECTIVE_NAMES or _matches(self.mod.collectives, last, qual):
@@ -274,6 +311,22 @@ class Expressions:
             return None
         specs = self.type_of(value)  # never by method name alone: only on a receiver of known type
         return _intern(("typed", last, specs)) if specs else None
+
+def _names_group(arg) -> bool:
+    text = ast.unparse(arg)
+    low = text.lower()
+    return len(text) < 200 and ("group" in low or "parallel_mode" in low or "parallelmode" in low or
+                                low.endswith("pg") or "mesh" in low)
+
+
+def _inside(inner, outer) -> bool:
+    return (outer.lineno, outer.col_offset) <= (inner.lineno, inner.col_offset) and \
+        (inner.end_lineno, inner.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
+
+
+def _without_ids(taint: frozenset) -> frozenset:
+    return frozenset(a for a in taint if not (type(a) is Src and a.kind.startswith("id"))) if _has_id(taint) else taint
+
 
 def _has_id(taint: frozenset) -> bool:
     for a in taint:

@@ -25,8 +25,10 @@ COLLECTIVE_NAMES = frozenset({
 # torch.distributed or a receiver that looks like a process group.
 AMBIGUOUS_COLLECTIVES = frozenset({"broadcast", "reduce", "gather", "scatter"})
 
+# (get_global_rank(group, r) and get_group_rank(group, r) translate a rank they are given: their result
+# is as rank-local as R, which is uniform when every rank passes the same one.)
 RANK_CALLS = frozenset({
-    "get_rank", "get_local_rank", "get_node_local_rank", "get_global_rank", "get_group_rank",
+    "get_rank", "get_local_rank", "get_node_local_rank",
     "get_tensor_model_parallel_rank", "get_attention_tp_rank",
 })
 # Method names whose result is a rank-local observation (pool free counts, event polls, thread queues).
@@ -162,3 +164,21 @@ _SIZE_RE = re.compile(r"(^|_)(world|tp|pp|dp|cp|ep|group|sync|attn_tp|attn_dp|at
 def is_group_size(name: str) -> bool:
     """Group and parallel sizes are the same on every rank of a group (set by the launcher)."""
     return bool(_SIZE_RE.search(name))
+
+
+# Parallel dimensions named in a rank id or a group expression. Ranks of one group share their
+# coordinate in every other dimension (the data-parallel group of a tensor-parallel rank 0 holds only
+# tensor-parallel ranks 0), so a rank id of one dimension is uniform inside a group of another.
+_DIM_WORDS = {"tp": "tp", "tensor": "tp", "mp": "tp", "pp": "pp", "pipeline": "pp", "stage": "pp",
+              "dp": "dp", "data": "dp", "cp": "cp", "context": "cp", "ep": "ep", "expert": "ep", "moe": "ep",
+              "sp": "sp", "sequence": "sp", "row": "row", "col": "col", "column": "col", "depth": "depth",
+              "input": "3d-input", "weight": "3d-weight", "output": "3d-output", "fsdp": "dp", "shard": "shard",
+              "replicate": "dp", "embd": "embd", "embedding": "embd", "position": "pos"}
+_WORD = re.compile(r"[A-Za-z][a-z]*|[0-9]+d", re.ASCII)
+
+
+def dims(text: str) -> frozenset:
+    """The parallel dimensions TEXT names (`get_tensor_model_parallel_rank` -> tp, `ParallelMode.PARALLEL_2D_COL`
+    -> col, `self.data_parallel_group` -> dp); empty for the world or anything unnamed."""
+    words = [w.lower() for part in re.split(r"[^A-Za-z0-9]+", text) for w in (part.split("_") if part else ())]
+    return frozenset(_DIM_WORDS[w] for w in words if w in _DIM_WORDS)

@@ -50,11 +50,11 @@ class Observations:
 
     # ---- expressions ------------------------------------------------------
 
-    def _src(self, kind: str, what: str, line: int, col: int = 1) -> frozenset:
+    def _src(self, kind: str, what: str, line: int, col: int = 1, dims: frozenset = EMPTY) -> frozenset:
         premise = S.premise_id(kind, what)
         if premise and premise in self.mod.uniform:  # `uniform = ["kv-free-count"]` accepts the premise away
             return EMPTY
-        return frozenset((Src(kind, what, self.mod.path, line, 0, col, self.qual),))
+        return frozenset((Src(kind, what, self.mod.path, line, 0, col, self.qual, dims),))
 
     def _thread_facts(self, node, func, last: str) -> None:
         """Pass 1: functions handed to another thread, and containers changed in place (`q.put(x)`)."""
@@ -78,8 +78,9 @@ class Observations:
         line, col = node.lineno, node.col_offset + 1
         if qual in N.CLOCK_CALLS:
             return self._src("clock", f"`{display}()`", line, col)
-        if last in N.RANK_CALLS:
-            return self._src("id", f"`{display}()`", line, col)
+        if last in N.RANK_CALLS:  # its parallel dimension: the function's name, or the group it is asked about
+            named = " ".join([last, *(ast.unparse(a) for a in (*node.args, *(k.value for k in node.keywords)))])
+            return self._src("id", f"`{display}()`", line, col, N.dims(named))
         if _matches(self.mod.rank_local, last, qual):
             return self._src("rank", f"`{display}()`", line, col)
         if isinstance(func, ast.Attribute):

@@ -100,25 +100,32 @@ def to_github(report: Report) -> str:
     return "\n".join(lines)
 
 
-def print_text(report: Report, console, statistics: bool) -> None:
-    """Human output on CONSOLE (stdout): each finding, its related lines, then a summary."""
+def print_text(report: Report, console, statistics: bool, quiet: bool = False) -> None:
+    """Human output on CONSOLE (stdout), as ruff prints: one line per finding,
+    `path:line:col: CODE [severity] message` (what editors' and CI problem matchers read as
+    `%f:%l:%c: %m`), its related lines indented below it, then a summary (not with QUIET).
+    With STATISTICS only the counts per rule are printed."""
     from rich.markup import escape
 
-    for f in report.findings:
-        color = {"high": "red", "medium": "yellow"}.get(f.severity, "blue")
-        console.print(f"[bold]{escape(f.path)}:{f.line}:{f.col}[/bold] [{color}]{f.rule}[/{color}] "
-                      f"[dim]{RULES[f.rule].name} ({f.severity})[/dim]", highlight=False)
-        console.print(f"  {escape(f.message)}", highlight=False, soft_wrap=True)
-        for r in f.related:
-            console.print(f"    [cyan]{escape(r.path)}:{r.line}[/cyan] {escape(r.message)}", highlight=False, soft_wrap=True)
-    for e in report.errors:
-        console.print(f"[bold]{escape(e.path)}:{e.line}[/bold] [red]error[/red] {escape(e.message)}", highlight=False)
-    if statistics and report.findings:
+    if statistics:
         counts: dict[str, int] = {}
         for f in report.findings:
             counts[f.rule] = counts.get(f.rule, 0) + 1
         for code in sorted(counts):
             console.print(f"{counts[code]:6d}  {code}  {RULES[code].name}", highlight=False)
+    else:
+        for f in report.findings:
+            color = {"high": "red", "medium": "yellow"}.get(f.severity, "blue")
+            console.print(f"[bold]{escape(f.path)}:{f.line}:{f.col}:[/bold] [{color}]{f.rule}[/{color}] "
+                          f"[dim]\\[{f.severity}][/dim] {escape(f.message)}", highlight=False, soft_wrap=True)
+            for r in f.related:
+                console.print(f"    [cyan]{escape(r.path)}:{r.line}:[/cyan] {escape(r.message)}", highlight=False,
+                              soft_wrap=True)
+    for e in report.errors:
+        console.print(f"[bold]{escape(e.path)}:{e.line}:1:[/bold] [red]error[/red] {escape(e.message)}",
+                      highlight=False, soft_wrap=True)
+    if quiet or statistics:
+        return
     noun = "finding" if len(report.findings) == 1 else "findings"
     console.print(f"{len(report.findings)} {noun} in {report.files} files ({report.lines} lines, "
                   f"{report.seconds:.2f}s)" + (f", {len(report.errors)} file(s) not analyzed" if report.errors else ""),

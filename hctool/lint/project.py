@@ -64,7 +64,7 @@ class ModuleSummary:
     imports: dict = field(default_factory=dict)  # what pass 2 needs of the module (walker.ModuleInfo)
     local_defs: frozenset = frozenset()
     latch_props: dict = field(default_factory=dict)
-    suppressions: dict = field(default_factory=dict)  # line -> (column, codes) of each suppression comment
+    suppressions: dict = field(default_factory=dict)  # line -> (column, codes, form) of each suppression comment
     error: tuple | None = None  # (line, message) when the file could not be analyzed
 
 

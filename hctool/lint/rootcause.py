@@ -38,7 +38,9 @@ def fold(relations: list[Relation]) -> list[Finding]:
 
 
 def _rel(path: str, line: int) -> str:
-    return f"{path.rsplit('/', 1)[-1]}:{line}"
+    # The finding's own path form (relative to where lint ran), so a message's citation and its
+    # location read the same: `mypkg/tp.py:14`, never a bare `tp.py:14`.
+    return f"{path}:{line}"
 
 
 def _finding(rels: list[Relation]) -> Finding:

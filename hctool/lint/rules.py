@@ -19,7 +19,7 @@ RULES: dict[str, Rule] = {
         Rule(
             "HC100",
             "unused-suppression",
-            "A `# hctool: ignore[...]` comment that suppresses nothing.",
+            "A `# hctool: ignore[...]` or `# noqa: HCnnn` comment that suppresses nothing.",
             "Remove the comment, or fix the code list: a stale suppression would hide a future finding.",
         ),
         Rule(

@@ -147,8 +147,17 @@ def _map(fn, jobs: list, workers: int, bar=None) -> list:
         return out
     if workers <= 1 or len(jobs) < PARALLEL_MIN_FILES or "fork" not in multiprocessing.get_all_start_methods():
         return counted(fn(j) for j in jobs)
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
+    with multiprocessing.get_context("fork").Pool(workers, initializer=_worker_signals) as pool:
         return counted(pool.imap(fn, jobs, chunksize=max(1, len(jobs) // (workers * 8))))
+
+
+def _worker_signals() -> None:
+    """A worker ends quietly when the pool is closed (SIGTERM): the handler it inherited from the
+    command turns that into a KeyboardInterrupt traceback on stderr after every parallel run."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it closes the pool
 
 
 def lint(paths: list[Path], cfg: LintConfig, jobs: int | None = None, cwd: Path | None = None,

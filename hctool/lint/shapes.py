@@ -24,6 +24,7 @@ class Src:
     hops: int = field(default=0, compare=False)  # function results / fields it crossed (project.py)
     col: int = field(default=1, compare=False)
     fn: str = field(default="", compare=False)
+    dims: frozenset = field(default=frozenset(), compare=False)  # a rank id's parallel dimensions (names.dims)
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ class Collective:
     order: object = None  # a Src of kind "order" among its arguments (a stamp-ordered list, HC104)
     latch: str | None = None  # pass 1: the `self.F is None` latch it sits under (latches.py)
     sent: frozenset = frozenset()  # order and deadline sources among its arguments (what ranks contribute)
+    dims: frozenset = frozenset()  # parallel dimensions of the group its arguments name (names.dims)
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Rank-local sources: their kinds, severities and premises, and the call shapes that make them.
 
 A source kind says why a value can differ between the ranks of one group:
-  id, id-local  a rank id (mostly picks a role: who logs, who is root)            low
+  id, id-local  a rank id compared (who logs, who is root; role arms that pair     high
+                are not findings, see shapes._role_branch)
   pool          a pool's free count (`available_size()`): differs only where      medium
                 allocations or frees complete per rank, a premise the user can accept away
   poll          an event or future poll (`query()`, `done()`, `is_set()`)          high
@@ -21,7 +22,7 @@ import re
 from hctool.lint import names as N
 
 NOT_CONTROL = frozenset({"clock", "order"})
-SEVERITY = {"id": "low", "id-local": "low", "pool": "medium"}  # every other kind: high
+SEVERITY = {"pool": "medium"}  # every other kind: high, a rank id too (it differs on every rank by definition)
 LEVELS = ("low", "medium", "high")
 
 # Method names whose result is a rank-local observation, by kind.
@@ -97,6 +98,11 @@ def is_none_test(node: ast.Compare) -> bool:
         all(isinstance(c, ast.Constant) and c.value is None for c in node.comparators)
 
 
+def is_membership(node: ast.Compare) -> bool:
+    """`x in xs` / `x not in xs`."""
+    return all(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops)
+
+
 def io_call(body: list) -> tuple[str, int] | None:
     """The first call in a try body that does I/O by its name (attach, connect, open, read ...)."""
     for stmt in body:
@@ -106,6 +112,37 @@ def io_call(body: list) -> tuple[str, int] | None:
                 if name and IO_CALL.search(name):
                     return name, n.lineno
     return None
+
+
+# Exceptions that only I/O raises: a handler or `suppress()` of these alone says any call in its body
+# is expected to fail on some rank (a shared-memory create, a socket), not only calls named like I/O.
+OS_ERRORS = frozenset({"OSError", "IOError", "EnvironmentError", "FileNotFoundError", "FileExistsError",
+                       "PermissionError", "ConnectionError", "ConnectionRefusedError", "ConnectionResetError",
+                       "BrokenPipeError", "TimeoutError", "BlockingIOError", "InterruptedError"})
+
+
+def exception_names(node) -> list[str]:
+    types = node.elts if isinstance(node, ast.Tuple) else [node]
+    return [(N.dotted(t) or "?").rsplit(".", 1)[-1] for t in types]
+
+
+def swallow_scope(types: list[str]) -> str | None:
+    """What a construct that swallows TYPES lets fail: "any" call (I/O errors only), "io" (calls named
+    like I/O, under a broad Exception), or None (it swallows nothing a rank meets on its own)."""
+    if types and all(t in OS_ERRORS for t in types):
+        return "any"
+    if any(t in BROAD_EXCEPTIONS for t in types):
+        return "io"
+    return None
+
+
+def suppress_types(node: ast.expr, imports: dict) -> list[str] | None:
+    """The exception names of `contextlib.suppress(A, B)` (None if NODE is no such call)."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return None
+    if N.qualify(N.dotted(node.func), imports) != "contextlib.suppress":
+        return None
+    return [n for a in node.args for n in exception_names(a)]
 
 
 def swallows(handler: ast.ExceptHandler) -> bool:

@@ -54,6 +54,7 @@ class Walker(Expressions, Observations):
     fn_node: object = None
     items: set = field(default_factory=set)  # names bound by for-loops: items of a collection
     state_writes: list = field(default_factory=list)  # (pos, line, col, text, deadline Src): see _state_write
+    swallow: list = field(default_factory=list)  # pass 2: open try/suppress scopes that swallow failures (Swallow)
 
     # ---- statements -------------------------------------------------------
     def run(self, fn: ast.AST) -> Walker:
@@ -189,12 +190,19 @@ class Walker(Expressions, Observations):
         """Walk alternative arms from the same entry state, then merge their states."""
         saved_ctl = self._push(frame)
         entry, envs, seqs = self.env, [], []
+        entry_failed = [sw.failed for sw in self.swallow]
+        failed_after = list(entry_failed)
         for arm in arms:
             self.env = dict(entry)
+            for sw, f in zip(self.swallow, entry_failed):  # a call that failed in one arm did not run in another
+                sw.failed = f
             start = len(self.collectives)
             self.stmts(arm)
             envs.append(self.env)
             seqs.append(self.collectives[start:])
+            failed_after = [a or sw.failed for a, sw in zip(failed_after, self.swallow)]
+        for sw, f in zip(self.swallow, failed_after):  # after the branch: failed if it could in any arm
+            sw.failed = f
         self._pop(saved_ctl)
         frame.balanced = all(_same_ops(seq, seqs[0]) for seq in seqs) or _role_branch(frame, seqs)
         if test is not None and sum(1 for seq in seqs if seq) == 1 and _size_guard(test):
@@ -253,12 +261,29 @@ class Walker(Expressions, Observations):
     def s_while(self, s) -> None:
         self._loop(s, self.expr(s.test), None)
 
+    def _swallowed(self, body: list, mode: str | None, construct: str, line: int) -> None:
+        """Walk BODY inside a construct that swallows failures (MODE: sources.swallow_scope): a collective
+        after a call that can fail there is skipped by the rank whose call failed, which carries on."""
+        if mode is None or self.facts is None:
+            self.stmts(body)
+            return
+        self.swallow.append(Swallow(mode, construct, line))
+        try:
+            self.stmts(body)
+        finally:
+            self.swallow.pop()
+
     def s_try(self, s) -> None:
         # Exceptions are not rank-local sources: `except ImportError` and friends are the same on
         # every rank, and a rank that fails for real dies rather than hanging its peers.
         # The exception is: a handler that swallows the failure of an I/O call (a storage attach that
-        # fails on one rank) runs on that rank only, and what it returns or sets differs from its peers.
-        self.stmts(s.body)
+        # fails on one rank) runs on that rank only, and what it returns or sets differs from its peers;
+        # and the collectives of the try body after that call are skipped by that rank alone.
+        modes = [S.swallow_scope(S.exception_names(h.type) if h.type is not None else ["BaseException"])
+                 for h in s.handlers if S.swallows(h)]
+        mode = "any" if modes and all(m == "any" for m in modes) else "io" if any(modes) else None
+        first = next((h for h in s.handlers if S.swallows(h)), None)
+        self._swallowed(s.body, mode, f"`except` at line {first.lineno}" if first else "", s.lineno)
         io = S.io_call(s.body) if s.handlers else None
         for h in s.handlers:
             if h.type is not None:
@@ -276,11 +301,16 @@ class Walker(Expressions, Observations):
         self.stmts(s.finalbody)
 
     def s_with(self, s) -> None:
+        mode = None
         for item in s.items:
             t = self.expr(item.context_expr)
             if item.optional_vars is not None:
                 self.bind(item.optional_vars, t | self.ctl)
-        self.stmts(s.body)
+            types = S.suppress_types(item.context_expr, self.mod.imports)
+            if types is not None:  # `with suppress(OSError):` is a try whose handler passes
+                mode = S.swallow_scope(types)
+                construct = f"`suppress({', '.join(types)})` at line {s.lineno}"
+        self._swallowed(s.body, mode, construct if mode else "", s.lineno)
 
     def bind(self, target, t: frozenset) -> None:
         if isinstance(target, ast.Name):
@@ -306,9 +336,26 @@ class Walker(Expressions, Observations):
             self.expr(target.slice)
             d = N.dotted(target.value)
             if d is not None:
-                self.env[d] = self.env.get(d, EMPTY) | t
+                # `d[name] = shard_for(tp_rank)`: what a key holds is per rank, which keys there are is
+                # not (a later `name in d` is the same on every rank).
+                self.env[d] = self.env.get(d, EMPTY) | _without_ids(t)
             if self.facts is None and isinstance(target.value, ast.Attribute):  # self.status[room] = ...
                 self._wrote(target.value.value, target.value.attr, target.lineno)
+
+
+@dataclass
+class Swallow:
+    """A try body or `suppress()` block whose failures a rank survives; FAILED: the first call in it
+    that can fail (a Src), after which its collectives run only on the ranks where that call worked."""
+    mode: str  # "any" call can fail (I/O errors only are swallowed) or only "io"-named calls
+    construct: str
+    line: int
+    failed: Src | None = None
+    failed_at: object = None  # the call node that set FAILED
+
+
+def _without_ids(taint: frozenset) -> frozenset:
+    return frozenset(a for a in taint if not (isinstance(a, Src) and a.kind.startswith("id")))
 
 
 def _control(taint: frozenset) -> frozenset:

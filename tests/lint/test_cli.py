@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import textwrap
@@ -98,13 +99,59 @@ def test_clean_tree_exits_0_and_text_output(cli, tmp_path):
     assert "0 findings in 1 files" in res.stdout
 
 
-def test_text_output_names_collective_and_condition_lines(cli, tmp_path):
+def test_text_output_is_one_line_per_finding_as_ruff_prints(cli, tmp_path):
+    write(tmp_path, "pkg/bad.py", BAD)
+    res = cli(tmp_path, ".")
+    assert res.exit_code == 1
+    lines = res.stdout.splitlines()
+    # `%f:%l:%c: %m`, what editors' and CI problem matchers parse; the message on the same line.
+    head = re.compile(r"^(?P<f>[^\s:][^:]*):(?P<l>\d+):(?P<c>\d+): (?P<m>HC\d{3} .+)$")
+    matched = [m for m in map(head.match, lines) if m]
+    assert [(m["f"], m["l"], m["c"]) for m in matched] == [("pkg/bad.py", "5", "8")]
+    assert matched[0]["m"].startswith("HC102 [medium] rank-local `pool.available_size()`")
+    # The message cites the collective by the same path as the location, never a bare file name.
+    assert "(pkg/bad.py:6)" in matched[0]["m"] and "(bad.py:6)" not in matched[0]["m"]
+    related = lines[lines.index(matched[0].group(0)) + 1]
+    assert related.startswith("    pkg/bad.py:6: HC102: collective `dist.all_reduce()` runs only under the condition")
+    assert lines[-1].startswith("1 finding in 1 files")
+
+
+def test_statistics_prints_counts_only_and_quiet_after_the_subcommand(cli, tmp_path):
     write(tmp_path, "bad.py", BAD)
     res = cli(tmp_path, ".", "--statistics")
     assert res.exit_code == 1
-    assert "bad.py:5:8 HC102" in res.stdout
-    assert "bad.py:6 HC102: collective `dist.all_reduce()` runs only under the condition at line 5" in res.stdout
-    assert "1  HC102  collective-under-rank-local-branch" in res.stdout
+    assert res.stdout.splitlines() == ["     1  HC102  collective-under-rank-local-branch"]
+    for flag in ("-q", "--quiet"):
+        res = cli(tmp_path, ".", flag)
+        assert res.exit_code == 1
+        assert [ln.split(":")[:3] for ln in res.stdout.splitlines() if not ln.startswith(" ")] == [["bad.py", "5", "8"]]
+        assert "findings in" not in res.stdout and "finding in" not in res.stdout
+
+
+def test_quiet_and_verbose_after_the_subcommand_as_a_user_types_them(tmp_path, hctool_cmd, clean_env):
+    write(tmp_path, "bad.py", BAD)
+    for flags in (["-q"], ["-v"], ["-q", "--format", "json"]):
+        res = subprocess.run([*hctool_cmd, "lint", "bad.py", *flags], cwd=tmp_path, env=clean_env,
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 1, (flags, res.stderr)
+        assert "Error" not in res.stderr and "No such option" not in res.stderr
+    assert "peak memory" in subprocess.run([*hctool_cmd, "lint", "bad.py", "-v"], cwd=tmp_path, env=clean_env,
+                                           capture_output=True, text=True, timeout=120).stderr
+
+
+def test_noqa_codes_are_honoured_and_stale_ones_reported(cli, tmp_path):
+    write(tmp_path, "n.py", BAD.replace("dist.all_reduce(t)", "dist.all_reduce(t)  # noqa: E501, HC102")
+          + "\n\ndef g():\n    return 1  # noqa: HC101,F401\n\n\ndef h():\n    return 2  # noqa\n")
+    res = cli(tmp_path, ".", "--format", "json")
+    assert res.exit_code == 1
+    found = json.loads(res.stdout)
+    # HC102 suppressed by noqa; the HC101 in a noqa that matched nothing is stale (F401 is not ours,
+    # and a bare `# noqa` names no hctool code, so it is neither honoured nor reported).
+    assert [(f["rule"], f["line"]) for f in found] == [("HC100", 10)]
+    assert "`noqa: HC101`" in found[0]["message"]
+    # The same finding without the comment is there: the noqa did the suppressing.
+    write(tmp_path, "n.py", BAD)
+    assert [f["rule"] for f in json.loads(cli(tmp_path, ".", "--format", "json").stdout)] == ["HC102"]
 
 
 def test_parse_error_reported_and_other_findings_kept(cli, tmp_path):

@@ -165,7 +165,7 @@ def step(pool, event, group, t):
         dist.barrier()  # gated
     ok = event.query() and dist.all_reduce(t, group=group)  # expect: HC102, gated
 """})
-    assert [f.severity for f in report.findings] == ["medium", "low", "high"]  # pool, rank-id role, poll
+    assert [f.severity for f in report.findings] == ["medium", "high", "high"]  # pool, rank id compared, poll
 
 
 def test_hc102_negatives_uniform_guards_balanced_arms_collective_results(lint_snippets):
@@ -335,4 +335,77 @@ def test_a_decorator_in_parentheses_over_several_lines_parses(lint_snippets):
 def f(ev):
     if ev.query():  # expect: HC102
         dist.barrier()  # gated
+"""})
+
+
+def test_suppress_and_a_swallowing_try_are_per_rank_failures(lint_snippets):
+    # Issue 34's miss: a shared-memory create on the source rank inside suppress(OSError), ahead of the
+    # broadcast the other ranks enter. A create that fails on that rank skips its broadcast only.
+    report = check(lint_snippets, {"m.py": """
+import contextlib
+from multiprocessing import shared_memory
+
+def same_node(pg, src):
+    rank = dist.get_rank(group=pg)
+    with contextlib.suppress(OSError):
+        if rank == src:
+            shm = shared_memory.SharedMemory(create=True, size=128)  # expect: HC102
+            dist.broadcast_object_list([shm.name], src=src, group=pg)  # gated
+        else:
+            recv = [None]
+            dist.broadcast_object_list(recv, src=src, group=pg)
+            shm = shared_memory.SharedMemory(name=recv[0])
+    dist.barrier(group=pg)
+
+def load(path, t):
+    try:
+        data = open(path).read()  # expect: HC102
+        dist.broadcast(t, src=0)  # gated
+    except Exception:
+        data = None
+    return data
+
+def not_swallowed(t):
+    with contextlib.suppress(ValueError):  # what a rank meets alone is I/O, not a ValueError
+        x = int("3")
+        dist.all_reduce(t)
+    try:
+        open("f").read()
+        dist.all_reduce(t)
+    except OSError:
+        raise
+"""})
+    assert all(f.severity == "high" for f in report.findings)
+
+
+def test_rank_translations_memberships_and_other_dimensions_are_uniform(lint_snippets):
+    check(lint_snippets, {"m.py": """
+def translated(group, t, src_rank):
+    g = dist.get_global_rank(group, src_rank)  # the same rank translated on every rank
+    if g == 0:
+        dist.barrier(group=group)
+
+def member(embd_group, t):
+    if dist.get_rank() in dist.get_process_group_ranks(embd_group):  # every member answers the same
+        dist.all_reduce(t, group=embd_group)
+
+def coordinates(mpu, t):
+    # every rank of one data-parallel group has the same tensor-parallel rank
+    if mpu.get_tensor_model_parallel_rank() != 0:
+        return
+    dist.barrier(group=mpu.get_data_parallel_group())
+
+def shards(mpu, names, weights, t):
+    tp_rank = mpu.get_tensor_model_parallel_rank()
+    local = {}
+    for name in names:
+        local[name] = weights[name][tp_rank]  # per-rank values, the same keys
+    for name in names:
+        if name not in local:
+            continue
+        dist.all_reduce(t)
+
+def same_dimension(mpu, t):
+    if mpu.get_tensor_model_parallel_rank() == 0:  # expect: HC102
+        dist.all_reduce(t, group=mpu.get_tensor_model_parallel_group())  # gated
 """})
