@@ -1,5 +1,6 @@
 """Bounds of every numeric option of hctool's own commands, in one table (the engine's flags have
-theirs in engine/server_args.py NUMBER_LIMITS). A value that is not a number, NaN, an infinity or
+theirs in engine/server_args.py NUMBER_LIMITS; the rows are in hctool/protocol/limits.py, with
+those of fault fields, schedules, the gate and the pytest plugin). A value that is not a number, NaN, an infinity or
 out of range is one `Error:` line and exit 2 before the command runs: `--timeout inf` must not
 mean "forever", nor `--hang-after nan` "never" (NaN fails every comparison a deadline makes).
 
@@ -14,18 +15,10 @@ import math
 import typing
 
 from hctool.errors import UsageError
+from hctool.protocol.limits import LIMITS
 
-DAY = 86_400.0
-OPTION_LIMITS: dict[str, tuple[float, float]] = {
-    # counts of things
-    "--tp": (1, 4096), "--prefill-tp": (1, 4096), "--decode-tp": (1, 4096), "--nproc": (1, 4096),
-    "--jobs": (1, 1024), "--runs": (1, 10_000), "--rounds": (1, 10_000), "--replays": (0, 10_000),
-    "--max-schedules": (1, 1 << 20), "--max-calls-per-rank": (1, 1 << 31), "--starve-ticks": (1, 1 << 30),
-    "--seed": (0, 2**63 - 1), "--port": (0, 65_535),
-    # seconds
-    "--timeout": (0.1, 7 * DAY), "--startup-timeout": (0.1, 7 * DAY), "--hang-after": (0.1, DAY),
-    "--budget": (1, 30 * DAY), "--shrink-budget": (0, 30 * DAY), "--horizon": (1, DAY),
-}
+# The options' rows live in the one table of every bounded number (hctool/protocol/limits.py).
+OPTION_LIMITS: dict[str, tuple[float, float]] = {k: v for k, v in LIMITS.items() if k.startswith("--")}
 COUNTED = ("--verbose",)  # -v -v: a count, no value to check
 
 

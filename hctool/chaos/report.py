@@ -10,6 +10,7 @@ from hctool.chaos.invariants import Anomaly
 from hctool.chaos.runner import RunResult
 from hctool.chaos.schedule import Schedule
 from hctool.chaos.target import Target  # or a chaos.command.CommandTarget: both have label and replay
+from hctool.protocol.safefile import read_named, why
 
 
 def anomaly_entry(a: Anomaly, sched: Schedule, replay_cmd: str, shrunk: Schedule | None = None,
@@ -51,10 +52,25 @@ def merge(reports: list[dict]) -> dict:
             "runs": [x for r in reports for x in r.get("runs", [])]}
 
 
+MAX_REPORT_BYTES = 256 << 20  # a report of many shards' runs; never a stream read until memory runs out
+
+
 def load_report(path: Path) -> dict:
-    data = json.loads(Path(path).read_text())
+    """A shard's report as `chaos merge` needs it: read through the safe reader (a FIFO hung the
+    merge), type-checked (ValueError, one line: the merge and its render index these keys)."""
+    try:
+        data = json.loads(read_named(path, MAX_REPORT_BYTES))
+    except OSError as exc:
+        raise ValueError(why(exc, path)) from None
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{path}: not JSON ({str(exc)[:200] or 'nested too deeply'})") from None
     if not isinstance(data, dict) or "verdict" not in data or "anomalies" not in data:
         raise ValueError(f"{path} is not a chaos report (no verdict/anomalies)")
+    if data["verdict"] not in ("valid", "invalid", "unknown") or not isinstance(data["anomalies"], list) \
+            or not all(isinstance(a, dict) for a in data["anomalies"]) or not isinstance(data.get("runs", []), list) \
+            or not all(isinstance(r, dict) for r in data.get("runs", [])) or not isinstance(data.get("target", ""), str) \
+            or isinstance(data.get("schedules", 0), bool) or not isinstance(data.get("schedules", 0), int):
+        raise ValueError(f"{path} is not a chaos report (verdict, anomalies or runs of the wrong type)")
     return data
 
 

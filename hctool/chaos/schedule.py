@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hctool.protocol.faults import BY_NAME, FAULT_KINDS, Fault, parse_fault
+from hctool.protocol.limits import bounded
+from hctool.protocol.safefile import read_named, why
 
 # Kinds explore draws by default: all but rank-kill (a killed rank ends the run;
 # ask for it with --kinds). Magnitude ranges (ms or n) per kind.
@@ -56,8 +58,13 @@ class Schedule:
     index: int = field(default=0, compare=False)   # its number within an exploration
 
     def __post_init__(self) -> None:
-        if self.heal_s is not None and self.heal_s <= 0:
-            raise ScheduleError("heal_s must be positive")
+        if self.heal_s is not None:  # nan passed `<= 0` and failed after the baseline had run
+            try:
+                bounded("heal_s", self.heal_s)
+            except ValueError as exc:
+                raise ScheduleError(str(exc)) from None
+            if self.heal_s <= 0:
+                raise ScheduleError("heal_s must be positive")
 
     def healed(self, world_size: int) -> list[Fault]:
         """Every fault clipped to end by heal_s (the ranks are also told when the
@@ -104,16 +111,30 @@ def schedule_from_dict(data: dict, where: str = "schedule") -> Schedule:
             raise ScheduleError(f"{where}: faults[{i}]: {exc}") from None
     try:
         heal = data.get("heal_s")
-        return Schedule(tuple(faults), None if heal is None else float(heal), int(data.get("seed", 0)))
+        seed = data.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed must be an integer, got {seed!r}")
+        return Schedule(tuple(faults), None if heal is None else bounded("heal_s", heal), seed)
     except (TypeError, ValueError) as exc:
         raise ScheduleError(f"{where}: {exc}") from None
 
 
+MAX_SCHEDULE_BYTES = 1 << 20  # a schedule is a few faults; the same cap as a scenario file
+
+
 def load_schedule(path: Path) -> Schedule:
+    """The schedule in the file the user named, read through the safe reader: a FIFO is refused
+    at once (it hung `chaos run`), a link to /dev/zero is not a regular file, a size is capped."""
     try:
-        data = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ScheduleError(f"{path}: {exc}") from None
+        data = tomllib.loads(read_named(path, MAX_SCHEDULE_BYTES).decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ScheduleError(f"{path}: not UTF-8 (byte {exc.start})") from None
+    except OSError as exc:
+        raise ScheduleError(why(exc, path)) from None
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
+        raise ScheduleError(f"{path}: {exc or 'nested too deeply'}") from None
+    if not isinstance(data.get("faults", []), list):
+        raise ScheduleError(f"{path}: faults must be a list of fault tables")
     return schedule_from_dict(data, str(path))
 
 

@@ -7,12 +7,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hctool.errors import UsageError
+from hctool.protocol.limits import bounded
+from hctool.protocol.safefile import UnsafeFile, read_named, why
 
 STEPS = ("lint", "tests", "repro", "chaos")
 # Seconds per step unless [tool.hctool.gate.timeouts] says otherwise (chaos: its budget plus this).
 DEFAULT_TIMEOUTS = {"lint": 300.0, "tests": 1200.0, "repro": 1200.0, "chaos": 300.0}
 KEYS = {"lint", "lint_baseline", "tests", "pytest_args", "repro", "chaos", "timeouts"}
 HINT = "see docs/ci.md for the [tool.hctool.gate] keys"
+MAX_CONFIG_BYTES = 4 << 20  # a pyproject.toml; far beyond any real one
 
 
 @dataclass(frozen=True)
@@ -23,8 +26,12 @@ class Chaos:
     shard: str | None = None
 
     def __post_init__(self) -> None:
-        if not self.target or self.budget <= 0:
+        if not self.target or not self.budget > 0:
             raise UsageError("chaos needs a target and a positive budget (seconds)", HINT)
+        try:
+            bounded("gate chaos budget", self.budget, "[tool.hctool.gate] chaos budget")
+        except ValueError as exc:
+            raise UsageError(str(exc), HINT) from None
 
 
 @dataclass(frozen=True)
@@ -46,9 +53,13 @@ class GateConfig:
         if self.lint_baseline is not None and not self.lint:
             raise UsageError("[tool.hctool.gate] lint_baseline is set but lint lists no paths", HINT)
         for name, value in self.timeouts.items():
-            if name not in STEPS or not isinstance(value, (int, float)) or value <= 0:
+            if name not in STEPS:
                 raise UsageError(f"[tool.hctool.gate.timeouts] {name} = {value!r}: expected one of "
                                  f"{', '.join(STEPS)} = positive seconds", HINT)
+            try:  # nan passed `<= 0` and the step waited forever; inf likewise
+                bounded("gate timeout", value, f"[tool.hctool.gate.timeouts] {name}")
+            except ValueError as exc:
+                raise UsageError(str(exc), HINT) from None
 
     def steps(self) -> list[str]:
         """The configured steps, in the order they run (cheap first)."""
@@ -74,11 +85,14 @@ def _strings(table: dict, key: str) -> tuple[str, ...]:
 
 
 def load_gate_config(pyproject: Path) -> GateConfig:
-    try:
-        data = tomllib.loads(pyproject.read_text())
+    try:  # the safe reader: a FIFO or a link to /dev/zero at pyproject.toml hung the gate
+        data = tomllib.loads(read_named(pyproject, MAX_CONFIG_BYTES).decode("utf-8"))
     except OSError as exc:
-        raise UsageError(f"cannot read {pyproject}: {exc.strerror}", "run hctool gate from the project root, or pass --config") from None
-    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"cannot read {pyproject}: {exc.strerror}" if not isinstance(exc, UnsafeFile) else why(exc, pyproject),
+                         "run hctool gate from the project root, or pass --config") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{pyproject} is not UTF-8 (byte {exc.start})", "fix the file's encoding") from None
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
         raise UsageError(f"invalid TOML in {pyproject}: {exc}", "fix the file's syntax") from None
     table = data.get("tool", {}).get("hctool", {}).get("gate")
     if not isinstance(table, dict):

@@ -26,6 +26,8 @@ import re
 import zlib
 from dataclasses import asdict, dataclass, replace
 
+from hctool.protocol.limits import bounded
+
 # kind -> what it does. In-rank kinds first: generic, by name, then the engine's seams.
 GENERIC = {
     "clock-skew": "the rank's clocks (time.time/monotonic/perf_counter and _ns) gain ms per second while active",
@@ -108,10 +110,12 @@ class Fault:
             object.__setattr__(self, "rank", _int(self.target[5:], "target rank"))
         elif self.target not in ("all", "one"):
             raise ValueError(f"fault {self.kind}: target must be all, one or rank:K, got {self.target!r}")
-        for key in ("ms", "p", "start_s", "duration_s"):  # NaN and infinity pass every comparison below
-            value = getattr(self, key)
+        for key in ("ms", "p", "start_s", "duration_s"):  # NaN and infinity pass every comparison below;
+            value = getattr(self, key)                   # ms=1e300 overflowed time.sleep in the rank
             if value is not None and not (value == value and abs(value) != float("inf")):
                 raise ValueError(f"fault {self.kind}: {key} must be a finite number, got {value!r}")
+            if value is not None and not (key == "p" or value < 0):  # a negative value has its own message below
+                bounded(f"fault {key}", value, f"fault {self.kind}: {'pages' if key == 'ms' and self.kind in BY_PAGES else key}")
         if self.ms < 0 or (self.rank is not None and self.rank < 0) or self.n < 0 or self.start_s < 0:
             raise ValueError(f"fault {self.kind}: rank, ms, n and start_s must not be negative")
         if not 0.0 <= self.p <= 1.0:
@@ -120,6 +124,11 @@ class Fault:
             raise ValueError(f"fault {self.kind}: role must be prefill or decode, got {self.role!r}")
         if self.duration_s is not None and self.duration_s <= 0:
             raise ValueError(f"fault {self.kind}: duration_s must be positive")
+        for key in TEXT_FIELDS:  # HCTOOL_FAULTS joins specs with ';': one inside a value split the fault in two
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, str) or ";" in value or "," in value):
+                raise ValueError(f"fault {self.kind}: {key} must be text without ';' or ',' (they separate faults "
+                                 f"and keys), got {value!r}")
         allowed = TEXT_KEYS.get(self.kind, ())
         for key in ("fn", "when", "exc", "op", "group", "path", "thread"):
             if getattr(self, key) is not None and key not in allowed:

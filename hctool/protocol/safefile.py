@@ -7,7 +7,8 @@ size cap. Both sides of the process boundary use it (standard library only).
   planted link is replaced or refused, never followed.
 - A file we append to (a rank's log) is opened O_NOFOLLOW|O_NONBLOCK and must be a regular file
   with one link (a hard link to another file is refused too).
-- A file we read is opened O_NOFOLLOW|O_NONBLOCK and must be a regular file within a size.
+- A file we read is opened O_NOFOLLOW|O_NONBLOCK and must be a regular file within a size; a
+  file the user named (read_named) may be a link to one.
 Each refusal is an UnsafeFile (an OSError) whose message says what was found.
 """
 
@@ -88,10 +89,12 @@ def open_append(path, mode: int = 0o644) -> int:
     return fd
 
 
-def read_regular(path, limit: int) -> bytes:
-    """The bytes of the regular file `path`, at most `limit` of them (else UnsafeFile)."""
+def read_regular(path, limit: int, follow: bool = False) -> bytes:
+    """The bytes of the regular file `path`, at most `limit` of them (else UnsafeFile).
+    follow: a link at `path` is followed (a file the user named; what it points at must still be
+    a regular file within the limit), else refused."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | (0 if follow else os.O_NOFOLLOW) | os.O_NONBLOCK | _CLOEXEC)
     except OSError as exc:
         raise _no_link(exc, path) from None
     _check_regular(fd, path, limit)
@@ -109,3 +112,19 @@ def read_regular(path, limit: int) -> bytes:
     if len(data) > limit:  # grew since fstat
         raise UnsafeFile(errno.EFBIG, f"{path} is larger than {limit} bytes; refusing to use it")
     return data
+
+
+def read_named(path, limit: int) -> bytes:
+    """A file the user named (a chaos schedule or report, a gate's pyproject.toml, a run's
+    report.json): the one safe reader, as lint reads sources (hctool/lint/source.py): opened
+    non-blocking (a FIFO is refused at once, not waited on), a regular file (a link to /dev/zero
+    is a device: refused), at most `limit` bytes. A link the user made to a real file is
+    followed: the user chose it."""
+    return read_regular(path, limit, follow=True)
+
+
+def why(exc: OSError, path) -> str:
+    """One line for a read that failed: an UnsafeFile already names the path."""
+    if isinstance(exc, UnsafeFile):
+        return str(exc.strerror)
+    return f"{path}: {exc.strerror or exc}"

@@ -21,14 +21,16 @@ _FRAME = re.compile(r"\.py:\d+\)")
 
 
 def _marker_args(item: pytest.Function, marker) -> tuple[int, float, float, str]:
-    from hctool.pytest_plugin.options import settings
+    from hctool.pytest_plugin.options import marker_seconds, settings
 
     backend, timeout, hang_after = settings(item.config)
     n = marker.args[0] if marker.args else marker.kwargs.get("n")
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         pytest.fail(f"@pytest.mark.world_size needs a positive int rank count, got {n!r}", pytrace=False)
-    timeout = float(marker.kwargs.get("timeout") or timeout)
-    hang_after = float(marker.kwargs.get("hang_after") or hang_after)
+    if marker.kwargs.get("timeout") is not None:
+        timeout = marker_seconds(marker.kwargs["timeout"], "timeout", item.nodeid)
+    if marker.kwargs.get("hang_after") is not None:
+        hang_after = marker_seconds(marker.kwargs["hang_after"], "hang_after", item.nodeid)
     return n, timeout, hang_after, backend
 
 
