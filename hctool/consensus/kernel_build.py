@@ -27,6 +27,7 @@ import warnings
 from pathlib import Path
 
 from hctool import procs
+from hctool.protocol import cachedir
 from hctool.protocol import env as protocol_env
 
 SOURCE = Path(__file__).resolve().parents[1] / "agent" / "capture" / "_c10d_kernel.cpp"
@@ -47,10 +48,10 @@ def _torch_dir() -> Path | None:
     return Path(spec.origin).parent if spec is not None and spec.origin else None
 
 
-def target() -> Path | None:
-    """Where the build for this Python, torch and compiler lives (None: no torch or compiler)."""
-    torch_dir, cxx, root = _torch_dir(), compiler(), cache_dir()
-    if torch_dir is None or cxx is None or root is None:
+def _key_name() -> str | None:
+    """The cache folder's name for this Python, torch and compiler (None: no torch or compiler)."""
+    torch_dir, cxx = _torch_dir(), compiler()
+    if torch_dir is None or cxx is None:
         return None
     try:
         version = (torch_dir / "version.py").read_text()
@@ -60,7 +61,16 @@ def target() -> Path | None:
     for part in (SOURCE.read_bytes(), version.encode(), str(torch_dir).encode(), sys.version.encode(), cxx.encode()):
         key.update(part)
         key.update(b"\0")
-    return root / f"c10d-{key.hexdigest()[:16]}" / ("_c10d_kernel" + sysconfig.get_config_var("EXT_SUFFIX"))
+    return f"c10d-{key.hexdigest()[:16]}"
+
+
+MODULE_NAME = "_c10d_kernel" + sysconfig.get_config_var("EXT_SUFFIX")
+
+
+def target() -> Path | None:
+    """Where the build for this Python, torch and compiler lives (None: no torch, compiler or cache)."""
+    name, root = _key_name(), cache_dir()
+    return None if name is None or root is None else root / name / MODULE_NAME
 
 
 def ensure_built(log=None, timeout: float | None = None) -> tuple[Path | None, str]:
@@ -75,15 +85,27 @@ def ensure_built(log=None, timeout: float | None = None) -> tuple[Path | None, s
         return None, f"{ENV}=0"
     if cache_dir() is None:
         return None, f"{protocol_env.CACHE_DIR}=off (the build is kept in the cache)"
-    out = target()
-    if out is None:
+    name = _key_name()
+    if name is None:
         return None, "no C++ compiler (set CXX)" if compiler() is None else "torch is not importable here"
-    if out.exists():
-        return out, ""
+    # The module is loaded into every rank: a cache folder someone else owns or can write into
+    # is not used (a .so planted there ran its constructor in the ranks), nor one that cannot
+    # be made (HCTOOL_CACHE_DIR a file, read-only: the run goes on with the Python kernel).
+    where, why = cachedir.folder(name)
+    if where is None:
+        return None, why
+    out = where / MODULE_NAME
+    if os.path.lexists(out):
+        bad = cachedir.unsafe_entry(out)
+        if bad is None:
+            return out, ""
+        if log is not None:  # ours to replace: the folder is private, the entry is not what we built
+            log(f"ignoring the cached C++ kernel ({bad}); building it again")
+        with contextlib.suppress(OSError):
+            os.unlink(out)
     limit = BUILD_TIMEOUT_S if timeout is None else max(0.0, min(BUILD_TIMEOUT_S, timeout))
     if log is not None:
         log(f"building the C++ capture kernel for this torch (once; cached in {out.parent})")
-    out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".so.tmp")
     os.close(fd)
     try:
@@ -138,7 +160,7 @@ def build(out: Path, tmp: Path) -> None:
     for std in ("-std=c++17", "-std=c++20"):  # what this torch's headers need
         proc = subprocess.run([*base, std, "-o", str(tmp)], capture_output=True, text=True)
         if proc.returncode == 0:
-            os.chmod(tmp, 0o755)
+            os.chmod(tmp, 0o755)  # writable by the user alone: the cache rule loads no other (protocol/cachedir.py)
             os.replace(tmp, out)  # concurrent builders: the last whole file wins
             return
     sys.stderr.write(proc.stderr[-4000:])
