@@ -61,6 +61,53 @@ def kill_tree(pid: int, timeout: float = 5.0) -> None:
     psutil.wait_procs(alive, timeout=timeout)
 
 
+_STARTED: set[int] = set()  # pids of every ProcessSet's children still running (all sets of this process)
+
+
+def adopt_orphans() -> None:
+    """Make this process the child subreaper (Linux prctl PR_SET_CHILD_SUBREAPER): a process that
+    a rank started in a session of its own (start_new_session, a daemon's double fork) and left
+    behind when the rank ended is re-parented to hctool instead of init, so the teardown still
+    finds it (kill_leftovers). Without it such a helper outlived the run: killing each child's
+    session or tree misses a process that left both. A no-op where prctl is not available."""
+    global _SUBREAPER
+    if _SUBREAPER:
+        return
+    _SUBREAPER = True
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+_SUBREAPER = False
+
+
+def kill_leftovers(timeout: float = 5.0) -> list[int]:
+    """Kill (with their trees) the processes re-parented to hctool that descend from what it
+    started: a direct child of this process, not one a ProcessSet started and still holds, whose
+    environment carries HCTOOL_SUPERVISOR_PID naming this process (inherited from a rank). A
+    helper that cleared its environment is not recognised: docs/reliability.md says so."""
+    me = str(os.getpid())
+    found = []
+    try:
+        kids = psutil.Process().children()
+    except psutil.Error:
+        return []
+    for p in kids:
+        if p.pid in _STARTED:
+            continue
+        with contextlib.suppress(psutil.Error):
+            if p.environ().get(protocol_env.SUPERVISOR_PID) == me:
+                found.append(p.pid)
+    for pid in found:
+        kill_tree(pid, timeout=timeout)
+    return found
+
+
 def torchrun_env(rank: int, world_size: int, master_addr: str, master_port: int, local_rank: int | None = None) -> dict[str, str]:
     """The variables torchrun sets for one worker."""
     return {
@@ -112,11 +159,13 @@ class ProcessSet:
             stderr = stdout if stdout is not None else None
             stdout = open(open_append(stdout_path), "ab", buffering=0)  # noqa: SIM115 - closed with the child
         try:
+            adopt_orphans()
             with deferred():  # Ctrl-C/SIGTERM between the fork and the append would orphan the child
                 popen = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=stdout, stderr=stderr,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
                 child = Child(name, popen, log_path)
                 self.children.append(child)
+                _STARTED.add(popen.pid)
         finally:
             for f in (stdout, stderr):
                 if f is not None and f is not subprocess.STDOUT:
@@ -142,6 +191,8 @@ class ProcessSet:
             kill_tree(c.popen.pid, timeout=timeout)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 c.popen.wait(timeout=timeout)
+            _STARTED.discard(c.popen.pid)
+        kill_leftovers(timeout)  # what the children started and left behind, in sessions of its own
 
     def __enter__(self) -> ProcessSet:
         return self

@@ -4,7 +4,6 @@ and name the first divergent one (docs/consensus.md)."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import sys
 import time
@@ -24,7 +23,9 @@ def _err(msg: str) -> None:
 
 def _emit(report, as_json: bool) -> None:
     if as_json:
-        print(json.dumps(report.to_json(), indent=2))
+        from hctool.protocol import strictjson
+
+        print(strictjson.dumps(report.to_json(), indent=2))
         return
     from rich.console import Console
 
@@ -192,7 +193,9 @@ def export(
         doc, chosen = export_folder(path, run_name, limit)
     except (FolderError, TraceError) as exc:
         raise UsageError(str(exc), "give a folder that check-consensus run, repro or chaos wrote") from None
-    text = json.dumps(doc, separators=(",", ":"))
+    from hctool.protocol import strictjson
+
+    text = strictjson.dumps(doc, separators=(",", ":"))  # strict JSON whatever the traces hold
     if to_stdout:
         sys.stdout.write(text + "\n")
     else:

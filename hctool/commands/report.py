@@ -18,6 +18,7 @@ def register(app: typer.Typer) -> None:
         """Write one HTML file (no network needed to open it): verdict, calls aligned by seq, timeline, stacks."""
         from hctool import log
         from hctool.consensus.trace import TraceError
+        from hctool.protocol.safefile import write_atomic
         from hctool.report import REPORT_NAME, build_html
         from hctool.report.folders import FolderError
 
@@ -26,8 +27,8 @@ def register(app: typer.Typer) -> None:
         except (FolderError, TraceError) as exc:
             raise UsageError(str(exc), "give a folder that check-consensus run, repro or chaos wrote") from None
         out = output or path / REPORT_NAME
-        try:
-            out.write_text(page, encoding="utf-8")
+        try:  # name-and-rename: a link planted at report.html in a shared folder is replaced, not written through
+            write_atomic(out, page.encode("utf-8"))
         except OSError as exc:
             raise UsageError(f"cannot write {out}: {exc.strerror}", "pick a writable path with -o") from None
         log.info(f"hctool: report in {out}")

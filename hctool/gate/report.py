@@ -5,6 +5,7 @@ annotations and step summary, and a rich table for a terminal."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
@@ -13,12 +14,14 @@ from pathlib import Path
 from hctool import __version__
 from hctool.gate.steps import ERROR, FAILED, PASSED, SKIPPED, StepResult
 
-# XML 1.0 forbids most control characters; a rank's log can hold any byte.
-_XML_BAD = {c: None for c in range(32) if c not in (9, 10, 13)}
+# XML 1.0 allows only these characters: a rank's log, a test's name or a file's name can hold
+# any byte (a control character, or a lone surrogate for a name that is not UTF-8), and one of
+# them made the whole file not well-formed. Each is written as its escape (\x01, \udcff).
+_XML_BAD = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
-def _clean(text: str) -> str:
-    return text.translate(_XML_BAD)
+def _clean(text) -> str:
+    return _XML_BAD.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
 def write_junit(steps: list[StepResult], path: Path) -> None:
@@ -29,14 +32,14 @@ def write_junit(steps: list[StepResult], path: Path) -> None:
         counts = {"tests": len(step.cases), "failures": sum(c.status == FAILED for c in step.cases),
                   "errors": sum(c.status == ERROR for c in step.cases),
                   "skipped": sum(c.status == SKIPPED for c in step.cases)}
-        suite = ET.SubElement(root, "testsuite", name=step.name, id=str(i), package="hctool.gate",
+        suite = ET.SubElement(root, "testsuite", name=_clean(step.name), id=str(i), package="hctool.gate",
                               timestamp=stamp, hostname=socket.gethostname(), time=f"{step.seconds:.3f}",
                               **{k: str(v) for k, v in counts.items()})
         ET.SubElement(ET.SubElement(suite, "properties"), "property", name="summary", value=_clean(step.summary))
         for case in step.cases:
             attrs = {"name": _clean(case.name), "classname": _clean(case.classname), "time": f"{case.seconds:.3f}"}
             if case.file:
-                attrs["file"] = case.file
+                attrs["file"] = _clean(case.file)
             if case.line:
                 attrs["line"] = str(case.line)
             tc = ET.SubElement(suite, "testcase", attrs)

@@ -36,6 +36,21 @@ STATE_ENTERED, STATE_COMPLETED, STATE_FAILED = 1, 2, 3  # byte 1, rewritten in p
 FLAG_ASYNC = 1
 NO_ROOT = -1
 
+# A label (assert_same, rank_consensus) is stored whole up to MAX_LABEL characters; a longer one
+# as its head, its length and a digest of the whole, so ranks with different labels still differ
+# and a 1.2 MB label no longer makes a side-table line the reader refuses ("line too long").
+MAX_LABEL = 256
+
+
+def bounded_label(label: str) -> str:
+    if len(label) <= MAX_LABEL:
+        return label
+    import hashlib
+
+    digest = hashlib.blake2b(label.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    return f"{label[:MAX_LABEL - 48]}... ({len(label)} chars, blake2b {digest})"
+
+
 # Side-table interned kinds ({"i": kind, "id": n, "v": value}); id 0 means "none".
 INTERNED = ("op", "site", "desc", "th", "ro")
 

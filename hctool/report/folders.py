@@ -16,11 +16,13 @@ and a bad one is a FolderError (one line), never a traceback.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hctool.consensus.flight_recorder import is_flight_recorder_dir
 from hctool.consensus.trace import trace_files
+from hctool.protocol.safefile import read_regular
 
 MAX_DOC_BYTES = 64 << 20
 
@@ -46,16 +48,59 @@ class Folder:
 
 
 def read_doc(path: Path) -> dict | None:
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
-    if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_DOC_BYTES:
-        raise FolderError(f"{path}: not a small regular file")
+    try:  # the safe reader: a FIFO swapped in after a check would block a plain read
+        raw = read_regular(path, MAX_DOC_BYTES)
+    except OSError as exc:
+        raise FolderError(f"{path}: not a small regular file ({exc.strerror})") from None
     try:
-        doc = json.loads(path.read_bytes())
-    except (ValueError, OSError) as exc:
-        raise FolderError(f"{path}: not JSON ({exc})") from None
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise FolderError(f"{path}: not JSON ({str(exc)[:200] or 'nested too deeply'})") from None
     if not isinstance(doc, dict):
         raise FolderError(f"{path}: not a JSON object")
+    return check_shape(doc, str(path))
+
+
+# The types of what the report reads from a runner's document, per kind of object in it. A
+# field may be absent or null; anything else of another type is a FolderError naming it (a
+# report.json of wrong types was a TypeError, KeyError or AttributeError: an internal error).
+_NUM = (int, float)
+_STRS = ("strs",)
+_SHAPES: dict[str, dict[str, tuple]] = {
+    "doc": {"verdict": (str,), "name": (str,), "reason": (str,), "id": (str,), "title": (str,), "target": (str,),
+            "history": (str,), "first_divergence": (dict,), "stacks": (dict,), "schedule": _STRS,
+            "invariants": _STRS, "artifacts": (str,), "variants": ("variant",), "runs": ("run",),
+            "anomalies": ("anomaly",), "incidents": ("doc",)},
+    "variant": {"name": (str,), "expected": _STRS, "verdict": (str,), "ok": (bool,), "seconds": _NUM,
+                "artifacts": (str,), "reason": (str,), "first_divergence": (dict,), "stacks": (dict,),
+                "requests": (dict,)},
+    "run": {"name": (str,), "schedule": _STRS, "verdict": (str,), "invariants": _STRS, "blind": _STRS,
+            "seconds": _NUM, "artifacts": (str,)},
+    "anomaly": {"invariant": (str,), "schedule": (list,), "shrunk": (list,), "replay": (str,), "reproduced": (str,)},
+}
+
+
+def check_shape(doc: dict, where: str, kind: str = "doc") -> dict:
+    """`doc` when every field the report reads has its type (see _SHAPES), else FolderError."""
+    for key, types in _SHAPES[kind].items():
+        value = doc.get(key)
+        if value is None:
+            continue
+        if types == _STRS:
+            ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        elif isinstance(types[0], str):  # a list of objects of that kind
+            ok = isinstance(value, list) and all(isinstance(v, dict) for v in value)
+            if ok:
+                for i, v in enumerate(value):
+                    check_shape(v, f"{where}: {key}[{i}]", types[0])
+        else:
+            ok = isinstance(value, types) and not (bool not in types and isinstance(value, bool))
+        if not ok:
+            want = "a list of strings" if types == _STRS else "a list of objects" if isinstance(types[0], str) \
+                else " or ".join(t.__name__ for t in types)
+            raise FolderError(f"{where}: {key} must be {want}, got {type(value).__name__}")
     return doc
 
 

@@ -134,7 +134,7 @@ def build(path: Path, document: dict | None = None) -> str:
     summary = headline(reports[0]) if reports and folder.kind in ("consensus", "flight-recorder", "run") else ""
     nav = " ".join(f'<a href="#run-{esc("".join(ch if ch.isalnum() else "-" for ch in r.name))}">{esc(r.name)}</a>'
                    for r in shown)
-    return "\n".join([
+    page = "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>hctool report: {esc(_title(folder))}</title><style>{assets.CSS}</style></head><body>",
@@ -145,3 +145,6 @@ def build(path: Path, document: dict | None = None) -> str:
         f"<nav>{nav}</nav></header>" if len(shown) > 1 else "</header>",
         _runner_section(folder), *sections,
         '<div id="detail"></div>', f"<script>{assets.JS}</script>", "</body></html>", ""])
+    # A name that is not UTF-8 (a script, a folder) reaches here as a lone surrogate
+    # (surrogateescape) and made encoding the page fail: the report was lost. Shown as \udcff.
+    return page.encode("utf-8", "backslashreplace").decode("utf-8")

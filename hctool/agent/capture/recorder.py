@@ -20,7 +20,7 @@ from hctool.agent.capture.state import _S, enabled  # noqa: F401 - recorder.enab
 from hctool.agent.capture.tracefile import (_desc_id, _grow, _group, _intern, _new_site, _reduce_id, _side,
                                             _site_value, _thread_id, _user_frame, note_failure)
 from hctool.protocol.records import (CALL, DONE, FLAG_ASYNC, KIND_CALL, KIND_VOID, NO_ROOT, PER_SEGMENT,
-                                     RECORD_SIZE, STATE_COMPLETED, STATE_FAILED, T_DONE_OFFSET)
+                                     RECORD_SIZE, STATE_COMPLETED, STATE_FAILED, T_DONE_OFFSET, bounded_label)
 
 _monotonic = REAL.monotonic  # the real clock: clock faults skew the program's, not the trace's
 _get_ident = threading.get_ident
@@ -160,7 +160,7 @@ def record_label(label: str, value, depth: int = 2, frame=None) -> None:
         at = frame if frame is not None else sys._getframe(depth)
         site = _site_value(_user_frame(at) or at)
         _side({"e": next(_S.label_ids), "g": "labels", "s": next(_S.label_seq), "op": "assert_same",
-               "label": str(label), "digest": digest, "value": repr(value)[:80], "st": "c", **site,
+               "label": bounded_label(str(label)), "digest": digest, "value": repr(value)[:80], "st": "c", **site,
                "th": threading.current_thread().name, "t": REAL.monotonic(), "w": REAL.time()})
     except Exception as exc:
         note_failure(exc)
