@@ -27,6 +27,7 @@ SUPPRESS_RE = re.compile(r"#\s*hctool:\s*ignore\[([^\]]*)\]")
 # `noqa` names no code and suppresses no hctool finding (it is usually written for another linter).
 NOQA_RE = re.compile(r"#\s*noqa\s*:\s*([A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*)", re.IGNORECASE)
 HC_CODE = re.compile(r"^HC[0-9]{3}$")
+NOQA_HC = re.compile(rb"(?i)noqa\s*:[^\n]*HC[0-9]")
 _COMPOUND = (ast.If, ast.Try, ast.With, ast.For, ast.While)
 
 
@@ -114,7 +115,7 @@ def _summarize(file: str, data: bytes, path: str, modname: str, cfg: LintConfig)
         tree = ast.parse(data, filename=file)
         summary.digest = digest(data)
         summary.lines = data.count(b"\n") + 1
-        if b"hctool:" in data or b"HC" in data:
+        if b"hctool:" in data or NOQA_HC.search(data):  # tokenizing for comments is slow: only where one may be
             summary.suppressions = suppressions(data.decode("utf-8", errors="replace"))
         mod = _module_info(tree, path, modname, cfg)
         summary.imports, summary.local_defs, summary.latch_props = mod.imports, mod.local_defs, mod.latch_props
@@ -168,7 +169,7 @@ def suppressions(text: str) -> dict[int, tuple[int, set[str], str]]:
     """line -> (column, codes, form) for each `# hctool: ignore[...]` or `# noqa: HCnnn` comment;
     FORM ("ignore" or "noqa") is how HC100 names a stale one."""
     out: dict = {}
-    if "hctool:" not in text and "HC" not in text:
+    if "hctool:" not in text and not NOQA_HC.search(text.encode("utf-8", errors="replace")):
         return out
     for lineno, col, comment in _comments(text):
         m = SUPPRESS_RE.search(comment)

@@ -107,7 +107,7 @@ class Expressions:
         specs = self.type_of(base)
         if not specs:
             if self.facts is not None and self._untyped(base):  # what a thread left in a field of an untyped object
-                return t | self.facts.loose(attr)
+                return t | self.facts.loose(self._loose_key(base, attr))
             return t
         if self.facts is None:
             return t | frozenset((AttrAtom(specs, attr),))
@@ -158,6 +158,7 @@ class Expressions:
             frames.append((frame, self._push(frame)))
             self.bind(gen.target, header)
             self._bind_type(gen.target, self.type_of(gen.iter))
+            self._item_of(gen.target, gen.iter)
             for cond in gen.ifs:
                 header = header | self.expr(cond)
         if isinstance(node, ast.DictComp):
@@ -269,8 +270,7 @@ class Expressions:
         real = chain[-1][2].rsplit("`", 2)[-2].rstrip("()") if chain else display
         group = next((ast.unparse(k.value) for k in node.keywords if k.arg in ("group", "process_group")), "")
         # The parallel dimensions of the group it runs on, where the call names one (checks._other_dimension).
-        named = " ".join(ast.unparse(a) for a in (*node.args, *(k.value for k in node.keywords))
-                         if _names_group(a))
+        named = " ".join(filter(_names_group, map(_arg_name, (*node.args, *(k.value for k in node.keywords)))))
         sent = frozenset(a for a in args if isinstance(a, Src) and a.kind in ("order", "deadline")) \
             if args and self.facts is not None else EMPTY
         order = min((a for a in sent if a.kind == "order"), default=None)
@@ -312,11 +312,16 @@ class Expressions:
         specs = self.type_of(value)  # never by method name alone: only on a receiver of known type
         return _intern(("typed", last, specs)) if specs else None
 
-def _names_group(arg) -> bool:
-    text = ast.unparse(arg)
+def _arg_name(arg) -> str:
+    """The dotted name an argument is, or calls (`mpu.get_data_parallel_group()`); else nothing."""
+    if isinstance(arg, ast.Call):
+        arg = arg.func
+    return N.dotted(arg) or ""
+
+
+def _names_group(text: str) -> bool:
     low = text.lower()
-    return len(text) < 200 and ("group" in low or "parallel_mode" in low or "parallelmode" in low or
-                                low.endswith("pg") or "mesh" in low)
+    return "group" in low or "parallel_mode" in low or "parallelmode" in low or low.endswith("pg") or "mesh" in low
 
 
 def _inside(inner, outer) -> bool:

@@ -37,12 +37,19 @@ class Observations:
         return isinstance(base, ast.Name) and base.id not in ("self", "cls") and base.id not in self.mod.imports \
             and not self.types.get(base.id)
 
+    def _loose_key(self, base, name: str) -> str:
+        """How a field of an untyped object is matched between a thread's write and a read: by its name,
+        and by the field whose items the object was taken from (`transfer` in `op.pool_transfers`), so
+        `transfer.host_indices` is not `operation.host_indices` (issue 34: two classes, one field name)."""
+        of = self.item_of.get(base.id) if isinstance(base, ast.Name) else None
+        return f"{name}@{of}" if of else name
+
     def _wrote(self, base, name: str, line: int) -> None:
         """Pass 1: this function assigns field NAME of BASE (threads.py: fields another thread writes)."""
         if isinstance(base, ast.Name) and base.id in ("self", "cls"):
             self.writes.append((None, name, line))
         elif self._untyped(base):
-            self.writes.append(("loose", name, line))
+            self.writes.append(("loose", self._loose_key(base, name), line))
         else:
             specs = self.type_of(base)
             if specs:

@@ -49,8 +49,8 @@ def thread_writes(project) -> tuple[dict, dict]:
         for specs, name, line in f.writes:
             if specs is None:
                 what, cids = f"`self.{name}`", [f.cid] if f.cid else []
-            elif specs == "loose":
-                what, cids = f"field `{name}`", None
+            elif specs == "loose":  # NAME may carry `@items_field` (observe._loose_key): shown without it
+                what, cids = f"field `{name.split('@', 1)[0]}`", None
             else:
                 what, cids = f"field `{name}`", project.classes_of(specs)
             src = Src("thread", f"{what} (assigned on the thread that runs `{entry}`)", f.path, line, 0, 1, f.qual)

@@ -54,6 +54,7 @@ class Walker(Expressions, Observations):
     fn_node: object = None
     items: set = field(default_factory=set)  # names bound by for-loops: items of a collection
     state_writes: list = field(default_factory=list)  # (pos, line, col, text, deadline Src): see _state_write
+    item_of: dict = field(default_factory=dict)  # local -> the field whose items it iterates (`for t in op.transfers`)
     swallow: list = field(default_factory=list)  # pass 2: open try/suppress scopes that swallow failures (Swallow)
 
     # ---- statements -------------------------------------------------------
@@ -255,11 +256,21 @@ class Walker(Expressions, Observations):
 
     def s_for(self, s) -> None:
         self.items.update(n.id for n in ast.walk(s.target) if isinstance(n, ast.Name))
+        self._item_of(s.target, s.iter)
         self._bind_type(s.target, self.type_of(s.iter))
         self._loop(s, self.expr(s.iter), s.target)
 
     def s_while(self, s) -> None:
         self._loop(s, self.expr(s.test), None)
+
+    def _item_of(self, target, iterable) -> None:
+        """`for t in op.pool_transfers:` binds t to an item of the field `pool_transfers`: another object
+        than `op`, so a field written on t is not the same-named field of an `op` read elsewhere."""
+        if isinstance(target, ast.Name):
+            if isinstance(iterable, ast.Attribute):
+                self.item_of[target.id] = iterable.attr
+            else:
+                self.item_of.pop(target.id, None)
 
     def _swallowed(self, body: list, mode: str | None, construct: str, line: int) -> None:
         """Walk BODY inside a construct that swallows failures (MODE: sources.swallow_scope): a collective
