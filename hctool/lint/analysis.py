@@ -128,7 +128,7 @@ def _summarize(file: str, data: bytes, path: str, modname: str, cfg: LintConfig)
                                              tuple(sorted(w.latch_assigned)), tuple(w.spawns), tuple(w.writes),
                                              bool(w.state_writes), cls,
                                              (min([d.lineno for d in node.decorator_list] + [node.lineno]),
-                                              node.end_lineno or node.lineno)))
+                                              node.end_lineno or node.lineno), w.receives))
             if cls:  # fields are keyed by their class: `self.rank` elsewhere is another field
                 for name, atoms in w.attr_assigns.items():
                     summary.attr_assigns[(cls, name)] = summary.attr_assigns.get((cls, name), EMPTY) | atoms

@@ -138,6 +138,12 @@ class Recorder:
     def clock_field(self, name):
         return self._ask("clock_field", name)
 
+    def follows(self, ref):
+        return self._ask("follows", ref)
+
+    def leads(self, key):
+        return self._ask("leads", key)
+
     def answers(self) -> list:
         return [(name, args, digest(canon(ans))) for (name, args), ans in self.asked.items()]
 

@@ -107,11 +107,33 @@ def _other_dimension(src: Src | None, c: Collective) -> bool:
         and not (src.dims & c.dims)
 
 
+def _forwarded(w: Walker, c: Collective, frame: Frame | None, after: int) -> bool:
+    """A decision made once, by a leader, and sent on (issue 34, class 1): after the decision (inside
+    FRAME, after position AFTER) and before C, on every path to C, the function sends a message that
+    carries C's own arguments, C's callee is what processes receiving commands run, and this function
+    neither receives commands nor runs on one. The followers enter the collective once per command, so
+    they enter it exactly when the leader does: the leader's poll is not a per-rank decision."""
+    if not c.followed or not w.sends or not w.facts.leads(w.key):
+        return False
+    inside = {id(f) for f in c.stack}
+    for pos, stack, carried in w.sends:
+        if not after < pos < c.pos or not (carried & c.followed):
+            continue
+        if frame is not None and not any(f is frame for f in stack):
+            continue
+        # A loop over the followers' sockets may wrap the send; any other condition may skip it.
+        if all(f.kind == "loop" or id(f) in inside for f in stack):
+            return True
+    return False
+
+
 def check_function(w: Walker, path: str) -> list[Relation]:
     out: list[Relation] = []
 
-    def add(rule, c, src, how, cond=None, exit_=None, loop=None):
+    def add(rule, c, src, how, cond=None, exit_=None, loop=None, frame=None, after=0):
         if _other_dimension(src, c):
+            return
+        if rule != "HC104" and src is not None and not src.kind.startswith("id") and _forwarded(w, c, frame, after):
             return
         out.append(Relation(rule, src, path, c.line, c.col, c.end_line, w.qual, _what(c), how, cond, exit_, loop,
                             c.chain))
@@ -125,11 +147,12 @@ def check_function(w: Walker, path: str) -> list[Relation]:
                 add("HC101", c, first_src(cond.taint, path),
                     f"runs in the loop at line {loop.line}, which can `{e.kind}` at line {e.line} "
                     f"(condition at line {cond.line}): ranks can issue it a different number of times",
-                    (path, cond.line), (path, e.line, e.kind), (path, loop.line))
+                    (path, cond.line), (path, e.line, e.kind), (path, loop.line), loop, e.pos)
             src = first_src(loop.taint, path)
             if src is not None:
                 add("HC101", c, src, f"runs in the loop at line {loop.line}, whose iterations depend on it: "
-                    "ranks can issue it a different number of times", (path, loop.line), None, (path, loop.line))
+                    "ranks can issue it a different number of times", (path, loop.line), None, (path, loop.line),
+                    loop)
         named = set()
         for branch in reversed(c.stack):
             src = first_src(branch.taint, path) if branch.kind != "loop" and not branch.balanced else None
@@ -140,7 +163,7 @@ def check_function(w: Walker, path: str) -> list[Relation]:
                         "is swallowed and that rank carries on)", (path, branch.line))
                 else:
                     add("HC102", c, src, f"runs only under the condition at line {branch.line}; other arms do not "
-                        "issue the same collectives", (path, branch.line))
+                        "issue the same collectives", (path, branch.line), frame=branch)
         if c.order is not None:  # a stamp-ordered list in a collective's arguments: contents differ per rank
             add("HC104", c, c.order, "carries a list ordered by per-rank stamps into the collective, so ranks "
                 "contribute it in different orders")
@@ -164,7 +187,7 @@ def check_function(w: Walker, path: str) -> list[Relation]:
                 if c.pos <= e.pos or cond in c.stack or any(id(f) in loops for f in c.stack):
                     continue
                 add("HC103", c, src, f"is skipped by the `return` at line {e.line} (condition at line {cond.line}) "
-                    "on ranks that take it", (path, cond.line), (path, e.line, "return"))
+                    "on ranks that take it", (path, cond.line), (path, e.line, "return"), after=e.pos)
     return out
 
 

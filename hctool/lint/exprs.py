@@ -9,8 +9,8 @@ import ast
 from hctool.lint import names as N
 from hctool.lint import sources as S
 from hctool.lint.observe import _intern, _short
-from hctool.lint.shapes import (EMPTY, AttrAtom, CallAtom, Collective, Frame, Src, _matches, _same_ops,
-                                _truthy_args)
+from hctool.lint.shapes import (EMPTY, AttrAtom, CallAtom, Collective, Frame, Src, _argument_names, _carried,
+                                _matches, _same_ops, _truthy_args)
 
 
 class Expressions:
@@ -190,6 +190,7 @@ class Expressions:
         name = N.dotted(func)
         qual = N.qualify(name, self.mod.imports)
         display = name or last
+        self._message(node, last, qual)
         if last in N.UNIFORM_CALLS or _matches(self.mod.uniform, last, qual):
             return EMPTY
         if self._is_collective(func, last, qual):
@@ -234,7 +235,8 @@ class Expressions:
             return frozenset((CallAtom(ref, args),))
         chain, t = self.facts.call(ref, args, _truthy_args(node))
         if chain:
-            self._collective(node, display, chain, args)
+            followed = _argument_names(node) if self.facts.follows(ref) else EMPTY
+            self._collective(node, display, chain, args, followed)
             self._agreed(node)
         elif self.swallow:
             self._may_fail(node, last, qual, display)
@@ -256,6 +258,19 @@ class Expressions:
                     "io", f"a failure of `{display}()` that the {scope.construct} swallows", node.lineno,
                     node.col_offset + 1)), None)
 
+    def _message(self, node, last: str, qual: str | None) -> None:
+        """Messages to and from other processes: a function that receives them runs on command (pass 1);
+        a message sent before a collective may be the command that makes the followers enter it (pass 2)."""
+        if self.facts is None:
+            if N.is_message(N.MESSAGE_RECV, last, qual):
+                self.receives = True
+        elif not self.quiet and N.is_message(N.MESSAGE_SEND, last, qual):
+            self.pos += 1
+            carried = EMPTY
+            for a in (*node.args, *(k.value for k in node.keywords)):
+                carried = carried | _carried(a)
+            self.sends.append((self.pos, tuple(self.stack), carried))
+
     def _agreed(self, node) -> None:
         """In-place collective arguments (all_reduce(t)) hold the replicated result afterwards."""
         for a in (*node.args, *(k.value for k in node.keywords)):
@@ -263,7 +278,8 @@ class Expressions:
             if d is not None:
                 self.env[d] = EMPTY
 
-    def _collective(self, node, display: str, chain: tuple, args: frozenset = EMPTY) -> None:
+    def _collective(self, node, display: str, chain: tuple, args: frozenset = EMPTY,
+                    followed: frozenset = EMPTY) -> None:
         if self.quiet:  # pass 1 records direct collectives too: _arms() compares arms with them
             return
         self.pos += 1
@@ -280,7 +296,7 @@ class Expressions:
             stack = (*failed, *stack)
         self.collectives.append(Collective(self.pos, node.lineno, getattr(node, "end_lineno", None) or node.lineno,
                                            node.col_offset + 1, display, chain, stack,
-                                           N.op_family(real), group, order, None, sent, N.dims(named)))
+                                           N.op_family(real), group, order, None, sent, N.dims(named), followed))
 
     def _is_collective(self, func, last: str, qual: str | None) -> bool:
         if last in N.COLLECTIVE_NAMES or _matches(self.mod.collectives, last, qual):

@@ -70,6 +70,17 @@ MAX_HOPS = 1
 MAX_THREAD_HOPS = 2  # a field a thread writes: through at most two more results or fields, never a constructor
 MAX_BY_NAME_CANDIDATES = 6  # base classes named without a module: more same-named classes, no guess
 
+# Messages between processes (sockets, pipes; zmq's send_pyobj, SGLang-style sock_send wrappers): a
+# leader that sends a command its followers act on (walker: sends, project: followers). torch.distributed's
+# send/recv are point-to-point tensors, not commands.
+MESSAGE_SEND = re.compile(r"^_*(async_)?(sock_)?send(_pyobj|_json|_string|_multipart|_bytes|_message)?$")
+MESSAGE_RECV = re.compile(r"^_*(async_)?(sock_)?recv(_pyobj|_json|_string|_multipart|_bytes|_message)?$")
+
+
+def is_message(pattern, last: str, qual: str | None) -> bool:
+    return bool(pattern.match(last)) and not (qual or "").startswith("torch.")
+
+
 ORDERING_CALLS = frozenset({"sorted", "min", "max", "sort", "nsmallest", "nlargest"})
 HEAP_PUSH = frozenset({"heappush", "heappushpop", "heapreplace"})
 

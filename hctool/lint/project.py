@@ -37,6 +37,7 @@ class FuncSummary:
     state_writes: bool = False  # sets items' state under a per-rank deadline: pass 2 looks (HC104)
     cls: str | None = None  # the enclosing class's name
     span: tuple = (0, 0)  # (first line, decorators included; last line): pass 2 parses just these
+    receives: bool = False  # receives messages from another process (a socket's or a pipe's recv)
 
 
 def program_of(modname: str) -> str:
@@ -115,6 +116,7 @@ class Project(TaintSolver):
             self._solve_collectives(frozenset(self.memo))
         self._solve_taint(modules)
         self.checked = {k for k, f in self.funcs.items() if f.state_writes}  # pass 2 walks these too
+        self._followers: set | None = None
         mod_of = {m.path: m.modname for m in modules}
         self.coll_programs = {program_of(mod_of[self.funcs[_key(k)].path]) for k in self.coll}
 
@@ -410,6 +412,34 @@ class Project(TaintSolver):
                     self._clock_fields.setdefault(k[2], src)
         src = self._clock_fields.get(name)
         return frozenset((src,)) if src else EMPTY
+
+    def _follower_keys(self) -> set:
+        """Functions a process runs on command: called, within two calls, by a function that receives
+        messages from another process (a worker's `handle(sock.recv_pyobj())` loop). The collectives
+        they reach are entered once per command received, whatever the receiving process observes."""
+        if self._followers is None:
+            out: set = set()
+            frontier = sorted(k for k, f in self.funcs.items() if f.receives)
+            for _ in range(2):
+                nxt = []
+                for k in frontier:
+                    for ref, *_ in self.funcs[k].calls:
+                        for t in self.resolve(ref):
+                            if t not in out:
+                                out.add(t)
+                                nxt.append(t)
+                frontier = nxt
+            self._followers = out
+        return self._followers
+
+    def follows(self, ref: tuple) -> bool:
+        """Whether processes that receive commands run the function REF calls."""
+        return any(t in self._follower_keys() for t in self.resolve(ref))
+
+    def leads(self, key: str) -> bool:
+        """Whether function KEY decides on its own: it neither receives commands nor runs on one."""
+        f = self.funcs.get(key)
+        return f is not None and not f.receives and key not in self._follower_keys()
 
     def program_has_collectives(self, modname: str) -> bool:
         """Whether the program MODNAME belongs to issues collectives (see program_of)."""

@@ -73,6 +73,7 @@ class Collective:
     latch: str | None = None  # pass 1: the `self.F is None` latch it sits under (latches.py)
     sent: frozenset = frozenset()  # order and deadline sources among its arguments (what ranks contribute)
     dims: frozenset = frozenset()  # parallel dimensions of the group its arguments name (names.dims)
+    followed: frozenset = frozenset()  # its argument names, when processes run its callee on command (checks._forwarded)
 
 
 @dataclass
@@ -160,3 +161,74 @@ def _same_ops(a: list, b: list) -> bool:
     where both name one): fused vs plain all-reduce, or root vs non-root of one broadcast."""
     return len(a) == len(b) and all(x.op == y.op and (not x.group or not y.group or x.group == y.group)
                                     for x, y in zip(a, b))
+
+
+def _carried(node) -> frozenset:
+    """The names a message carries as values (`{"requests": requests}`, through serializers such as
+    `pickle.dumps(...)`), not what a builtin reduces them to (`len(requests)` carries a count)."""
+    out = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        d = N.dotted(n)
+        if d is not None:
+            out.add(d.split(".", 1)[0] if not d.startswith("self.") else d)
+            continue
+        if isinstance(n, ast.Call):
+            if isinstance(n.func, ast.Name) and n.func.id in N.VALUE_BUILTINS:
+                continue
+            todo += [*n.args, *(k.value for k in n.keywords)]
+        elif isinstance(n, ast.Dict):
+            todo += n.values
+        elif isinstance(n, (ast.List, ast.Tuple, ast.Set)):
+            todo += n.elts
+        elif isinstance(n, (ast.Starred, ast.keyword)):
+            todo.append(n.value)
+    return frozenset(out)
+
+
+def _argument_names(call: ast.Call) -> frozenset:
+    """The names passed as a call's arguments themselves (`batch_encode(requests, modality)`)."""
+    out = set()
+    for a in (*call.args, *(k.value for k in call.keywords)):
+        d = N.dotted(a.value if isinstance(a, ast.Starred) else a)
+        if d is not None:
+            out.add(d.split(".", 1)[0] if not d.startswith("self.") else d)
+    return frozenset(out)
+
+
+_DEQUEUE = frozenset({"get", "get_nowait", "popleft", "pop"})
+
+
+def _not_empty(test) -> str | None:
+    """The queue Q of a `not Q.empty()` test."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Call) \
+            and isinstance(test.operand.func, ast.Attribute) and test.operand.func.attr == "empty" \
+            and not test.operand.args:
+        return N.dotted(test.operand.func.value)
+    return None
+
+
+def _drained_queue(test, body: list) -> str | None:
+    """`while not stop.is_set() or not q.empty():` whose every iteration first takes an item of q (issue
+    34, class 2): the loop ends only once q is empty, and what an iteration does is one item's work, so a
+    rank issues the body's collectives once per item put, whenever it sees the event. The other
+    disjuncts decide only when an empty queue stops the loop, not how many collectives run: Q's name
+    is returned, and the walker drops their taint. A loop that may exit with items left (no `or not
+    q.empty()`), or whose iterations do something before taking one, is not this shape."""
+    if not (isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or)) or not body:
+        return None
+    queues = {q for q in map(_not_empty, test.values) if q is not None}
+    first = body[0]
+    while isinstance(first, ast.Try) and first.body:  # `try: item = q.get(timeout=1)` ... `except Empty:`
+        first = first.body[0]
+    if not isinstance(first, (ast.Assign, ast.AnnAssign, ast.Expr)):
+        return None
+    value = first.value
+    if isinstance(value, ast.Await):
+        value = value.value
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _DEQUEUE:
+        q = N.dotted(value.func.value)
+        if q in queues:
+            return q
+    return None

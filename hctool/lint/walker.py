@@ -20,7 +20,7 @@ from hctool.lint.exprs import Expressions
 from hctool.lint.observe import Observations, _intern
 from hctool.lint.shapes import (  # noqa: F401  (re-exported for project.py, checks.py, analysis.py)
     EMPTY, Src, CallAtom, AttrAtom, ParamAtom, FnAtom, Frame, Collective, Exit, ModuleInfo,
-    _matches, _implicit, _truthy_args, _mode_exit, _size_guard, _role_branch, _same_ops,
+    _matches, _implicit, _truthy_args, _mode_exit, _size_guard, _role_branch, _same_ops, _drained_queue, _not_empty,
 )
 
 
@@ -56,6 +56,8 @@ class Walker(Expressions, Observations):
     state_writes: list = field(default_factory=list)  # (pos, line, col, text, deadline Src): see _state_write
     item_of: dict = field(default_factory=dict)  # local -> the field whose items it iterates (`for t in op.transfers`)
     swallow: list = field(default_factory=list)  # pass 2: open try/suppress scopes that swallow failures (Swallow)
+    receives: bool = False  # pass 1: it receives messages from another process (project.follows)
+    sends: list = field(default_factory=list)  # pass 2: (pos, stack, names carried) of messages it sends
 
     # ---- statements -------------------------------------------------------
     def run(self, fn: ast.AST) -> Walker:
@@ -245,7 +247,7 @@ class Walker(Expressions, Observations):
             self.stmts(s.body)
             self.quiet = False
             if isinstance(s, ast.While):
-                frame.taint = frame.taint | _control(self.expr(s.test))
+                frame.taint = frame.taint | _control(self._while_test(s))
                 self.ctl = saved | _implicit(frame.taint)
         self.stmts(s.body)
         self._pop(saved)
@@ -261,7 +263,20 @@ class Walker(Expressions, Observations):
         self._loop(s, self.expr(s.iter), s.target)
 
     def s_while(self, s) -> None:
-        self._loop(s, self.expr(s.test), None)
+        self._loop(s, self._while_test(s), None)
+
+    def _while_test(self, s) -> frozenset:
+        """The taint of a while loop's test; a loop that drains its queue before it exits is decided by
+        the queue alone (shapes._drained_queue): a stop event beside it changes when, not how often."""
+        queue = _drained_queue(s.test, s.body)
+        if queue is None:
+            return self.expr(s.test)
+        t = EMPTY
+        for v in s.test.values:  # every disjunct is still walked (calls in it are observed)
+            part = self.expr(v)
+            if _not_empty(v) == queue:
+                t = t | part
+        return t
 
     def _item_of(self, target, iterable) -> None:
         """`for t in op.pool_transfers:` binds t to an item of the field `pool_transfers`: another object
