@@ -322,6 +322,9 @@ def explain_pair(view: PairView, ops: list[Op], stuck: bool) -> Verdict | None:
     else:
         ib = op.j
         ia = _next_index(ops, k, "i", len(a))
+    orphan = _orphan_place(view, ops, k, op)
+    if orphan is not None:
+        return orphan
     view.learn_until(ia, ib)
     nxt = ops[k + 1] if k + 1 < len(ops) else None
     both = nxt is not None and {op.kind, nxt.kind} == {"gap_a", "gap_b"} and (
@@ -361,6 +364,41 @@ def explain_against(view: PairView, ops: list[Op]) -> tuple[str, int, int] | Non
         # the other order (a flag that flips the order on one rank), its first one is the cause
         return diff_kind(a[ia], b[op.j]), 0, ia
     return "missing", 1, op.j
+
+
+def _orphan_place(view: PairView, ops: list[Op], k: int, op: Op) -> Verdict | None:
+    """The unmatched call comes from a place its peer never made a call from, and every earlier
+    call from there paired across sites (with the peer's calls from another place): the first of
+    them is where the ranks parted, not the one left over at the end (DDP's no_sync() on one rank
+    only: the other's accumulation all-reduces pair with its step all-reduces until it hangs)."""
+    side = 0 if op.kind == "gap_a" else 1
+    other = 1 - side
+    ix = op.i if side == 0 else op.j
+    seq = view.seq[side]
+    key = pattern_key(seq[ix])
+    if view.committed.calls(view.r[other], key) or view.committed.calls(view.r[side], key):
+        return None  # a place with history before the window: the pattern rules weigh it
+    if any(pattern_key(e) == key for e in view.seq[other]):
+        return None
+    first = None
+    for o in ops[:k]:
+        mine = o.i if side == 0 else o.j
+        if mine is None or pattern_key(seq[mine]) != key:
+            continue
+        if o.kind != "cross":
+            return None  # a call from there that matched, or that was left over earlier: not this shape
+        if first is None:
+            first = o
+    if first is None:
+        return None
+    fx = first.i if side == 0 else first.j
+    peer = view.seq[other][first.j if side == 0 else first.i]
+    rs, ro = view.r[side], view.r[other]
+    return Verdict("extra", [rs], rs, fx, fx, "medium",
+                   f"rank {rs}'s {_where(seq[fx])} has no counterpart from there on rank {ro}, which made no call from "
+                   f"that place: it paired with rank {ro}'s {_where(peer)}, and every later call from there did the "
+                   f"same until the ranks parted",
+                   alternative=f"rank {ro} skipped every call from {seq[fx].get('site') or '?'}")
 
 
 def _next_index(ops: list[Op], k: int, field: str, default: int) -> int:
@@ -497,7 +535,10 @@ def _both_unmatched(view: PairView, ia: int, ib: int) -> Verdict:
                            f"rank {r}'s {_where(view.at(side, i_s))} sits in a branch (line {region.start}) that "
                            f"rank {view.r[other]}'s path does not enter; rank {view.r[other]} went on to "
                            f"{_where(view.at(other, i_o))}")
-    earlier = _program_order(ea, eb)
+    # two arms of one if/else: which comes first in the file says nothing about which rank deviated
+    arms = [_conditional_region(view, 0, ia, 1, ib), _conditional_region(view, 1, ib, 0, ia)]
+    exclusive = all(arms) and arms[0].node is not None and arms[0].node is arms[1].node and arms[0].kind != arms[1].kind
+    earlier = None if exclusive else _program_order(ea, eb)
     if earlier is not None:
         r = view.r[earlier]
         idx = ia if earlier == 0 else ib
@@ -506,6 +547,10 @@ def _both_unmatched(view: PairView, ia: int, ib: int) -> Verdict:
                        f"rank {r}'s {_where(view.at(earlier, idx))} comes first in their common function; rank {o} "
                        f"went past it to {_where(view.at(1 - earlier, ib if earlier == 0 else ia))}",
                        alternative=f"rank {o} made an extra call at {_where(view.at(1 - earlier, ib if earlier == 0 else ia))}")
+    if exclusive:
+        return Verdict(diff_kind(ea, eb), sorted(view.r), ra, ia, ia, "low",
+                       f"the ranks took the two arms of one if/else (line {arms[0].node.lineno}): rank {ra} "
+                       f"{_where(ea)}, rank {rb} {_where(eb)}; which arm was right is not in the traces")
     return Verdict(diff_kind(ea, eb), sorted(view.r), ra, ia, ia, "low",
                    "each rank made a call the other did not; nothing in the traces or the source says which "
                    "one deviated")

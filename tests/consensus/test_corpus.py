@@ -17,7 +17,7 @@ CASES = {
                           {0: ("all_reduce", "reduce", None), 1: ("all_reduce", "reduce", None)}),
     "reduce_op.py": (3, "diverged", "0:[0,1,2]", 1, "reduce_op", [1],
                      {0: ("all_reduce", "reduce", None), 1: ("all_reduce", "reduce", None)}),
-    "broadcast_root.py": (2, "diverged", "0:[0,1]", 2, "root", [0, 1],
+    "broadcast_root.py": (2, "diverged", "0:[0,1]", 2, "root", [1],
                           {0: ("broadcast", "bcast", None), 1: ("broadcast", "bcast", None)}),
     "never_joins.py": (2, "hung", "0:[0,1]", 2, "missing", [1],
                        {0: ("all_reduce", "reduce", "blocked"), 1: (None, None, "absent")}),

@@ -6,6 +6,7 @@ them with `pytest -m slow` (benchmarks/culprit_corpus.py runs them N times for d
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from tests.consensus.helpers import run_check
 
 REPORTS = Path(__file__).resolve().parent / "reports"
 EXPECT = re.compile(r"^#\s*EXPECT:\s*(.*)$", re.M)
-NPROC = re.compile(r"^#\s*(?:NPROC:\s*|RUN:.*--nproc[-_]per[-_]node[ =])(\d+)", re.M)
+NPROC = re.compile(r"^#\s*(?:NPROC:\s*|.*--nproc[-_]per[-_]node[ =])(\d+)", re.M)
 # one or two of each shape in the default run (the rest are slow)
 DEFAULT = {"bugs/b01_extra_spike_log_allreduce.py", "bugs/b05_skip_bad_batch_two_collectives.py",
            "bugs/b07_time_based_checkpoint_barrier.py", "bugs/b08_time_budget_break.py",
@@ -36,8 +37,11 @@ def expectation(path: Path) -> dict:
     out = dict(kv.split("=", 1) for kv in EXPECT.search(text).group(1).split() if "=" in kv)
     out["culprit"] = sorted(int(x) for x in out.get("culprit", "").split(",") if x.strip().isdigit())
     out["line"] = int(out["line"]) if out.get("line", "").isdigit() else None
+    # the world size: the writers' manifest beside the program, else its header, else 2
+    manifest = path.parent / "manifest.json"
+    entries = {e["file"]: e for e in json.loads(manifest.read_text())} if manifest.exists() else {}
     m = NPROC.search(text)
-    out["nproc"] = int(m.group(1)) if m else 2
+    out["nproc"] = int(entries.get(path.name, {}).get("nproc") or (m.group(1) if m else 2))
     return out
 
 
@@ -67,7 +71,10 @@ def test_the_cause_and_the_culprit(program, tmp_path, no_leftover_processes):
     assert report["verdict"] == want["verdict"] or (want["verdict"] == "hung" and report["verdict"] == "diverged"), report
     assert first["culprit_ranks"] == want["culprit"], first
     cause = first["cause"]
-    assert cause["site"] == f"{path.name}:{want['line']}", first
+    if want["line"] is not None:  # a cycle of one statement on every rank has no one line to fix
+        assert cause["site"] == f"{path.name}:{want['line']}", first
+    else:
+        assert cause["site"].startswith(f"{path.name}:"), first
     # where each rank stopped, besides the cause, and what decided the culprit
     assert set(first["symptom"]) == {str(r) for r in range(want["nproc"])}, first["symptom"]
     assert first["confidence"] in ("high", "medium", "low") and first["basis"], first
