@@ -126,6 +126,8 @@ def identify(path: Path, doc: dict | None = None) -> Folder:
     subs = [p for p in sorted(path.iterdir()) if p.is_dir() and (p / "report.json").is_file()]
     if subs and all(isinstance((read_doc(p / "report.json") or {}).get("variants"), list) for p in subs):
         return Folder("repro-all", path, {"incidents": [read_doc(p / "report.json") for p in subs]})
+    if (path / "hctool-run.json").is_file():
+        return Folder("consensus", path, doc)  # a run that recorded nothing: its page says what was not seen
     raise FolderError(f"{path}: no traces, Flight Recorder dumps or hctool run records in it")
 
 
