@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from hctool.lint import sources as S
+from hctool.lint.paths import Paths
 from hctool.lint.walker import Collective, Exit, Frame, Src, Walker
 
 
@@ -93,10 +94,20 @@ def _loop_exit(loop: Frame, c: Collective, exits: list[Exit], path: str) -> tupl
         if e.kind == "continue" and e.pos > c.pos:
             continue  # the collective ran before the continue in this iteration
         cond = _tainted_inside(e.stack, loop)
-        if cond is not None and first_src(cond.taint, path) is not None:
+        if cond is not None and first_src(_for(cond.taint, c), path) is not None:
             hits.append((e, cond))
-    hits.sort(key=lambda h: _pref(first_src(h[1].taint, path), path)[:3])  # stable: earlier first
+    hits.sort(key=lambda h: _pref(first_src(_for(h[1].taint, c), path), path)[:3])  # stable: earlier first
     return hits[0] if hits else None
+
+
+def _for(taint, c: Collective) -> frozenset:
+    """The part of a condition's TAINT that can decide C: a rank id of another parallel dimension than
+    C's group cannot (_other_dimension). Filtering before a source is named, rather than dropping the
+    named one after, keeps `if col_rank == 0 and tp_rank == 0:` around a tensor-parallel collective a
+    finding of the tensor-parallel rank, whichever of the two would have been named first."""
+    if not c.dims or not any(isinstance(a, Src) and a.dims for a in taint):
+        return taint
+    return frozenset(a for a in taint if not (isinstance(a, Src) and _other_dimension(a, c)))
 
 
 def _other_dimension(src: Src | None, c: Collective) -> bool:
@@ -129,6 +140,18 @@ def _forwarded(w: Walker, c: Collective, frame: Frame | None, after: int) -> boo
 
 def check_function(w: Walker, path: str) -> list[Relation]:
     out: list[Relation] = []
+    paths = None
+
+    def converges(frame: Frame) -> bool:
+        """Every path from FRAME's `if` to the function's exit issues the same collectives (paths.py):
+        a barrier before a `yield` on one side and after it on the other, or `barrier(); return` ahead
+        of the one barrier every other path reaches. The arms differ; what ranks issue does not."""
+        nonlocal paths
+        if frame.node is None or w.fn_node is None:
+            return False
+        if paths is None:
+            paths = Paths(w.fn_node, w.collectives)
+        return paths.converges(frame.node)
 
     def add(rule, c, src, how, cond=None, exit_=None, loop=None, frame=None, after=0):
         if _other_dimension(src, c):
@@ -144,19 +167,19 @@ def check_function(w: Walker, path: str) -> list[Relation]:
             hit = _loop_exit(loop, c, w.exits, path)  # an exit names the deciding line: report it first
             if hit:
                 e, cond = hit
-                add("HC101", c, first_src(cond.taint, path),
+                add("HC101", c, first_src(_for(cond.taint, c), path),
                     f"runs in the loop at line {loop.line}, which can `{e.kind}` at line {e.line} "
                     f"(condition at line {cond.line}): ranks can issue it a different number of times",
                     (path, cond.line), (path, e.line, e.kind), (path, loop.line), loop, e.pos)
-            src = first_src(loop.taint, path)
+            src = first_src(_for(loop.taint, c), path)
             if src is not None:
                 add("HC101", c, src, f"runs in the loop at line {loop.line}, whose iterations depend on it: "
                     "ranks can issue it a different number of times", (path, loop.line), None, (path, loop.line),
                     loop)
         named = set()
         for branch in reversed(c.stack):
-            src = first_src(branch.taint, path) if branch.kind != "loop" and not branch.balanced else None
-            if src is not None and src not in named:
+            src = first_src(_for(branch.taint, c), path) if branch.kind != "loop" and not branch.balanced else None
+            if src is not None and src not in named and not converges(branch):
                 named.add(src)
                 if branch.kind == "swallow":
                     add("HC102", c, src, f"is skipped by a rank whose call at line {branch.line} fails (the failure "
@@ -180,13 +203,16 @@ def check_function(w: Walker, path: str) -> list[Relation]:
         named = set()
         for cond in reversed(e.stack):
             src = first_src(cond.taint, path)
-            if src is None or src in named:
+            if src is None or src in named or converges(cond):
                 continue
             named.add(src)
             for c in w.collectives:
                 if c.pos <= e.pos or cond in c.stack or any(id(f) in loops for f in c.stack):
                     continue
-                add("HC103", c, src, f"is skipped by the `return` at line {e.line} (condition at line {cond.line}) "
+                decides = first_src(_for(cond.taint, c), path)
+                if decides is None:
+                    continue
+                add("HC103", c, decides, f"is skipped by the `return` at line {e.line} (condition at line {cond.line}) "
                     "on ranks that take it", (path, cond.line), (path, e.line, "return"), after=e.pos)
     return out
 

@@ -329,9 +329,12 @@ class Expressions:
         return _intern(("typed", last, specs)) if specs else None
 
 def _arg_name(arg) -> str:
-    """The dotted name an argument is, or calls (`mpu.get_data_parallel_group()`); else nothing."""
+    """The dotted name an argument is, or calls (`mpu.get_data_parallel_group()`), with the names that
+    call is given (`gpc.get_group(ParallelMode.PARALLEL_2D_ROW)`: the mode names the dimension); else
+    nothing."""
     if isinstance(arg, ast.Call):
-        arg = arg.func
+        inner = [N.dotted(a) for a in (*arg.args, *(k.value for k in arg.keywords))]
+        return " ".join(filter(None, [N.dotted(arg.func), *inner]))
     return N.dotted(arg) or ""
 
 

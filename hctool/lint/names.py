@@ -182,7 +182,7 @@ def is_group_size(name: str) -> bool:
 # tensor-parallel ranks 0), so a rank id of one dimension is uniform inside a group of another.
 _DIM_WORDS = {"tp": "tp", "tensor": "tp", "mp": "tp", "pp": "pp", "pipeline": "pp", "stage": "pp",
               "dp": "dp", "data": "dp", "cp": "cp", "context": "cp", "ep": "ep", "expert": "ep", "moe": "ep",
-              "sp": "sp", "sequence": "sp", "row": "row", "col": "col", "column": "col", "depth": "depth",
+              "sp": "sp", "sequence": "sp", "row": "row", "col": "col", "column": "col", "depth": "depth", "dep": "depth",
               "input": "3d-input", "weight": "3d-weight", "output": "3d-output", "fsdp": "dp", "shard": "shard",
               "replicate": "dp", "embd": "embd", "embedding": "embd", "position": "pos"}
 _WORD = re.compile(r"[A-Za-z][a-z]*|[0-9]+d", re.ASCII)

@@ -56,6 +56,7 @@ class Frame:
     line: int
     taint: frozenset
     balanced: bool = False  # every arm issues the same collective sequence
+    node: object = None  # the `if` statement, for the path comparison (paths.py)
 
 
 @dataclass

@@ -222,7 +222,7 @@ class Walker(Expressions, Observations):
     def s_if(self, s) -> None:
         latch = L.unset_field(s.test, self.mod.latch_props.get(self.cls, {})) if self.facts is None and self.cls else None
         if latch is None:
-            self._arms(Frame("if", s.lineno, self.expr(s.test)), [s.body, s.orelse], s.test)
+            self._arms(Frame("if", s.lineno, self.expr(s.test), node=s), [s.body, s.orelse], s.test)
             return
         self.latches.append(latch)  # the body runs while self.<latch> is unset (latches.py)
         self._arms(Frame("if", s.lineno, self.expr(s.test)), [s.body, []], s.test)

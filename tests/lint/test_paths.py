@@ -1,0 +1,119 @@
+"""A rank-dependent branch whose every path to the function's exit issues the same collectives
+(paths.py) is no divergence; its twins, whose paths really differ, stay findings. Also a rank id of
+one parallel dimension deciding a collective on a group of another (checks._other_dimension)."""
+
+from __future__ import annotations
+
+from .test_rules import check
+
+
+def test_barrier_before_and_after_yield_is_one_barrier_each(lint_snippets):
+    # Ranks other than the executor wait before the body, the executor after it: one barrier each.
+    check(lint_snippets, {"m.py": """
+from contextlib import contextmanager
+
+@contextmanager
+def priority_execution(executor_rank=0, group=None):
+    rank = dist.get_rank(group=group)
+    should_block = rank != executor_rank
+    if should_block:
+        dist.barrier(group=group)
+    yield
+    if not should_block:
+        dist.barrier(group=group)
+"""})
+
+
+def test_barrier_before_yield_on_one_side_only_stays(lint_snippets):
+    check(lint_snippets, {"m.py": """
+from contextlib import contextmanager
+
+@contextmanager
+def priority_execution(executor_rank=0, group=None):
+    rank = dist.get_rank(group=group)  # expect: HC102
+    should_block = rank != executor_rank
+    if should_block:
+        dist.barrier(group=group)  # gated
+    yield
+    if should_block:
+        dist.barrier(group=group)  # gated
+"""})
+
+
+def test_barrier_and_return_ahead_of_the_one_later_barrier(lint_snippets):
+    check(lint_snippets, {"m.py": """
+def save(rank, pp_size, write, group):
+    if rank != 0:
+        dist.barrier(group=group)
+        return
+    if pp_size == 1:
+        write()
+    dist.barrier(group=group)
+    if rank == 0:
+        write()
+
+def roles(src, inputs, out, group):
+    if dist.get_rank() == src:
+        parts = [inputs.clone() for _ in range(4)]
+        dist.gather(inputs, parts, dst=src, group=group)
+        dist.scatter(out, parts, src=src, group=group)
+    else:
+        dist.gather(inputs, dst=src, group=group)
+        dist.scatter(out, src=src, group=group)
+    return out
+"""})
+
+
+def test_barrier_and_return_ahead_of_two_later_barriers_stays(lint_snippets):
+    check(lint_snippets, {"m.py": """
+def save(pp_size, write, group):
+    rank = dist.get_rank()  # expect: HC102
+    if rank != 0:
+        dist.barrier(group=group)  # gated
+        return
+    if pp_size == 1:
+        dist.barrier(group=group)  # gated
+    dist.barrier(group=group)  # gated
+
+def other_group(write, group, other):
+    if dist.get_rank() != 0:  # expect: HC102
+        dist.barrier(group=group)  # gated
+        return
+    dist.barrier(group=other)  # gated
+"""})
+
+
+def test_rank_of_another_dimension_2p5d(lint_snippets):
+    # 2.5D: the depth ("dep") rank is the same on every rank of one row group, and row and column
+    # ranks are the same on every rank of one depth group.
+    check(lint_snippets, {"m.py": """
+class ParallelMode:
+    PARALLEL_2P5D_ROW = "row"
+    PARALLEL_2P5D_COL = "col"
+    PARALLEL_2P5D_DEP = "dep"
+
+def save(gpc, state):
+    if gpc.get_local_rank(ParallelMode.PARALLEL_2P5D_DEP) == 0:
+        dist.all_reduce(state, group=gpc.get_group(ParallelMode.PARALLEL_2P5D_ROW))
+        if gpc.get_local_rank(ParallelMode.PARALLEL_2P5D_ROW) == 0:
+            dist.all_reduce(state, group=gpc.get_group(ParallelMode.PARALLEL_2P5D_COL))
+    col, row = gpc.get_local_rank(ParallelMode.PARALLEL_2P5D_COL), gpc.get_local_rank(ParallelMode.PARALLEL_2P5D_ROW)
+    if col == 0 and row == 0:
+        dist.broadcast(state, 0, group=gpc.get_group(ParallelMode.PARALLEL_2P5D_DEP))
+"""})
+
+
+def test_rank_of_the_same_dimension_beside_another_stays(lint_snippets):
+    # The row rank beside the depth rank decides a row-group collective: a finding of the row rank,
+    # whichever of the two the condition names first.
+    check(lint_snippets, {"m.py": """
+class ParallelMode:
+    PARALLEL_2P5D_ROW = "row"
+    PARALLEL_2P5D_DEP = "dep"
+
+def save(gpc, state):
+    dep = gpc.get_local_rank(ParallelMode.PARALLEL_2P5D_DEP)
+    row = gpc.get_local_rank(ParallelMode.PARALLEL_2P5D_ROW)  # expect: HC102
+    if dep == 0 and row == 0:
+        dist.all_reduce(state, group=gpc.get_group(ParallelMode.PARALLEL_2P5D_ROW))  # gated
+"""})
