@@ -66,6 +66,7 @@ class Channel:
         self.history = blame.History()     # what the dropped prefix did, per place (the pattern blame reads)
         self.pattern = Pattern()           # cross-site pairings of the dropped prefix
         self.window_pairings: dict = {}    # cross-site pairings the last look at the window saw
+        self.agreed = 0                    # leading window positions known to agree (prune's look-ahead)
 
     def add(self, ev: dict, now: float) -> None:
         self.seqs.setdefault(ev["rank"], deque()).append(ev)
@@ -74,10 +75,11 @@ class Channel:
     def member_ranks(self, all_ranks: list[int]) -> list[int]:
         return self.members if self.members is not None else all_ranks
 
-    def prune(self, all_ranks: list[int]) -> None:
+    def prune(self, all_ranks: list[int], ahead_agreed: bool = False) -> None:
         """Drop the prefix on which every member made an equal call and completed it.
         A cross-site pairing stays until HOLD more calls follow it (a later divergence may
-        be located there)."""
+        be located there). ahead_agreed: the caller knows HOLD agreed calls follow the window
+        (the column blocks behind it)."""
         ranks = self.member_ranks(all_ranks)
         seqs = [self.seqs.get(r) for r in ranks]
         if len(ranks) < 2 or any(not s for s in seqs):
@@ -89,7 +91,7 @@ class Channel:
                 return
             events = {r: s[0] for r, s in zip(ranks, seqs)}
             what = scan.classify(events)
-            if what[0] == "cross" and not _agreed_ahead(seqs, HOLD):
+            if what[0] == "cross" and not ahead_agreed and not self._agreed_ahead(seqs, HOLD):
                 return  # kept until HOLD agreed calls follow it: a divergence within them is located here
             scan.step(self.base, events, what)
             for r, s in zip(ranks, seqs):
@@ -97,21 +99,26 @@ class Channel:
                 self._learn(r, self.prev.get(r), ev)
                 self.prev[r] = ev
             self.base += 1
+            self.agreed = max(0, self.agreed - 1)
+
+    def _agreed_ahead(self, seqs: list, n: int) -> bool:
+        """Whether the n calls after each sequence's first are there and agree (equal and
+        completed). The run already known to agree is kept (self.agreed: leading positions), so
+        a long stretch of cross-site pairings is checked once, not n times per call."""
+        if min(map(len, seqs)) <= n:
+            return False
+        k = max(1, self.agreed)
+        while k <= n:
+            sig = hard_signature(seqs[0][k])
+            if any(s[k]["state"] != "completed" or hard_signature(s[k]) != sig for s in seqs):
+                return False
+            k += 1
+            self.agreed = k
+        return True
 
     def _learn(self, rank: int, before: dict | None, ev: dict) -> None:
         self.seen_sites.add(site_key(ev))
         self.history.learn(rank, ev)
-
-
-def _agreed_ahead(seqs: list, n: int) -> bool:
-    """Whether the n calls after each sequence's first are there and agree (equal and completed)."""
-    if min(map(len, seqs)) <= n:
-        return False
-    for k in range(1, n + 1):
-        sig = hard_signature(seqs[0][k])
-        if any(s[k]["state"] != "completed" or hard_signature(s[k]) != sig for s in seqs):
-            return False
-    return True
 
 
 def route(ev: dict, groups: dict[str, list[int]]) -> str | None:
@@ -264,7 +271,7 @@ class _Look:
                 out = _finding(self.ch, 0, p["events"], "extra", [culprit], self.waits)
                 out.update(seq=p["seq"], cause_rank=culprit, cause_seq=p["seq"], cause_event=ev, confidence="medium",
                            basis=f"rank {culprit} made one call from {ev.get('site')} that no other rank ever made, "
-                                 f"{self.ch.base - p['seq']}+ calls before the evidence; it paired silently with "
+                                 f"{self.ch.base + ci - p['seq']} calls before the evidence; it paired silently with "
                                  f"rank {others[0]}'s call at {p['events'][others[0]].get('site')}, and rank {culprit} "
                                  f"has been one call ahead since",
                            alternative=v.basis, after=None, waiting_on=False,
@@ -301,6 +308,15 @@ class _Look:
             kind = "missing" if at[culprits[0]] is None else diff_kind(at[culprits[0]], at[ref]) if at[ref] else "extra"
             best = ((culprits[0], i), kind, i)
         cause, kind, idx = best
+        if kind == "extra" and culprits == [cause[0]]:
+            # the odd rank's surplus call here may be the tail of a silent shift that began with a
+            # pairing long gone from the window: the same test as for two ranks
+            v = blame.Verdict("extra", culprits, cause[0], cause[1], idx, "high",
+                              f"{len(majority)} of {len(self.ranks)} ranks agree; rank {cause[0]} made a call the "
+                              f"others did not")
+            rare = self.rare_pairing(v, self.seqs[cause[0]], cause[1])
+            if rare is not None:
+                return rare
         what = {"extra": "made a call the others did not", "missing": "lacks a call the others made"}.get(
             kind, f"differs in {kind.replace('_', ' ')}")
         return self.finding(idx, {r: (s[idx] if idx < len(s) else None) for r, s in self.seqs.items()}, kind,

@@ -94,6 +94,12 @@ class Tracker:
                         used[r] = k
                 ch.prune(self.all_ranks())
             rest = {r: got[r].tail(used[r]) for r in got}
+            if (len(members) >= 2 and set(rest) >= set(members) and any(ch.seqs.get(r) for r in members)
+                    and len({len(ch.seqs.get(r, ())) for r in members}) == 1
+                    and agreed_prefix([rest[r] for r in members], 0)[0] >= HOLD):
+                # the window is level and waits only on its look-ahead (a stretch of cross-site
+                # pairings: a rank one call ahead since a silent extra call), which the blocks give
+                ch.prune(self.all_ranks(), ahead_agreed=True)
             b = 0
             if (len(members) >= 2 and set(rest) >= set(members) and all(not ch.seqs.get(r) for r in members)):
                 b, cross = agreed_prefix([rest[r] for r in members], HOLD)
@@ -158,6 +164,7 @@ class Tracker:
                     ch.prev[r] = ev
             self.ranks.add(r)
         ch.base += b
+        ch.agreed = 0  # the window's positions moved under prune's look-ahead
         ch.last_arrival = now
 
     def all_ranks(self) -> list[int]:
