@@ -314,7 +314,13 @@ class Divergence:
 
     def symptom_line(self) -> str:
         """`symptom: rank 0 blocked in barrier at train.py:19; rank 1 blocked in all_reduce at train.py:8`"""
-        parts = [f"rank {r} {s.words()}" for r, s in sorted(self.symptom.items())]
+        from hctool.consensus.classes import ranges
+
+        # ranks that stopped alike share one clause ("ranks 0-511,513-1023 blocked in ..."), in rank order
+        by_words: dict[str, list[int]] = {}
+        for r, s in sorted(self.symptom.items()):
+            by_words.setdefault(s.words(), []).append(r)
+        parts = [f"{'rank' if len(rs) == 1 else 'ranks'} {ranges(rs)} {w}" for w, rs in by_words.items()]
         return "symptom: " + "; ".join(parts) if parts else ""
 
 
