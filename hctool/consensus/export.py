@@ -12,7 +12,7 @@ The contract (docs/contracts.md "check-consensus export"):
     shapes, dtypes, reduce_op, root or peer, site, function, stack, thread,
     state (a call that never completed lasts until the run ended);
   - flow events (ph "s" then "f", same id, cat "pair") from each rank's call
-    to the next rank's call with the same group and seq: the calls the
+    to the call with the same group and seq that entered next: the calls the
     transport paired; named "paired" or "paired, mismatched: <kind>";
   - the first divergence: an instant (ph "i") named "first divergence: ..."
     on the track of every rank it involves (an absent rank's at the time of
@@ -184,7 +184,9 @@ def _absent_markers(tl: Timeline, divergence: Divergence, tracks: dict, report: 
 def _flows(placed: dict) -> list[dict]:
     out, fid = [], 0
     for key in sorted(placed, key=lambda k: (k[0], k[1])):
-        sides = sorted(placed[key], key=lambda x: x[0])
+        # by entry time, so every arrow starts before it ends: Perfetto's JSON importer sorts by
+        # time and drops a flow end whose start it has not seen (it always started on rank 0)
+        sides = sorted(placed[key], key=lambda x: (x[2], x[0]))
         for (ra, ta, tsa, ca), (rb, tb, tsb, cb) in zip(sides, sides[1:]):
             fid += 1
             _, name = pair_label(ca.ev, cb.ev)

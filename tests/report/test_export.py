@@ -42,6 +42,11 @@ def test_export_is_a_well_formed_trace(vote_run, tmp_path):
     assert all({"op", "seq", "shapes", "dtypes", "site", "group"} <= set(e["args"]) for e in slices)
     flows = [e for e in doc["traceEvents"] if e["ph"] in ("s", "f")]
     assert flows and {e["cat"] for e in flows} == {"pair"}
+    # every arrow starts no later than it ends, on whichever rank entered first (a viewer that
+    # reads events in time order drops an end whose start it has not seen)
+    start = {e["id"]: e for e in flows if e["ph"] == "s"}
+    ends = [e for e in flows if e["ph"] == "f"]
+    assert ends and all(start[e["id"]]["ts"] <= e["ts"] for e in ends), ends
     assert doc["otherData"]["hctool"]["verdict"] == "diverged"
     assert "open it in" in proc.stderr
 
@@ -64,7 +69,7 @@ def test_divergence_marker_on_the_culprit_track(vote_run, tmp_path):
     assert under[0]["args"]["first_divergence"]["culprit_ranks"] == [0]
     assert {x["pid"] for x in markers} == {1, 2}  # the peer is marked too
     # the transport paired rank 0's extra vote with rank 1's broadcast: a mismatched pair
-    bad = [e for e in doc["traceEvents"] if e["ph"] == "s" and e["name"].startswith("paired, mismatched")]
+    bad = [e for e in doc["traceEvents"] if e["ph"] in ("s", "f") and e["name"].startswith("paired, mismatched")]
     assert any(e["pid"] == 1 and e["ts"] == under[0]["ts"] for e in bad), bad
 
 
