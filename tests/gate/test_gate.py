@@ -95,7 +95,7 @@ def test_a_step_past_its_deadline_is_ended_with_its_processes(tmp_path, no_lefto
     ("", "has no [tool.hctool.gate] table"),
     ("[tool.hctool.gate]\nlint = ['tpmini']\nbogus = 1\n", "unknown key(s) in [tool.hctool.gate]: bogus"),
     ("[tool.hctool.gate]\ntests = ['nowhere']\n", "tests: 'nowhere' does not exist"),
-    ("[tool.hctool.gate]\nlint = ['tpmini']\ntimeouts = {lint = -1}\n", "timeouts] lint = -1"),
+    ("[tool.hctool.gate]\nlint = ['tpmini']\ntimeouts = {lint = -1}\n", "timeouts] lint must be between 0.1 and"),
     ("[tool.hctool.gate]\nchaos = {target = 'x'}\n", "chaos needs a target and a positive budget"),
     ("[tool.hctool.gate\n", "invalid TOML"),
 ])
