@@ -32,30 +32,26 @@ def _mine(st: os.stat_result) -> bool:
 def unsafe(path: Path, top: bool = False) -> str | None:
     """Why the folder `path` must not be used (None: it may). top: the cache root, which may be
     a link the user made and group-writable."""
-    try:
-        st = os.stat(path) if top else os.lstat(path)
-    except OSError as exc:
-        return f"{path}: {exc.strerror}"
-    if not stat.S_ISDIR(st.st_mode):
-        return f"{path} is not a folder"
-    if not _mine(st):
-        return f"{path} is not yours (owner uid {st.st_uid})"
-    if st.st_mode & (stat.S_IWOTH if top else stat.S_IWGRP | stat.S_IWOTH):
-        return f"{path} is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
-    return None
+    return _unsafe(path, stat.S_ISDIR, "a folder", follow=top,
+                   others=stat.S_IWOTH if top else stat.S_IWGRP | stat.S_IWOTH)
 
 
 def unsafe_entry(path: Path) -> str | None:
     """Why the file `path` in a cache folder must not be read (None: it may)."""
+    return _unsafe(path, stat.S_ISREG, "a regular file", follow=False, others=stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _unsafe(path: Path, kind, what: str, follow: bool, others: int) -> str | None:
+    """One rule for folders and entries: of the right kind, yours, and nobody else may write it."""
     try:
-        st = os.lstat(path)
+        st = os.stat(path) if follow else os.lstat(path)
     except OSError as exc:
         return f"{path}: {exc.strerror}"
-    if not stat.S_ISREG(st.st_mode):
-        return f"{path} is not a regular file"
+    if not kind(st.st_mode):
+        return f"{path} is not {what}"
     if not _mine(st):
         return f"{path} is not yours (owner uid {st.st_uid})"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    if st.st_mode & others:
         return f"{path} is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
     return None
 

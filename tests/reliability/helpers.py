@@ -94,3 +94,13 @@ class Server:
 
     def log(self) -> str:
         return "".join(p.read_text(errors="replace") for p in sorted(self.run_dir.glob("*.log")))
+
+
+def one_error(proc: subprocess.CompletedProcess, *words: str) -> str:
+    """A user mistake as the project promises it: exit 2, one `Error:` line holding `words`, no traceback."""
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("Error:")]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
+    for w in words:
+        assert w in errors[0], errors[0]
+    return errors[0]

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.reliability.helpers import REPO, child_env
+from tests.reliability.helpers import REPO, child_env, one_error
 
 TICKER = str(REPO / "tests" / "consensus" / "programs" / "ticker.py")
 
@@ -26,15 +26,6 @@ def _hctool(*args: str, cwd: Path = REPO, timeout: float = 60, **env) -> subproc
                           capture_output=True, text=True, timeout=timeout)
 
 
-def _one_error(proc: subprocess.CompletedProcess, *words: str) -> str:
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("Error:")]
-    assert proc.returncode == 2 and len(errors) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
-    for w in words:
-        assert w in errors[0], errors[0]
-    return errors[0]
-
-
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e300", "0"])
 def test_gate_step_timeouts_that_are_not_a_finite_range_are_refused(tmp_path, value, no_leftover_processes):
     """Before: `timeouts = {tests = nan}` (or inf) passed the `<= 0` check and the step waited forever."""
@@ -42,7 +33,7 @@ def test_gate_step_timeouts_that_are_not_a_finite_range_are_refused(tmp_path, va
     (tmp_path / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
     (tmp_path / "pyproject.toml").write_text(f'[tool.hctool.gate]\ntests = ["tests"]\n\n'
                                              f"[tool.hctool.gate.timeouts]\ntests = {value}\n")
-    _one_error(_hctool("gate", cwd=tmp_path), "[tool.hctool.gate.timeouts] tests")
+    one_error(_hctool("gate", cwd=tmp_path), "[tool.hctool.gate.timeouts] tests")
     assert not (tmp_path / "hctool-runs").exists()
 
 
@@ -77,7 +68,7 @@ def test_a_schedule_heal_that_is_not_finite_is_refused_before_the_baseline(tmp_p
     """Before: `heal_s = nan` was an internal error after the baseline had run."""
     sched = tmp_path / "s.toml"
     sched.write_text(f'heal_s = {heal}\n\n[[faults]]\nkind = "clock-skew"\nms = 5\n')
-    _one_error(_hctool("chaos", "run", str(sched), "--scenario", "30760", "--artifacts", str(tmp_path / "art")),
+    one_error(_hctool("chaos", "run", str(sched), "--scenario", "30760", "--artifacts", str(tmp_path / "art")),
                "heal_s must be")
 
 
@@ -93,14 +84,14 @@ def test_a_fault_spec_out_of_bounds_or_with_the_separator_is_refused_before_anyt
     trace = tmp_path / "trace"
     proc = _hctool("check-consensus", "run", "--nproc", "2", "--timeout", "60", "--trace-dir", str(trace),
                    "--inject", spec, "--", TICKER, TICKER_SECONDS="0.3")
-    _one_error(proc, "--inject", words)
+    one_error(proc, "--inject", words)
     assert not list(trace.glob("rank*")) if trace.exists() else True
 
 
 def test_a_schedule_fault_with_the_separator_in_a_text_value_is_refused(tmp_path):
     sched = tmp_path / "s.toml"
     sched.write_text('[[faults]]\nkind = "io-delay"\nms = 5\npath = "/tmp/a;clock-jump:ms=9000"\n')
-    _one_error(_hctool("chaos", "run", str(sched), "--scenario", "30760", "--artifacts", str(tmp_path / "art")),
+    one_error(_hctool("chaos", "run", str(sched), "--scenario", "30760", "--artifacts", str(tmp_path / "art")),
                "without ';'")
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.helpers import REPO, child_env
+from tests.reliability.helpers import REPO, child_env, one_error
 
 PROGRAMS = REPO / "tests" / "consensus" / "programs"
 HOSTILE = ["fifo", "dev-zero"]
@@ -35,22 +35,13 @@ def _plant(path: Path, how: str) -> Path:
     return path
 
 
-def _one_error(proc: subprocess.CompletedProcess, *words: str) -> str:
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("Error:")]
-    assert proc.returncode == 2 and len(errors) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
-    for w in words:
-        assert w in errors[0], errors[0]
-    return errors[0]
-
-
 @pytest.mark.parametrize("how", HOSTILE)
 @pytest.mark.parametrize("command", ["run", "shrink"])
 def test_a_chaos_schedule_that_is_a_fifo_or_dev_zero_is_refused_at_once(tmp_path, command, how, no_leftover_processes):
     """Before: a FIFO was waited on forever; /dev/zero was read until memory ran out."""
     sched = _plant(tmp_path / "sched.toml", how)
     proc = _hctool("chaos", command, str(sched), "--scenario", "30760", "--artifacts", str(tmp_path / "art"))
-    _one_error(proc, "sched.toml is not a regular file")
+    one_error(proc, "sched.toml is not a regular file")
     assert not (tmp_path / "art").exists() or not any((tmp_path / "art").glob("*/"))
 
 
@@ -59,7 +50,7 @@ def test_chaos_merge_of_a_fifo_or_dev_zero_is_refused_at_once(tmp_path, how, no_
     good = tmp_path / "good.json"
     good.write_text(json.dumps({"verdict": "valid", "anomalies": [], "runs": [], "target": "t", "schedules": 1}))
     proc = _hctool("chaos", "merge", str(good), str(_plant(tmp_path / "shard.json", how)))
-    _one_error(proc, "shard.json is not a regular file")
+    one_error(proc, "shard.json is not a regular file")
 
 
 @pytest.mark.parametrize("doc", [
@@ -67,17 +58,17 @@ def test_chaos_merge_of_a_fifo_or_dev_zero_is_refused_at_once(tmp_path, how, no_
     {"verdict": "valid", "anomalies": [1]}, {"verdict": "valid", "anomalies": [], "runs": {"a": 1}},
     {"verdict": "valid", "anomalies": [], "target": ["a"]}, [1, 2],
 ])
-def test_chaos_merge_of_a_report_of_wrong_types_is_one_error(tmp_path, doc):
+def test_chaos_merge_of_a_report_of_wrong_types_isone_error(tmp_path, doc):
     bad = tmp_path / "shard.json"
     bad.write_text(json.dumps(doc))
-    _one_error(_hctool("chaos", "merge", str(bad)), "shard.json")
+    one_error(_hctool("chaos", "merge", str(bad)), "shard.json")
 
 
 @pytest.mark.parametrize("how", HOSTILE)
 def test_a_gate_pyproject_that_is_a_fifo_or_dev_zero_is_refused_at_once(tmp_path, how, no_leftover_processes):
     """Before: `hctool gate` waited on the FIFO forever, or read /dev/zero until memory ran out."""
     _plant(tmp_path / "pyproject.toml", how)
-    _one_error(_hctool("gate", cwd=tmp_path), "is not a regular file")
+    one_error(_hctool("gate", cwd=tmp_path), "is not a regular file")
 
 
 # -- hctool report -----------------------------------------------------------------------------
@@ -120,14 +111,14 @@ def test_a_report_json_of_wrong_types_is_one_folder_error(run_folder, tmp_path, 
     """Before: TypeError, KeyError or AttributeError: `Error: internal error`."""
     run = _copy(run_folder, tmp_path)
     (run / "report.json").write_text(json.dumps(doc))
-    _one_error(_hctool("report", str(run)), "report.json")
+    one_error(_hctool("report", str(run)), "report.json")
 
 
 @pytest.mark.parametrize("how", HOSTILE)
 def test_a_report_json_that_is_a_fifo_or_dev_zero_is_one_folder_error(run_folder, tmp_path, how):
     run = _copy(run_folder, tmp_path)
     _plant(run / "report.json", how)
-    _one_error(_hctool("report", str(run)), "report.json")
+    one_error(_hctool("report", str(run)), "report.json")
 
 
 def test_a_script_name_that_is_not_utf8_keeps_the_html_report(tmp_path, no_leftover_processes):
