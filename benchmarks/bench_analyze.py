@@ -32,28 +32,62 @@ from hctool.protocol.records import KIND_CALL, STATE_COMPLETED  # noqa: E402
 
 STEP = [  # (op, group id, site id, desc id, reduce op id): one training step's calls. The default group's two
     # gradient all_reduces have one shape, so an extra one pairs silently to the end (the commonest bug)
-    ("all_reduce", 1, 1, 1, 1), ("all_reduce", 1, 2, 1, 1), ("all_reduce", 2, 3, 2, 1), ("broadcast", 2, 4, 3, 0),
+    ("all_reduce", 1, 1, 1, 1),
+    ("all_reduce", 1, 2, 1, 1),
+    ("all_reduce", 2, 3, 2, 1),
+    ("broadcast", 2, 4, 3, 0),
 ]
 
 
 def write_rank(folder: Path, rank: int, world: int, calls: int, extra_at: int | None, run: str) -> None:
     pid = 1000 + rank
     side = [
-        {"hdr": 2, "rank": rank, "world_size": world, "pid": pid, "host": "bench", "argv": ["train.py"],
-         "start": 1.0e9, "mono": 100.0, "record_size": 64, "fastpath": "c", "c10d_kernel": "c++", "run": run},
-        {"grp": f"0:{json.dumps(list(range(world)), separators=(',', ':'))}", "idx": 0,
-         "ranks": list(range(world)), "id": 1},
-        {"grp": f"1:{json.dumps(list(range(world)), separators=(',', ':'))}", "idx": 1,
-         "ranks": list(range(world)), "id": 2},
-        {"i": "op", "id": 1, "v": "all_reduce"}, {"i": "op", "id": 2, "v": "broadcast"},
-        {"i": "ro", "id": 1, "v": "SUM"}, {"i": "th", "id": 1, "v": "MainThread"},
+        {
+            "hdr": 2,
+            "rank": rank,
+            "world_size": world,
+            "pid": pid,
+            "host": "bench",
+            "argv": ["train.py"],
+            "start": 1.0e9,
+            "mono": 100.0,
+            "record_size": 64,
+            "fastpath": "c",
+            "c10d_kernel": "c++",
+            "run": run,
+        },
+        {
+            "grp": f"0:{json.dumps(list(range(world)), separators=(',', ':'))}",
+            "idx": 0,
+            "ranks": list(range(world)),
+            "id": 1,
+        },
+        {
+            "grp": f"1:{json.dumps(list(range(world)), separators=(',', ':'))}",
+            "idx": 1,
+            "ranks": list(range(world)),
+            "id": 2,
+        },
+        {"i": "op", "id": 1, "v": "all_reduce"},
+        {"i": "op", "id": 2, "v": "broadcast"},
+        {"i": "ro", "id": 1, "v": "SUM"},
+        {"i": "th", "id": 1, "v": "MainThread"},
         {"i": "desc", "id": 1, "v": {"sh": [[1024]], "dt": ["float32"]}},
         {"i": "desc", "id": 2, "v": {"sh": [[16]], "dt": ["float32"]}},
         {"i": "desc", "id": 3, "v": {"sh": [[4]], "dt": ["int64"]}},
     ]
     for sid, line in ((1, 40), (2, 41), (3, 52), (4, 60), (5, 77)):
-        side.append({"i": "site", "id": sid, "v": {"site": f"train.py:{line}", "fn": "step",
-                                                   "stack": [f"/bench/train.py:{line} step", "/bench/train.py:90 main"]}})
+        side.append(
+            {
+                "i": "site",
+                "id": sid,
+                "v": {
+                    "site": f"train.py:{line}",
+                    "fn": "step",
+                    "stack": [f"/bench/train.py:{line} step", "/bench/train.py:90 main"],
+                },
+            }
+        )
     n = calls + (1 if extra_at is not None and rank == 1 else 0)
     rows = np.zeros(n, dtype=RECORD_DTYPE)
     idx = np.arange(calls)
@@ -76,8 +110,9 @@ def write_rank(folder: Path, rank: int, world: int, calls: int, extra_at: int | 
     rows["t"] = 100.0 + np.arange(n) * 1e-5
     rows["t_done"] = rows["t"] + 5e-6
     base = folder / f"rank{rank}-{pid}"
-    (base.with_suffix(".jsonl")).write_text("".join(json.dumps(x) + "\n" for x in side) + json.dumps(
-        {"end": 1, "t": 100.0 + n * 1e-5 + 1}) + "\n")
+    (base.with_suffix(".jsonl")).write_text(
+        "".join(json.dumps(x) + "\n" for x in side) + json.dumps({"end": 1, "t": 100.0 + n * 1e-5 + 1}) + "\n"
+    )
     size = -(-rows.nbytes // (1 << 20)) << 20
     with open(base.with_suffix(".ring"), "wb") as f:
         f.write(rows.tobytes())
@@ -105,8 +140,9 @@ print(json.dumps({"seconds": dt, "rss_mb": resource.getrusage(resource.RUSAGE_SE
 
 def time_it(folder: Path, path: str) -> dict:
     env = dict(os.environ, HCTOOL_ANALYZE_COLUMNS="0" if path == "dicts" else "1")
-    out = subprocess.run([sys.executable, "-c", CHILD, str(folder)], capture_output=True, text=True, env=env,
-                         timeout=3600)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(folder)], capture_output=True, text=True, env=env, timeout=3600
+    )
     if out.returncode != 0:
         raise SystemExit(out.stderr[-2000:])
     return json.loads(out.stdout)
@@ -129,10 +165,21 @@ def main() -> int:
         for path in args.paths.split(","):
             res = [time_it(folder, path) for _ in range(args.runs)]
             secs = statistics.median(r["seconds"] for r in res)
-            print(json.dumps({"path": path, "ranks": args.ranks, "calls": total, "runs": args.runs,
-                              "median_s": round(secs, 2), "calls_per_s": round(total / secs),
-                              "peak_rss_mb": round(max(r["rss_mb"] for r in res)), "verdict": res[0]["verdict"],
-                              "cause": res[0]["cause"]}))
+            print(
+                json.dumps(
+                    {
+                        "path": path,
+                        "ranks": args.ranks,
+                        "calls": total,
+                        "runs": args.runs,
+                        "median_s": round(secs, 2),
+                        "calls_per_s": round(total / secs),
+                        "peak_rss_mb": round(max(r["rss_mb"] for r in res)),
+                        "verdict": res[0]["verdict"],
+                        "cause": res[0]["cause"],
+                    }
+                )
+            )
     return 0
 
 

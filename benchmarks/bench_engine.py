@@ -28,6 +28,7 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_startup import machine  # noqa: E402
+
 from engine.server_args import ServerArgs  # noqa: E402
 from hctool.launch import Topology  # noqa: E402
 
@@ -35,8 +36,11 @@ TIMEOUT = 600
 
 
 def generate(url, ids, n):
-    r = requests.post(url + "/generate", json={"input_ids": ids, "sampling_params": {
-        "max_new_tokens": n, "temperature": 0, "ignore_eos": True}}, timeout=TIMEOUT)
+    r = requests.post(
+        url + "/generate",
+        json={"input_ids": ids, "sampling_params": {"max_new_tokens": n, "temperature": 0, "ignore_eos": True}},
+        timeout=TIMEOUT,
+    )
     r.raise_for_status()
     return r.json()
 
@@ -50,6 +54,7 @@ def concurrent(url, prompts, n) -> float:
             generate(url, ids, n)
         except Exception as exc:  # noqa: BLE001
             errors.append(exc)
+
     threads = [threading.Thread(target=client, args=(p,)) for p in prompts]
     t0 = time.perf_counter()
     for t in threads:
@@ -64,8 +69,10 @@ def concurrent(url, prompts, n) -> float:
 
 def throughput(tp: int, runs: int, rng: random.Random) -> dict:
     out = {}
-    with tempfile.TemporaryDirectory() as tmp, \
-            Topology(ServerArgs(tp_size=tp, max_total_tokens=32768), Path(tmp) / "run") as topo:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        Topology(ServerArgs(tp_size=tp, max_total_tokens=32768), Path(tmp) / "run") as topo,
+    ):
         url = topo.start(timeout=300)
         generate(url, [1, 2, 3], 2)  # warm up
         for name, plen, new in (("prefill_heavy", 1000, 1), ("decode_heavy", 16, 128)):
@@ -93,8 +100,14 @@ def ttft(rng: random.Random) -> dict:
         return dt
 
     with tempfile.TemporaryDirectory() as tmp:
-        flags = dict(tp_size=2, max_total_tokens=4096, enable_hierarchical_cache=True, hicache_ratio=4,
-                     hicache_storage_backend="file", hicache_storage_dir=str(Path(tmp) / "store"))
+        flags = dict(
+            tp_size=2,
+            max_total_tokens=4096,
+            enable_hierarchical_cache=True,
+            hicache_ratio=4,
+            hicache_storage_backend="file",
+            hicache_storage_dir=str(Path(tmp) / "store"),
+        )
         with Topology(ServerArgs(**flags), Path(tmp) / "run1") as topo:
             url = topo.start(timeout=300)
             generate(url, [1, 2, 3], 2)
@@ -116,16 +129,21 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     rng = random.Random(0)
-    result = {"machine": machine(), "runs": a.runs,
-              "tokens_per_s": {f"tp{tp}": throughput(tp, a.runs, rng) for tp in (1, 2)},
-              "ttft_3000_tokens_tp2": ttft(rng)}
+    result = {
+        "machine": machine(),
+        "runs": a.runs,
+        "tokens_per_s": {f"tp{tp}": throughput(tp, a.runs, rng) for tp in (1, 2)},
+        "ttft_3000_tokens_tp2": ttft(rng),
+    }
     if a.json:
         print(json.dumps(result, indent=1))
         return
     print(f"machine: {result['machine']}")
     for tp, r in result["tokens_per_s"].items():
-        print(f"{tp}: prefill-heavy {r['prefill_heavy']:.0f} tok/s, decode-heavy {r['decode_heavy']:.0f} tok/s "
-              f"(median of {a.runs})")
+        print(
+            f"{tp}: prefill-heavy {r['prefill_heavy']:.0f} tok/s, decode-heavy {r['decode_heavy']:.0f} tok/s "
+            f"(median of {a.runs})"
+        )
     t = result["ttft_3000_tokens_tp2"]
     for k, v in t["seconds"].items():
         print(f"TTFT {k:12s} {v * 1000:8.1f} ms  ({t['ratio_to_uncached'][k]:.2f}x uncached)")

@@ -57,8 +57,10 @@ def _cli(tree: Path, cache: Path | None, jobs: int) -> tuple[float, float, int]:
 
 def _line(label: str, runs: list) -> str:
     walls, cpus = [r[0] for r in runs], [r[1] for r in runs]
-    return (f"{label}: median {statistics.median(walls):.2f} s wall, {statistics.median(cpus):.2f} s CPU "
-            f"(runs: {', '.join(f'{w:.2f}' for w in walls)} s; {runs[0][2]} findings)")
+    return (
+        f"{label}: median {statistics.median(walls):.2f} s wall, {statistics.median(cpus):.2f} s CPU "
+        f"(runs: {', '.join(f'{w:.2f}' for w in walls)} s; {runs[0][2]} findings)"
+    )
 
 
 def bench_cache(tree: Path, runs: int, jobs: int, edit: str | None) -> None:
@@ -99,9 +101,12 @@ def main() -> None:
             continue
         report = lint([tree], LintConfig(root=tree), jobs=args.jobs, cwd=tree)
         rate = report.lines / report.seconds if report.seconds else 0.0
-        print(f"{tree}: {report.files} files, {report.lines} lines, {report.seconds:.1f} s, "
-              f"{rate:,.0f} lines/s, {len(report.findings)} findings, {len(report.errors)} unparsable "
-              f"(jobs={args.jobs})", flush=True)
+        print(
+            f"{tree}: {report.files} files, {report.lines} lines, {report.seconds:.1f} s, "
+            f"{rate:,.0f} lines/s, {len(report.findings)} findings, {len(report.errors)} unparsable "
+            f"(jobs={args.jobs})",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -78,6 +78,7 @@ def one_page_size(a, page_size: int, configs: list[page_transfer.KernelConfig]) 
                 fn()
             finally:
                 page_transfer.RUN_BYTES_FOR_COPY = keep
+
         return run
 
     rng = random.Random(0)
@@ -124,9 +125,16 @@ def one_page_size(a, page_size: int, configs: list[page_transfer.KernelConfig]) 
     med = {k: statistics.median(v) for k, v in samples.items()}
     gbps = {k: nbytes / t / 1e9 for k, t in med.items()}
     plain = {d: gbps[f"{d} plain pinned copy"] for d in ("h2d", "d2h")}
-    return {"page_size": page_size, "pages": n, "bytes": nbytes, "page_bytes": host_pool.page_bytes(),
-            "path": paths, "median_seconds": med, "GB_per_s": gbps,
-            "fraction_of_plain": {k: gbps[k] / plain[cases[k][0]] for k in cases}}
+    return {
+        "page_size": page_size,
+        "pages": n,
+        "bytes": nbytes,
+        "page_bytes": host_pool.page_bytes(),
+        "path": paths,
+        "median_seconds": med,
+        "GB_per_s": gbps,
+        "fraction_of_plain": {k: gbps[k] / plain[cases[k][0]] for k in cases},
+    }
 
 
 def check(name: str, host_pool: KVPool, device_pool: KVPool, pages) -> None:
@@ -147,8 +155,11 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--head-dim", type=int, default=64)
-    ap.add_argument("--kernel-configs", default="",
-                    help="BLOCK_BYTES:NUM_WARPS,... kernel variants to time (the first is the one the engine uses)")
+    ap.add_argument(
+        "--kernel-configs",
+        default="",
+        help="BLOCK_BYTES:NUM_WARPS,... kernel variants to time (the first is the one the engine uses)",
+    )
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if not torch.cuda.is_available():
@@ -161,15 +172,22 @@ def main() -> None:
     if a.kernel_configs:
         configs = configs[1:]
     results = [one_page_size(a, p, configs) for p in a.page_size]
-    out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "runs": a.runs,
-           "shape": {"layers": a.layers, "heads": a.heads, "head_dim": a.head_dim}, "results": results}
+    out = {
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "runs": a.runs,
+        "shape": {"layers": a.layers, "heads": a.heads, "head_dim": a.head_dim},
+        "results": results,
+    }
     if a.json:
         print(json.dumps(out, indent=1))
         return
     print(f"{out['device']}, torch {out['torch']}, median of {a.runs} interleaved runs")
     for r in results:
-        print(f"page {r['page_size']} tokens: {r['pages']} pages x {r['page_bytes'] / 2**20:.2f} MiB "
-              f"= {r['bytes'] / 2**30:.2f} GiB")
+        print(
+            f"page {r['page_size']} tokens: {r['pages']} pages x {r['page_bytes'] / 2**20:.2f} MiB "
+            f"= {r['bytes'] / 2**30:.2f} GiB"
+        )
         for k, g in r["GB_per_s"].items():
             print(f"  {k:42s} {g:7.1f} GB/s  {r['fraction_of_plain'][k]:.2f} of plain  ({r['path'][k]})")
 

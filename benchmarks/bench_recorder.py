@@ -64,21 +64,37 @@ def rank_worker(backend: str, iters: int, out: str, sync_each: bool) -> None:
     sync = torch.cuda.synchronize if backend == "nccl" else (lambda: None)
     call = dist.all_reduce
     if sync_each:  # the latency of one collective, not the enqueue rate
+
         def call(x):
             dist.all_reduce(x)
             sync()
+
     _time_loop(call, t, max(iters // 10, 1), sync)
     dist.barrier()
     wall, cpu = _time_loop(call, t, iters, sync)
     if dist.get_rank() == 0:
         rec = sys.modules.get("hctool.agent.capture.recorder")
-        Path(out).write_text(json.dumps({"wall": wall, "cpu": cpu, "hctool": "hctool" in sys.modules,
-                                         "fastpath": rec._S.fastpath if rec else False}))
+        Path(out).write_text(
+            json.dumps(
+                {
+                    "wall": wall,
+                    "cpu": cpu,
+                    "hctool": "hctool" in sys.modules,
+                    "fastpath": rec._S.fastpath if rec else False,
+                }
+            )
+        )
     dist.destroy_process_group()
 
 
-def ranks(backend: str, nproc: int, iters: int, repeats: int, sync_each: bool = False,
-          arms: tuple[str, ...] = ("off", "on", "py")) -> dict:
+def ranks(
+    backend: str,
+    nproc: int,
+    iters: int,
+    repeats: int,
+    sync_each: bool = False,
+    arms: tuple[str, ...] = ("off", "on", "py"),
+) -> dict:
     sys.path.insert(0, str(ROOT))
     from hctool.consensus import analyze_dir
     from hctool.procs import ProcessSet, free_port, inject_env, torchrun_env
@@ -95,17 +111,32 @@ def ranks(backend: str, nproc: int, iters: int, repeats: int, sync_each: bool = 
                 out, port = tmp / f"{mode}-{i}.json", free_port()
                 with ProcessSet() as ps:
                     for r in range(nproc):
-                        cmd = [sys.executable, __file__, "--worker", "--backend", backend, "--iters", str(iters),
-                               "--out", str(out)] + (["--sync-each"] if sync_each else [])
-                        ps.start(f"rank{r}", cmd, env=dict(env, **torchrun_env(r, nproc, "127.0.0.1", port)),
-                                 log_path=tmp / f"{mode}-{i}-{r}.log")
+                        cmd = [
+                            sys.executable,
+                            __file__,
+                            "--worker",
+                            "--backend",
+                            backend,
+                            "--iters",
+                            str(iters),
+                            "--out",
+                            str(out),
+                        ] + (["--sync-each"] if sync_each else [])
+                        ps.start(
+                            f"rank{r}",
+                            cmd,
+                            env=dict(env, **torchrun_env(r, nproc, "127.0.0.1", port)),
+                            log_path=tmp / f"{mode}-{i}-{r}.log",
+                        )
                     if not ps.wait_all(time.monotonic() + 300) or any(c.popen.returncode for c in ps.children):
                         logs = "\n".join(p.read_text()[-1500:] for p in tmp.glob(f"{mode}-{i}-*.log"))
                         raise SystemExit(f"{mode} run failed:\n{logs}")
                 res = json.loads(out.read_text())
                 if res["hctool"] != (mode != "off") or bool(res["fastpath"]) != (mode == "on"):
-                    raise SystemExit(f"the {mode} run recorded wrong: hctool loaded {res['hctool']}, "
-                                     f"C hot path {res['fastpath']} (is the C module built? pip install -e .)")
+                    raise SystemExit(
+                        f"the {mode} run recorded wrong: hctool loaded {res['hctool']}, "
+                        f"C hot path {res['fastpath']} (is the C module built? pip install -e .)"
+                    )
                 runs.setdefault("paths", {})[mode] = res["fastpath"]
                 runs[mode].append(res["wall"])
                 runs[mode + "_cpu"].append(res["cpu"])
@@ -116,7 +147,9 @@ def ranks(backend: str, nproc: int, iters: int, repeats: int, sync_each: bool = 
     res = {k: statistics.median(v) for k, v in runs.items() if k in ("off", "on", "py", "off_cpu", "on_cpu", "py_cpu")}
     for arm in arms[1:]:
         res[f"paired_added_{arm}_us"] = statistics.median(b - a for a, b in zip(runs["off"], runs[arm]))
-        res[f"paired_added_{arm}_cpu_us"] = statistics.median(b - a for a, b in zip(runs["off_cpu"], runs[arm + "_cpu"]))
+        res[f"paired_added_{arm}_cpu_us"] = statistics.median(
+            b - a for a, b in zip(runs["off_cpu"], runs[arm + "_cpu"])
+        )
         res[f"ratio_{arm}"] = res[arm] / res["off"]
     return res | {"runs": runs}
 
@@ -147,9 +180,13 @@ def parts(iters: int, repeats: int) -> dict:
         def entry_complete(x):
             recorder.record_complete(recorder.record_collective("all_reduce", None, x, frame=sys._getframe(1)))
 
-        cases = {"torch call, below autograd": below, "wrapped dist.all_reduce": dist.all_reduce,
-                 "torch call through the dispatcher kernel (how C++-issued calls are seen)": torch_call,
-                 "entry record alone": entry, "entry + completion alone": entry_complete}
+        cases = {
+            "torch call, below autograd": below,
+            "wrapped dist.all_reduce": dist.all_reduce,
+            "torch call through the dispatcher kernel (how C++-issued calls are seen)": torch_call,
+            "entry record alone": entry,
+            "entry + completion alone": entry_complete,
+        }
         runs: dict[str, list[float]] = {k: [] for k in cases}
         for fn in cases.values():
             _time_loop(fn, t, max(iters // 10, 1), lambda: None)
@@ -182,7 +219,10 @@ def main() -> None:
         if args.json:
             print(json.dumps(res))
             return
-        print(f"recorder on, gloo world of 1, median of {args.repeats} x {args.iters} calls, CPU us/call (load {load:.1f}):")
+        print(
+            f"recorder on, gloo world of 1, median of {args.repeats} x {args.iters} calls, CPU "
+            f"us/call (load {load:.1f}):"
+        )
         for k, v in res.items():
             if isinstance(v, float) and k != "load_avg":
                 print(f"  {v:7.2f}  {k}")
@@ -193,7 +233,8 @@ def main() -> None:
         raise SystemExit("--arms: off first, then on and/or py")
     res = ranks(args.backend, nproc, args.iters, args.repeats, args.sync_each, arms)
     what = f"{nproc} rank{'s' if nproc > 1 else ''}, {args.backend}, 4-byte all_reduce" + (
-        ", sync after each" if args.sync_each else "")
+        ", sync after each" if args.sync_each else ""
+    )
     res.update(what=what, iters=args.iters, repeats=args.repeats, load_avg=load)
     if args.json:
         print(json.dumps(res))
@@ -202,9 +243,15 @@ def main() -> None:
     print(f"off: wall {res['off']:.2f} | CPU {res['off_cpu']:.2f} us/call")
     for arm in arms[1:]:
         name = {"on": "on (C hot path)", "py": "on (Python path)"}[arm]
-        print(f"{name}: wall {res[arm]:.2f} (paired +{res[f'paired_added_{arm}_us']:.2f}, ratio "
-              f"{res[f'ratio_{arm}']:.3f}) | CPU {res[arm + '_cpu']:.2f} (paired +{res[f'paired_added_{arm}_cpu_us']:.2f}) us/call")
-    print(f"recorded runs: verdicts {sorted(set(res['runs']['verdicts']))}, rank 0 recorded {res['runs']['recorded_rank0'][0]}")
+        print(
+            f"{name}: wall {res[arm]:.2f} (paired +{res[f'paired_added_{arm}_us']:.2f}, ratio "
+            f"{res[f'ratio_{arm}']:.3f}) | CPU {res[arm + '_cpu']:.2f} (paired "
+            f"+{res[f'paired_added_{arm}_cpu_us']:.2f}) us/call"
+        )
+    print(
+        f"recorded runs: verdicts {sorted(set(res['runs']['verdicts']))}, rank 0 recorded "
+        f"{res['runs']['recorded_rank0'][0]}"
+    )
 
 
 if __name__ == "__main__":

@@ -33,20 +33,38 @@ import tempfile
 import time
 from pathlib import Path
 
-TEMPLATE = {  # the keys and value types of an entry torch 2.13 writes (a real dump, tests/consensus/programs/fr_tutorial.py)
-    "collective_seq_id": 1, "frames": [], "input_dtypes": ["Float"], "input_sizes": [[4]], "is_p2p": False,
-    "op_id": 1, "output_dtypes": ["Float"], "output_sizes": [[4]], "p2p_seq_id": 0, "pg_id": 0,
-    "process_group": ("0", "default_pg"), "profiling_name": "nccl:all_reduce", "record_id": 0, "retired": True,
-    "state": "completed", "thread_id": "140207913626496", "thread_name": "pt_main_thread", "time_created_ns": 0,
-    "time_discovered_completed_ns": None, "time_discovered_started_ns": None, "timeout_ms": 600000,
+# the keys and value types of an entry torch 2.13 writes (a real dump, tests/consensus/programs/fr_tutorial.py)
+TEMPLATE = {
+    "collective_seq_id": 1,
+    "frames": [],
+    "input_dtypes": ["Float"],
+    "input_sizes": [[4]],
+    "is_p2p": False,
+    "op_id": 1,
+    "output_dtypes": ["Float"],
+    "output_sizes": [[4]],
+    "p2p_seq_id": 0,
+    "pg_id": 0,
+    "process_group": ("0", "default_pg"),
+    "profiling_name": "nccl:all_reduce",
+    "record_id": 0,
+    "retired": True,
+    "state": "completed",
+    "thread_id": "140207913626496",
+    "thread_name": "pt_main_thread",
+    "time_created_ns": 0,
+    "time_discovered_completed_ns": None,
+    "time_discovered_started_ns": None,
+    "timeout_ms": 600000,
 }
 TORCH = "/opt/conda/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
 
 
 def frames(user: list[tuple[str, int, str]]) -> list[dict]:
-    return ([{"filename": TORCH, "line": 2696, "name": "all_reduce"},
-             {"filename": TORCH.replace("distributed_c10d", "c10d_logger"), "line": 83, "name": "wrapper"}]
-            + [{"filename": f"/workspace/{f}", "line": line, "name": fn} for f, line, fn in user])
+    return [
+        {"filename": TORCH, "line": 2696, "name": "all_reduce"},
+        {"filename": TORCH.replace("distributed_c10d", "c10d_logger"), "line": 83, "name": "wrapper"},
+    ] + [{"filename": f"/workspace/{f}", "line": line, "name": fn} for f, line, fn in user]
 
 
 GRAD = frames([("train.py", 40, "step"), ("train.py", 99, "main")])
@@ -77,8 +95,16 @@ def rank_entries(rank: int, world: int, steps: int, fault: str | None, k: int, s
                 cseq[pg] += 1
             e.update(collective_seq_id=cseq[pg], p2p_seq_id=0)
         t += 1000
-        e.update(pg_id=pg, process_group=(str(pg), desc), profiling_name=f"nccl:{name}", input_sizes=sizes,
-                 output_sizes=sizes, frames=fr, time_created_ns=t, op_id=len(out) + 1)
+        e.update(
+            pg_id=pg,
+            process_group=(str(pg), desc),
+            profiling_name=f"nccl:{name}",
+            input_sizes=sizes,
+            output_sizes=sizes,
+            frames=fr,
+            time_created_ns=t,
+            op_id=len(out) + 1,
+        )
         out.append(e)
 
     for step in range(steps):
@@ -106,10 +132,17 @@ def make(folder: Path, world: int, entries: int, fault: str | None, k: int) -> i
     s = steps - max(20, int(0.3 * entries / per_step))  # the fault inside every buffer
     config = {"0": {"name": "0", "desc": "default_pg", "ranks": json.dumps(list(range(world)))}}
     for g in range(1 + (world - 1) // 8):
-        config[str(1 + g)] = {"name": str(1 + g), "desc": "tp", "ranks": json.dumps(list(range(8 * g, min(world, 8 * g + 8))))}
+        config[str(1 + g)] = {
+            "name": str(1 + g),
+            "desc": "tp",
+            "ranks": json.dumps(list(range(8 * g, min(world, 8 * g + 8)))),
+        }
     for p in range(world // 2):
-        config[str(1 + (world - 1) // 8 + 1 + p)] = {"name": str(1 + (world - 1) // 8 + 1 + p), "desc": "pp",
-                                                     "ranks": json.dumps([2 * p, 2 * p + 1])}
+        config[str(1 + (world - 1) // 8 + 1 + p)] = {
+            "name": str(1 + (world - 1) // 8 + 1 + p),
+            "desc": "pp",
+            "ranks": json.dumps([2 * p, 2 * p + 1]),
+        }
     folder.mkdir(parents=True, exist_ok=True)
     for r in range(world):
         if fault == "nodump" and r == k:
@@ -117,7 +150,7 @@ def make(folder: Path, world: int, entries: int, fault: str | None, k: int) -> i
         es = rank_entries(r, world, steps, None if fault == "nodump" else fault, k, s)
         # the job hangs at its last call: every rank's last entry is still scheduled
         es[-1] = dict(es[-1], state="scheduled", retired=False)
-        es = es[-(entries - 7 * (r % 3)):]  # ring buffers that start at different points
+        es = es[-(entries - 7 * (r % 3)) :]  # ring buffers that start at different points
         for i, e in enumerate(es):
             e["record_id"] = i
         dump = {"version": "2.10", "pg_config": config, "pg_status": {}, "comm_lib_version": "2.28.9", "entries": es}
@@ -127,10 +160,12 @@ def make(folder: Path, world: int, entries: int, fault: str | None, k: int) -> i
 
 
 # runs a command and prints, last on stderr, the peak RSS of it and its workers (KiB)
-MEASURE = ("import resource, subprocess, sys\n"
-           "p = subprocess.run(sys.argv[1:])\n"
-           "print('PEAK_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
-           "sys.exit(p.returncode)\n")
+MEASURE = (
+    "import resource, subprocess, sys\n"
+    "p = subprocess.run(sys.argv[1:])\n"
+    "print('PEAK_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
+    "sys.exit(p.returncode)\n"
+)
 
 
 def run_tool(cmd: list[str], timeout: float) -> dict:
@@ -157,14 +192,31 @@ def hctool_answer(res: dict) -> str:
     fd = rep.get("first_divergence")
     if not fd:
         return f"{rep['verdict']}: {rep.get('reason')}"
-    return (f"{rep['verdict']}: culprit {fd['culprit_ranks'][:8]} {fd['kind']} at "
-            f"{(fd.get('cause') or {}).get('site')} (group {fd['group']})")
+    return (
+        f"{rep['verdict']}: culprit {fd['culprit_ranks'][:8]} {fd['kind']} at "
+        f"{(fd.get('cause') or {}).get('site')} (group {fd['group']})"
+    )
 
 
 def torch_answer(res: dict) -> str:
     text = (res["out"] + "\n" + res["err"]).strip().splitlines()
-    keep = [ln for ln in text if any(w in ln for w in ("Not all ranks", "missing ranks", "Culprit", "mismatch",
-                                                        "collective:", "Error", "error", "Traceback"))]
+    keep = [
+        ln
+        for ln in text
+        if any(
+            w in ln
+            for w in (
+                "Not all ranks",
+                "missing ranks",
+                "Culprit",
+                "mismatch",
+                "collective:",
+                "Error",
+                "error",
+                "Traceback",
+            )
+        )
+    ]
     return " | ".join(keep[:4])[:300] or (" | ".join(text[-3:])[:300] if text else "(no output)")
 
 
@@ -185,20 +237,51 @@ def main() -> int:
             t0 = time.perf_counter()
             step = make(folder, args.ranks, args.entries, fault, k)
             size = sum(p.stat().st_size for p in folder.iterdir())
-            print(f"{fault}: {args.ranks} dumps x {args.entries} entries ({size >> 20} MiB) made in "
-                  f"{time.perf_counter() - t0:.1f} s; fault at rank {k}, step {step}", file=sys.stderr)
-            tools = [("hctool", [sys.executable, "-m", "hctool", "check-consensus", "analyze", "--json", str(folder)],
-                      hctool_answer)]
+            print(
+                f"{fault}: {args.ranks} dumps x {args.entries} entries ({size >> 20} MiB) made in "
+                f"{time.perf_counter() - t0:.1f} s; fault at rank {k}, step {step}",
+                file=sys.stderr,
+            )
+            tools = [
+                (
+                    "hctool",
+                    [sys.executable, "-m", "hctool", "check-consensus", "analyze", "--json", str(folder)],
+                    hctool_answer,
+                )
+            ]
             if not args.skip_torch:
-                tools.append(("torch fr_trace", [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace",
-                                                 str(folder), "--prefix", "rank_", "--allow-incomplete-ranks"],
-                              torch_answer))
+                tools.append(
+                    (
+                        "torch fr_trace",
+                        [
+                            sys.executable,
+                            "-m",
+                            "torch.distributed.flight_recorder.fr_trace",
+                            str(folder),
+                            "--prefix",
+                            "rank_",
+                            "--allow-incomplete-ranks",
+                        ],
+                        torch_answer,
+                    )
+                )
             for name, cmd, answer in tools:
                 res = [run_tool(cmd, args.timeout) for _ in range(args.runs)]
-                print(json.dumps({"tool": name, "fault": fault, "ranks": args.ranks, "entries": args.entries,
-                                  "runs": args.runs, "median_s": statistics.median(r["seconds"] for r in res),
-                                  "peak_rss_mb": max(r["peak_rss_mb"] for r in res),
-                                  "answer": answer(res[-1])}), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "tool": name,
+                            "fault": fault,
+                            "ranks": args.ranks,
+                            "entries": args.entries,
+                            "runs": args.runs,
+                            "median_s": statistics.median(r["seconds"] for r in res),
+                            "peak_rss_mb": max(r["peak_rss_mb"] for r in res),
+                            "answer": answer(res[-1]),
+                        }
+                    ),
+                    flush=True,
+                )
     return 0
 
 

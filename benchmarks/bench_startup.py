@@ -34,8 +34,10 @@ def machine() -> str:
         pass
     import torch
 
-    return (f"{platform.node()}: {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-            f"torch {torch.__version__}, {platform.system()} {platform.release()}")
+    return (
+        f"{platform.node()}: {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"torch {torch.__version__}, {platform.system()} {platform.release()}"
+    )
 
 
 def one_run(cmd: list[str], env: dict[str, str], deadline_s: float) -> float:
@@ -71,16 +73,21 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         cmd = [sys.executable, "-m", "hctool", "launch", "--tp", str(args.tp), "--cpu", "--run-dir", tmp, *flags]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1",
-               "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+        }
         print(f"machine: {machine()}")
         print(f"command: {' '.join(cmd)}")
         times = []
         for i in range(args.runs):
             times.append(one_run(cmd, env, args.deadline))
             print(f"run {i + 1}: {times[-1]:.2f} s", file=sys.stderr)
-    print(f"startup to ready, {args.runs} runs: median {statistics.median(times):.2f} s "
-          f"(min {min(times):.2f} s, max {max(times):.2f} s)")
+    print(
+        f"startup to ready, {args.runs} runs: median {statistics.median(times):.2f} s "
+        f"(min {min(times):.2f} s, max {max(times):.2f} s)"
+    )
 
 
 if __name__ == "__main__":

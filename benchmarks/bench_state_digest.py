@@ -82,8 +82,14 @@ def main() -> None:
     rows = [digest_cost(n, a.repeats) for n in (50, 200, 1000)]
     step = decode_step_cost(a.repeats)
     if a.json:
-        print(json.dumps({"decode_step_us": {"min": step[0], "median": step[1]},
-                          "digest": [{"nodes": n, "min_us": us[0], "median_us": us[1]} for us, n in rows]}))
+        print(
+            json.dumps(
+                {
+                    "decode_step_us": {"min": step[0], "median": step[1]},
+                    "digest": [{"nodes": n, "min_us": us[0], "median_us": us[1]} for us, n in rows],
+                }
+            )
+        )
         return
     print(f"one decode step (8 requests x 512 context): min {step[0]:.0f} us, median {step[1]:.0f} us")
     for us, n in rows:

@@ -36,24 +36,34 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 PATCHES = {
-    "ddp": ("ddp-tutorial-series", "multigpu_torchrun.py", "    trainer.train(total_epochs)\n",
-            "    import time as _t\n"
-            "    trainer.train(2)  # warm-up\n"
-            "    torch.cuda.synchronize(); _t0 = _t.perf_counter()\n"
-            "    trainer.train(total_epochs)\n"
-            "    torch.cuda.synchronize()\n"
-            "    print(f'HCTOOL_BENCH_MS {(_t.perf_counter() - _t0) / total_epochs * 1e3:.4f}', flush=True)\n"),
-    "fsdp2": ("FSDP2", "example.py", "    for _ in range(10):\n",
-              "    import time as _t\n"
-              "    _n = int(os.environ['HCTOOL_BENCH_STEPS'])\n"
-              "    for _i in range(3 + _n):\n"
-              "        if _i == 3:  # after warm-up\n"
-              "            torch.cuda.synchronize(); _t0 = _t.perf_counter()\n"),
+    "ddp": (
+        "ddp-tutorial-series",
+        "multigpu_torchrun.py",
+        "    trainer.train(total_epochs)\n",
+        "    import time as _t\n"
+        "    trainer.train(2)  # warm-up\n"
+        "    torch.cuda.synchronize(); _t0 = _t.perf_counter()\n"
+        "    trainer.train(total_epochs)\n"
+        "    torch.cuda.synchronize()\n"
+        "    print(f'HCTOOL_BENCH_MS {(_t.perf_counter() - _t0) / total_epochs * 1e3:.4f}', flush=True)\n",
+    ),
+    "fsdp2": (
+        "FSDP2",
+        "example.py",
+        "    for _ in range(10):\n",
+        "    import time as _t\n"
+        "    _n = int(os.environ['HCTOOL_BENCH_STEPS'])\n"
+        "    for _i in range(3 + _n):\n"
+        "        if _i == 3:  # after warm-up\n"
+        "            torch.cuda.synchronize(); _t0 = _t.perf_counter()\n",
+    ),
 }
-FSDP2_END = ("    checkpointer.save(model, optim)\n",
-             "    torch.cuda.synchronize()\n"
-             "    print(f'HCTOOL_BENCH_MS {(_t.perf_counter() - _t0) / _n * 1e3:.4f}', flush=True)\n"
-             "    checkpointer.save(model, optim)\n")
+FSDP2_END = (
+    "    checkpointer.save(model, optim)\n",
+    "    torch.cuda.synchronize()\n"
+    "    print(f'HCTOOL_BENCH_MS {(_t.perf_counter() - _t0) / _n * 1e3:.4f}', flush=True)\n"
+    "    checkpointer.save(model, optim)\n",
+)
 
 
 def program(examples: Path, case: str, work: Path) -> tuple[Path, list[str]]:
@@ -82,11 +92,31 @@ def run_once(mode: str, folder: Path, argv: list[str], n: int, work: Path, timeo
     env["HCTOOL_BENCH_STEPS"] = str(n)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
     if mode == "on":
-        cmd = [sys.executable, "-m", "hctool", "check-consensus", "run", "--json", "--timeout", str(timeout - 10),
-               "--trace-dir", str(cwd / "trace"), "--", *cmd]
+        cmd = [
+            sys.executable,
+            "-m",
+            "hctool",
+            "check-consensus",
+            "run",
+            "--json",
+            "--timeout",
+            str(timeout - 10),
+            "--trace-dir",
+            str(cwd / "trace"),
+            "--",
+            *cmd,
+        ]
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True, text=True, errors="replace")
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        text=True,
+        errors="replace",
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -135,8 +165,17 @@ def main() -> int:
             ms[mode].append(r["ms"])
     off, on = statistics.median(ms["off"]), statistics.median(ms["on"])
     unit = "epoch (32 steps)" if args.case == "ddp" else "step"
-    res = {"case": args.case, "unit": unit, "off_ms": off, "on_ms": on, "ratio": on / off, "ms": ms, "n": args.n,
-           "repeats": args.repeats, "runs": runs}
+    res = {
+        "case": args.case,
+        "unit": unit,
+        "off_ms": off,
+        "on_ms": on,
+        "ratio": on / off,
+        "ms": ms,
+        "n": args.n,
+        "repeats": args.repeats,
+        "runs": runs,
+    }
     if args.out:
         args.out.write_text(json.dumps(res, indent=1))
     print(json.dumps(res))

@@ -41,14 +41,20 @@ PATCHES = {
     ],
     "mingpt": [
         ("mingpt/main.py", "    if not verify_min_gpu_count(min_gpus=_min_gpu_count):", "    if False:"),
-        ("mingpt/main.py", '    acc = torch.accelerator.current_accelerator()\n    rank = int(os.environ["LOCAL_RANK"])\n'
-                           '    device: torch.device = torch.device(f"{acc}:{rank}")\n'
-                           '    backend = torch.distributed.get_default_backend_for_device(device)\n'
-                           '    init_process_group(backend=backend)\n    torch.accelerator.set_device_index(rank)',
-         '    init_process_group(backend="gloo")'),
-        ("mingpt/trainer.py", "        self.acc = torch.accelerator.current_accelerator()\n"
-                              '        self.device: torch.device = torch.device(f"{self.acc}:{self.local_rank}")',
-         '        self.device: torch.device = torch.device("cpu")'),
+        (
+            "mingpt/main.py",
+            '    acc = torch.accelerator.current_accelerator()\n    rank = int(os.environ["LOCAL_RANK"])\n'
+            '    device: torch.device = torch.device(f"{acc}:{rank}")\n'
+            "    backend = torch.distributed.get_default_backend_for_device(device)\n"
+            "    init_process_group(backend=backend)\n    torch.accelerator.set_device_index(rank)",
+            '    init_process_group(backend="gloo")',
+        ),
+        (
+            "mingpt/trainer.py",
+            "        self.acc = torch.accelerator.current_accelerator()\n"
+            '        self.device: torch.device = torch.device(f"{self.acc}:{self.local_rank}")',
+            '        self.device: torch.device = torch.device("cpu")',
+        ),
         ("mingpt/trainer.py", "self.model = model.to(self.local_rank)", "self.model = model.to(self.device)"),
         ("mingpt/trainer.py", "DDP(self.model, device_ids=[self.local_rank])", "DDP(self.model)"),
         ("mingpt/trainer.py", "source = source.to(self.local_rank)", "source = source.to(self.device)"),
@@ -68,13 +74,17 @@ def extract(examples: Path, case: str, work: Path) -> Path:
     if git_dir.is_dir():
         with tempfile.TemporaryFile() as tar:
             # the subtree alone: a mirror may lack the blobs of large files elsewhere in the repository
-            subprocess.run(["git", "--git-dir", str(git_dir), "archive", f"--prefix={sub}/", f"{COMMIT}:{sub}"],
-                           stdout=tar, check=True)
+            subprocess.run(
+                ["git", "--git-dir", str(git_dir), "archive", f"--prefix={sub}/", f"{COMMIT}:{sub}"],
+                stdout=tar,
+                check=True,
+            )
             tar.seek(0)
             with tarfile.open(fileobj=tar) as t:
                 t.extractall(out, filter="data")
         return out / sub
     import shutil
+
     shutil.copytree(examples / sub, out / sub)
     return out / sub
 
@@ -93,18 +103,28 @@ def command(folder: Path, case: str) -> list[str]:
     if case == "ddp":
         return [*torchrun, str(folder / "multigpu_torchrun.py"), "3", "1"]
     data = folder / "mingpt" / "data" / "input.txt"
-    overrides = ["gpt_config.n_layer=2", "gpt_config.n_head=2", "gpt_config.n_embd=64",
-                 f"data_config.path={data}", "data_config.truncate=0.002", "data_config.block_size=32",
-                 "trainer_config.batch_size=16", "trainer_config.max_epochs=1", "trainer_config.data_loader_workers=0",
-                 "trainer_config.use_amp=False", "trainer_config.save_every=1"]
+    overrides = [
+        "gpt_config.n_layer=2",
+        "gpt_config.n_head=2",
+        "gpt_config.n_embd=64",
+        f"data_config.path={data}",
+        "data_config.truncate=0.002",
+        "data_config.block_size=32",
+        "trainer_config.batch_size=16",
+        "trainer_config.max_epochs=1",
+        "trainer_config.data_loader_workers=0",
+        "trainer_config.use_amp=False",
+        "trainer_config.save_every=1",
+    ]
     return [*torchrun, str(folder / "mingpt" / "main.py"), *overrides]
 
 
 def deps(work: Path) -> Path:
     target = work / "deps"
     if not target.exists():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(target), *MINGPT_DEPS],
-                       check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--target", str(target), *MINGPT_DEPS], check=True
+        )
     return target
 
 
@@ -144,24 +164,64 @@ def main() -> None:
     if args.plain:
         t0 = time.monotonic()
         run = run_reaped(cmd, 600, env=env, cwd=tempfile.mkdtemp(dir=work))
-        print(json.dumps({"case": args.case, "exit": run.returncode, "seconds": round(time.monotonic() - t0, 1),
-                          "tail": run.stdout[-500:] + run.stderr[-1500:]}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "case": args.case,
+                    "exit": run.returncode,
+                    "seconds": round(time.monotonic() - t0, 1),
+                    "tail": run.stdout[-500:] + run.stderr[-1500:],
+                },
+                indent=1,
+            )
+        )
         return
     out_dir = work / f"chaos-{args.case}-{args.seed}"
     t0 = time.monotonic()
-    run = run_reaped([sys.executable, "-m", "hctool", "chaos", "explore", "--budget", str(args.budget),
-                      "--seed", str(args.seed), "--json", "--artifacts", str(out_dir), "--", *cmd],
-                     args.budget * 4 + 600, env=env)
+    run = run_reaped(
+        [
+            sys.executable,
+            "-m",
+            "hctool",
+            "chaos",
+            "explore",
+            "--budget",
+            str(args.budget),
+            "--seed",
+            str(args.seed),
+            "--json",
+            "--artifacts",
+            str(out_dir),
+            "--",
+            *cmd,
+        ],
+        args.budget * 4 + 600,
+        env=env,
+    )
     try:
         report = json.loads(run.stdout)
     except ValueError:
         sys.exit(f"chaos explore exit {run.returncode}: {run.stderr[-2000:]}")
     verdicts = [r["verdict"] for r in report["runs"]]
-    print(json.dumps({"case": args.case, "commit": COMMIT, "exit": run.returncode, "verdict": report["verdict"],
-                      "schedules": report["schedules"], "schedules_per_min": report.get("schedules_per_min"),
-                      "valid": verdicts.count("valid"), "unknown": verdicts.count("unknown"),
-                      "invalid": verdicts.count("invalid"), "anomalies": report["anomalies"],
-                      "wall_s": round(time.monotonic() - t0, 1), "artifacts": str(out_dir)}, indent=1))
+    print(
+        json.dumps(
+            {
+                "case": args.case,
+                "commit": COMMIT,
+                "exit": run.returncode,
+                "verdict": report["verdict"],
+                "schedules": report["schedules"],
+                "schedules_per_min": report.get("schedules_per_min"),
+                "valid": verdicts.count("valid"),
+                "unknown": verdicts.count("unknown"),
+                "invalid": verdicts.count("invalid"),
+                "anomalies": report["anomalies"],
+                "wall_s": round(time.monotonic() - t0, 1),
+                "artifacts": str(out_dir),
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -34,22 +34,38 @@ REPO = Path(__file__).resolve().parents[1]
 PROGRAMS = REPO / "tests" / "consensus" / "programs"
 # What each tool prints when it names a divergence (first match counts).
 NAMES = {
-    "detail": re.compile(r"(Detected mismatch between collectives on ranks[^\n]*|check rank \d+ logs for faulty rank"
-                         r"|Ranks? [\d, ]+ failed to pass monitoredBarrier[^\n]*"
-                         r"|collective operation mismatch[^\n]*|mismatch[^\n]{0,160})", re.I),
-    "desync": re.compile(r"(Desync debug report[^\n]*|\[Rank \d+\][^\n]*(?:not joined|never joined|missing)[^\n]*"
-                         r"|ranks? [\d, ]+ (?:did not|have not) join[^\n]*)", re.I),
+    "detail": re.compile(
+        r"(Detected mismatch between collectives on ranks[^\n]*|check rank \d+ logs for faulty rank"
+        r"|Ranks? [\d, ]+ failed to pass monitoredBarrier[^\n]*"
+        r"|collective operation mismatch[^\n]*|mismatch[^\n]{0,160})",
+        re.I,
+    ),
+    "desync": re.compile(
+        r"(Desync debug report[^\n]*|\[Rank \d+\][^\n]*(?:not joined|never joined|missing)[^\n]*"
+        r"|ranks? [\d, ]+ (?:did not|have not) join[^\n]*)",
+        re.I,
+    ),
 }
 
 
 def cpu_cases() -> list[dict]:
     def prog(name, culprit, fix=False, args=()):
         env = {"PROG_FIX": "1"} if fix else {}
-        return {"name": name + (" (clean)" if fix else ""), "cmd": [str(PROGRAMS / name), *args], "env": env,
-                "culprit": None if fix else culprit, "clean": fix}
+        return {
+            "name": name + (" (clean)" if fix else ""),
+            "cmd": [str(PROGRAMS / name), *args],
+            "env": env,
+            "culprit": None if fix else culprit,
+            "clean": fix,
+        }
+
     out = []
-    for name, culprit in (("ddp_train.py", [1]), ("extra_same_shape.py", [0]), ("outside_collective.py", [1]),
-                          ("subgroup_pairs.py", [0])):
+    for name, culprit in (
+        ("ddp_train.py", [1]),
+        ("extra_same_shape.py", [0]),
+        ("outside_collective.py", [1]),
+        ("subgroup_pairs.py", [0]),
+    ):
         out += [prog(name, culprit), prog(name, culprit, fix=True)]
     return out
 
@@ -69,21 +85,55 @@ def gpu_cases(examples: Path, work: Path) -> list[dict]:
             (dst / f.name).write_text(text)
         return dst
 
-    uneven = ("            self._run_batch(source, targets)\n",
-              "            self._run_batch(source, targets)\n"
-              "        if self.gpu_id == 1 and epoch == 2:  # uneven inputs: one batch more on rank 1\n"
-              "            self._run_batch(source, targets)\n")
-    extra_ar = ("            self._run_batch(source, targets)\n",
-                "            self._run_batch(source, targets)\n"
-                "        if self.gpu_id == 1 and epoch == 2:  # one extra same-shape all_reduce on rank 1\n"
-                "            torch.distributed.all_reduce(torch.zeros(21, device=self.gpu_id))\n")
-    fsdp_extra = ("    for _ in range(10):\n", "    for _ in range(10 + (1 if rank == 1 else 0)):  # rank 1: one step more\n")
+    uneven = (
+        "            self._run_batch(source, targets)\n",
+        "            self._run_batch(source, targets)\n"
+        "        if self.gpu_id == 1 and epoch == 2:  # uneven inputs: one batch more on rank 1\n"
+        "            self._run_batch(source, targets)\n",
+    )
+    extra_ar = (
+        "            self._run_batch(source, targets)\n",
+        "            self._run_batch(source, targets)\n"
+        "        if self.gpu_id == 1 and epoch == 2:  # one extra same-shape all_reduce on rank 1\n"
+        "            torch.distributed.all_reduce(torch.zeros(21, device=self.gpu_id))\n",
+    )
+    fsdp_extra = (
+        "    for _ in range(10):\n",
+        "    for _ in range(10 + (1 if rank == 1 else 0)):  # rank 1: one step more\n",
+    )
     cases = [
-        {"name": "ddp multigpu_torchrun (clean)", "dir": copy(ddp_src, "ddp", None), "cmd": ["multigpu_torchrun.py", "5", "10"], "culprit": None, "clean": True},
-        {"name": "ddp uneven inputs", "dir": copy(ddp_src, "ddp_uneven", uneven), "cmd": ["multigpu_torchrun.py", "5", "10"], "culprit": [1]},
-        {"name": "ddp extra all_reduce", "dir": copy(ddp_src, "ddp_extra", extra_ar), "cmd": ["multigpu_torchrun.py", "5", "10"], "culprit": [1]},
-        {"name": "fsdp2 example (clean)", "dir": copy(fsdp_src, "fsdp2", None), "cmd": ["example.py"], "culprit": None, "clean": True},
-        {"name": "fsdp2 extra step", "dir": copy(fsdp_src, "fsdp2_extra", fsdp_extra), "cmd": ["example.py"], "culprit": [1]},
+        {
+            "name": "ddp multigpu_torchrun (clean)",
+            "dir": copy(ddp_src, "ddp", None),
+            "cmd": ["multigpu_torchrun.py", "5", "10"],
+            "culprit": None,
+            "clean": True,
+        },
+        {
+            "name": "ddp uneven inputs",
+            "dir": copy(ddp_src, "ddp_uneven", uneven),
+            "cmd": ["multigpu_torchrun.py", "5", "10"],
+            "culprit": [1],
+        },
+        {
+            "name": "ddp extra all_reduce",
+            "dir": copy(ddp_src, "ddp_extra", extra_ar),
+            "cmd": ["multigpu_torchrun.py", "5", "10"],
+            "culprit": [1],
+        },
+        {
+            "name": "fsdp2 example (clean)",
+            "dir": copy(fsdp_src, "fsdp2", None),
+            "cmd": ["example.py"],
+            "culprit": None,
+            "clean": True,
+        },
+        {
+            "name": "fsdp2 extra step",
+            "dir": copy(fsdp_src, "fsdp2_extra", fsdp_extra),
+            "cmd": ["example.py"],
+            "culprit": [1],
+        },
     ]
     for c in cases:
         c["cmd"] = [str(c["dir"] / c["cmd"][0]), *c["cmd"][1:]]
@@ -95,8 +145,16 @@ def _run(cmd: list[str], env: dict, cwd: Path, timeout: float, pattern: re.Patte
     """Run a job in its own session; kill it at timeout. Returns wall time, exit
     code, the first line matching pattern and when it appeared."""
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True, text=True, errors="replace")
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        text=True,
+        errors="replace",
+    )
     out: list[str] = []
     first: dict = {}
 
@@ -105,6 +163,7 @@ def _run(cmd: list[str], env: dict, cwd: Path, timeout: float, pattern: re.Patte
             out.append(line)
             if pattern is not None and not first and pattern.search(line):
                 first.update(line=pattern.search(line).group(0)[:240], at_s=round(time.monotonic() - start, 2))
+
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
     try:
@@ -119,8 +178,13 @@ def _run(cmd: list[str], env: dict, cwd: Path, timeout: float, pattern: re.Patte
             pass
         proc.wait()
         reader.join(timeout=5)
-    return {"wall_s": round(time.monotonic() - start, 2), "exit": code, "timed_out": timed_out,
-            "first": first or None, "output": "".join(out)}
+    return {
+        "wall_s": round(time.monotonic() - start, 2),
+        "exit": code,
+        "timed_out": timed_out,
+        "first": first or None,
+        "output": "".join(out),
+    }
 
 
 def run_tool(tool: str, case: dict, timeout: float, hang_after: float, scratch: Path) -> dict:
@@ -132,8 +196,22 @@ def run_tool(tool: str, case: dict, timeout: float, hang_after: float, scratch: 
         env["PYTHONPATH"] = f"{case['dir']}:{env.get('PYTHONPATH', '')}"
     if tool == "hctool":
         env["PYTHONPATH"] = f"{REPO}:{env.get('PYTHONPATH', '')}"
-        cmd = [sys.executable, "-m", "hctool", "check-consensus", "run", "--json", "--hang-after", str(hang_after),
-               "--timeout", str(timeout - 5), "--trace-dir", str(cwd / "trace"), "--", *torchrun]
+        cmd = [
+            sys.executable,
+            "-m",
+            "hctool",
+            "check-consensus",
+            "run",
+            "--json",
+            "--hang-after",
+            str(hang_after),
+            "--timeout",
+            str(timeout - 5),
+            "--trace-dir",
+            str(cwd / "trace"),
+            "--",
+            *torchrun,
+        ]
         r = _run(cmd, env, cwd, timeout + 30, re.compile(r"hctool: (diverged|hung|crashed): [^\n]*"))
         m = re.search(r"^\{.*^\}", r["output"], re.S | re.M)
         report = json.loads(m.group(0)) if m else {}
@@ -141,26 +219,48 @@ def run_tool(tool: str, case: dict, timeout: float, hang_after: float, scratch: 
         culprits = first.get("culprit_ranks")
         sites = {r_: e.get("site") for r_, e in (first.get("ranks") or {}).items() if int(r_) in (culprits or [])}
         lat = re.search(r"reported (\d+) ms after", r["output"])
-        return {"verdict": report.get("verdict"), "names": culprits, "kind": first.get("kind"), "sites": sites,
-                "counts": report.get("counts"), "named_at_s": (r["first"] or {}).get("at_s"),
-                "latency_ms": int(lat.group(1)) if lat else None, "wall_s": r["wall_s"], "exit": r["exit"]}
+        return {
+            "verdict": report.get("verdict"),
+            "names": culprits,
+            "kind": first.get("kind"),
+            "sites": sites,
+            "counts": report.get("counts"),
+            "named_at_s": (r["first"] or {}).get("at_s"),
+            "latency_ms": int(lat.group(1)) if lat else None,
+            "wall_s": r["wall_s"],
+            "exit": r["exit"],
+        }
     if tool == "detail":
         env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
     if tool == "desync":
         env["TORCH_NCCL_DESYNC_DEBUG"] = "1"
     if tool in ("fr", "desync"):  # one NCCL run serves both: FR dumps when the desync report does
-        env.update(TORCH_FR_BUFFER_SIZE="2000", TORCH_FR_DUMP_TEMP_FILE=str(cwd / "fr_rank"),
-                   TORCH_NCCL_DUMP_ON_TIMEOUT="1", TORCH_INCLUDE_STACK_TRACE="1")
+        env.update(
+            TORCH_FR_BUFFER_SIZE="2000",
+            TORCH_FR_DUMP_TEMP_FILE=str(cwd / "fr_rank"),
+            TORCH_NCCL_DUMP_ON_TIMEOUT="1",
+            TORCH_INCLUDE_STACK_TRACE="1",
+        )
     r = _run(torchrun, env, cwd, timeout, NAMES.get(tool))
-    out = {"wall_s": r["wall_s"], "exit": r["exit"], "timed_out": r["timed_out"], "first": r["first"],
-           "tail": r["output"][-1200:]}
+    out = {
+        "wall_s": r["wall_s"],
+        "exit": r["exit"],
+        "timed_out": r["timed_out"],
+        "first": r["first"],
+        "tail": r["output"][-1200:],
+    }
     if tool in ("fr", "desync"):
         dumps = sorted(p.name for p in cwd.glob("fr_rank*"))
         out["dumps"] = dumps
         if dumps:
             env2 = dict(os.environ, PYTHONPATH=str(REPO))
-            a = subprocess.run([sys.executable, "-m", "hctool", "check-consensus", "analyze", "--json", str(cwd)],
-                               capture_output=True, text=True, env=env2, timeout=120)
+            a = subprocess.run(
+                [sys.executable, "-m", "hctool", "check-consensus", "analyze", "--json", str(cwd)],
+                capture_output=True,
+                text=True,
+                env=env2,
+                timeout=120,
+            )
             try:
                 rep = json.loads(a.stdout)
                 out["names"] = (rep.get("first_divergence") or {}).get("culprit_ranks")

@@ -38,7 +38,9 @@ def expectation(path: Path, manifest: dict) -> dict:
         out["culprit"] = sorted(int(x) for x in out["culprit"].split(",") if x.strip().isdigit())
     if "line" in out:
         out["line"] = int(out["line"]) if out["line"].isdigit() else None
-    nproc = re.search(r"^#\s*NPROC:\s*(\d+)", text, re.M) or re.search(r"^#\s*RUN:.*--nproc[-_]per[-_]node[ =](\d+)", text, re.M)
+    nproc = re.search(r"^#\s*NPROC:\s*(\d+)", text, re.M) or re.search(
+        r"^#\s*RUN:.*--nproc[-_]per[-_]node[ =](\d+)", text, re.M
+    )
     out["nproc"] = int(nproc.group(1)) if nproc else int(manifest.get(path.name, {}).get("nproc") or 2)
     return out
 
@@ -50,8 +52,24 @@ def run_one(path: Path, exp: dict, torchrun: bool, timeout: float) -> dict:
             cmd = ["torchrun", "--standalone", "--nproc-per-node", str(exp["nproc"]), str(path)]
         else:
             cmd = [str(path)]
-        argv = [sys.executable, "-m", "hctool", "check-consensus", "run", "--json", "--nproc", str(exp["nproc"]),
-                "--timeout", str(timeout), "--hang-after", "10", "--trace-dir", str(trace), "--", *cmd]
+        argv = [
+            sys.executable,
+            "-m",
+            "hctool",
+            "check-consensus",
+            "run",
+            "--json",
+            "--nproc",
+            str(exp["nproc"]),
+            "--timeout",
+            str(timeout),
+            "--hang-after",
+            "10",
+            "--trace-dir",
+            str(trace),
+            "--",
+            *cmd,
+        ]
         t0 = time.monotonic()
         # a fresh temporary folder per run: a program's own files there (a cache it builds) must not
         # carry over into the next run
@@ -61,13 +79,21 @@ def run_one(path: Path, exp: dict, torchrun: bool, timeout: float) -> dict:
     try:
         report = json.loads(proc.stdout)
     except ValueError:
-        return {"ok": False, "why": f"no JSON (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}",
-                "secs": secs}
+        return {
+            "ok": False,
+            "why": f"no JSON (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}",
+            "secs": secs,
+        }
     fd = report.get("first_divergence") or {}
     cause = fd.get("cause") or {}
-    got = {"verdict": report.get("verdict"), "culprit": sorted(fd.get("culprit_ranks") or []),
-           "line": int(cause["site"].rsplit(":", 1)[1]) if cause.get("site") else None,
-           "kind": fd.get("kind"), "confidence": fd.get("confidence"), "exit": proc.returncode}
+    got = {
+        "verdict": report.get("verdict"),
+        "culprit": sorted(fd.get("culprit_ranks") or []),
+        "line": int(cause["site"].rsplit(":", 1)[1]) if cause.get("site") else None,
+        "kind": fd.get("kind"),
+        "confidence": fd.get("confidence"),
+        "exit": proc.returncode,
+    }
     want_verdict = exp.get("verdict", "diverged")
     ok = got["verdict"] == want_verdict or (want_verdict == "hung" and got["verdict"] in ("hung", "diverged"))
     if want_verdict != "consistent":
@@ -81,7 +107,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dirs", nargs="+", type=Path)
     ap.add_argument("--runs", type=int, default=1)
-    ap.add_argument("--torchrun", action="store_true", help="run each under torchrun (default: hctool starts the ranks)")
+    ap.add_argument(
+        "--torchrun", action="store_true", help="run each under torchrun (default: hctool starts the ranks)"
+    )
     ap.add_argument("--timeout", type=float, default=90)
     ap.add_argument("--only", default=None, help="regex on file names")
     ap.add_argument("--json", type=Path, default=None)
@@ -102,8 +130,11 @@ def main() -> int:
                 r.update(file=str(path), run=k, want={x: exp.get(x) for x in ("verdict", "culprit", "line")})
                 results.append(r)
                 mark = "ok  " if r["ok"] else "MISS"
-                print(f"{mark} {path.name} run {k}: want {r['want']} got {r.get('got') or r.get('why')} "
-                      f"({r['secs']:.1f} s)", flush=True)
+                print(
+                    f"{mark} {path.name} run {k}: want {r['want']} got {r.get('got') or r.get('why')} "
+                    f"({r['secs']:.1f} s)",
+                    flush=True,
+                )
                 if not r["ok"] and r.get("basis"):
                     print(f"       basis: {r['basis']}", flush=True)
     by_dir: dict[str, list] = {}
@@ -112,8 +143,10 @@ def main() -> int:
     for d, rs in by_dir.items():
         files = {r["file"] for r in rs}
         right_files = {f for f in files if all(r["ok"] for r in rs if r["file"] == f)}
-        print(f"{d}: {sum(r['ok'] for r in rs)}/{len(rs)} runs right; {len(right_files)}/{len(files)} programs right "
-              f"in every run; median {statistics.median(r['secs'] for r in rs):.1f} s per run")
+        print(
+            f"{d}: {sum(r['ok'] for r in rs)}/{len(rs)} runs right; {len(right_files)}/{len(files)} programs right "
+            f"in every run; median {statistics.median(r['secs'] for r in rs):.1f} s per run"
+        )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0 if all(r["ok"] for r in results) else 1

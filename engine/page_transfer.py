@@ -85,8 +85,19 @@ def _build_kernel():
     # n and first_layer vary per call: specializing on their values (== 1, % 16) would
     # compile new variants in the middle of serving.
     @triton.jit(do_not_specialize=["n", "first_layer"])
-    def _copy_pages(src_k, src_v, dst_k, dst_v, idx, n, first_layer, src_layer_stride, dst_layer_stride,
-                    PAGE: tl.constexpr, BLOCK: tl.constexpr):
+    def _copy_pages(
+        src_k,
+        src_v,
+        dst_k,
+        dst_v,
+        idx,
+        n,
+        first_layer,
+        src_layer_stride,
+        dst_layer_stride,
+        PAGE: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
         # grid: (page pair, chunk of the page, layer); idx holds [src pages..., dst pages...]
         i = tl.program_id(0)
         chunk = tl.program_id(1)
@@ -112,13 +123,23 @@ def _build_kernel():
         esize = src.k_buffer.element_size()
         block = min(triton.next_power_of_2(page_elems), max(cfg.block_bytes // esize, 1))
         grid = (n, triton.cdiv(page_elems, block), count)
-        args = (src.k_buffer, src.v_buffer, dst.k_buffer, dst.v_buffer, idx, n, first,
-                src.k_buffer.stride(0), dst.k_buffer.stride(0))
+        args = (
+            src.k_buffer,
+            src.v_buffer,
+            dst.k_buffer,
+            dst.v_buffer,
+            idx,
+            n,
+            first,
+            src.k_buffer.stride(0),
+            dst.k_buffer.stride(0),
+        )
         opts = dict(PAGE=page_elems, BLOCK=block, num_warps=cfg.num_warps)
         if warmup:  # compile only
             _copy_pages.warmup(*args, grid=grid, **opts)
         else:
             _copy_pages[grid](*args, **opts)
+
     return launch
 
 
@@ -152,8 +173,13 @@ def _usable(src, dst) -> bool:
     sk, dk = src.k_buffer, dst.k_buffer
     if sk.is_cuda == dk.is_cuda or not _State.enabled or _State.unavailable:
         return False
-    if sk.dtype != dk.dtype or sk.shape[0] != dk.shape[0] or sk.shape[2:] != dk.shape[2:] \
-            or src.page_size != dst.page_size or not (sk.is_contiguous() and dk.is_contiguous()):
+    if (
+        sk.dtype != dk.dtype
+        or sk.shape[0] != dk.shape[0]
+        or sk.shape[2:] != dk.shape[2:]
+        or src.page_size != dst.page_size
+        or not (sk.is_contiguous() and dk.is_contiguous())
+    ):
         return False  # not the same page shape: the per-run copies raise or convert
     if not (dk if sk.is_cuda else sk).is_pinned():  # the host side
         _fall_back("a host KV pool is not pinned memory", disable=False)
@@ -191,8 +217,7 @@ def transfer_pages(src, dst, src_pages: list[int], dst_pages: list[int], layer: 
     first, count = (0, sk.shape[0]) if layer is None else (layer, 1)
     with torch.cuda.device(dev):
         try:
-            _State.kernel(src, dst, _device_indices(idx, dev), len(src_pages), page_elems, first, count,
-                          _State.config)
+            _State.kernel(src, dst, _device_indices(idx, dev), len(src_pages), page_elems, first, count, _State.config)
         except Exception as e:  # a compile or launch failure: no page was copied yet
             _fall_back(f"kernel launch failed ({type(e).__name__}: {e})")
             return False

@@ -19,11 +19,11 @@ from multiprocessing.connection import Client, Connection
 import torch
 import torch.distributed as dist
 
-from engine.lab import contract
 from engine.distributed.parallel_state import RendezvousError, init_distributed_environment
+from engine.lab import contract
 from engine.managers.io_struct import ReadyOutput, ShutdownReq
-from engine.server_args import ServerArgs
 from engine.managers.scheduler import Scheduler
+from engine.server_args import ServerArgs
 
 CONNECT_TIMEOUT_S = 120.0
 
@@ -38,7 +38,7 @@ def connect_frontend() -> Connection:
             return Client((host, port), authkey=key)
         except OSError:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"frontend at {host}:{port} did not accept a connection")
+                raise RuntimeError(f"frontend at {host}:{port} did not accept a connection") from None
             time.sleep(0.1)
 
 
@@ -103,9 +103,16 @@ def main() -> None:
     tp_cpu_group = dist.new_group(backend="gloo", timeout=timeout)
     io_group = dist.new_group(backend="gloo", timeout=timeout)
     link = FrontendLink(connect_frontend()) if rank == 0 else None
-    scheduler = Scheduler(args, rank, world, tp_cpu_group, io_group, device,
-                          recv_from_frontend=link.recv if link else None,
-                          send_to_frontend=link.send if link else None)
+    scheduler = Scheduler(
+        args,
+        rank,
+        world,
+        tp_cpu_group,
+        io_group,
+        device,
+        recv_from_frontend=link.recv if link else None,
+        send_to_frontend=link.send if link else None,
+    )
     dist.barrier(group=tp_cpu_group)
     print(f"rank {rank}/{world} ready on {device}", file=sys.stderr, flush=True)
     if link is not None:

@@ -49,14 +49,24 @@ class ModelConfig:
 # not ask for the machine's memory, and a NaN, an infinity or a negative timeout must not pass
 # as a setting (NaN fails every comparison, so the check below rejects it).
 NUMBER_LIMITS = {
-    "tp_size": (1, 1 << 12), "model_seed": (0, 2**63 - 1), "page_size": (1, 4096),
-    "max_total_tokens": (1, 1 << 26), "max_running_requests": (1, 1 << 16), "max_prefill_tokens": (1, 1 << 26),
+    "tp_size": (1, 1 << 12),
+    "model_seed": (0, 2**63 - 1),
+    "page_size": (1, 4096),
+    "max_total_tokens": (1, 1 << 26),
+    "max_running_requests": (1, 1 << 16),
+    "max_prefill_tokens": (1, 1 << 26),
     "max_queued_requests": (0, 1 << 20),
-    "hicache_ratio": (0, 1000), "hicache_size": (0, 10_000), "prefetch_timeout_base": (0, 86_400),
-    "prefetch_timeout_per_ki_token": (0, 86_400), "prefetch_timeout_max": (0, 86_400),
-    "prefetch_threshold": (0, 1 << 26), "req_waiting_timeout": (0, 7 * 86_400),
-    "pad_forward_tokens": (0, 1 << 20), "dist_timeout": (0.001, 7 * 86_400),
-    "disaggregation_bootstrap_port": (0, 65535), "disaggregation_transfer_timeout": (0.001, 7 * 86_400),
+    "hicache_ratio": (0, 1000),
+    "hicache_size": (0, 10_000),
+    "prefetch_timeout_base": (0, 86_400),
+    "prefetch_timeout_per_ki_token": (0, 86_400),
+    "prefetch_timeout_max": (0, 86_400),
+    "prefetch_threshold": (0, 1 << 26),
+    "req_waiting_timeout": (0, 7 * 86_400),
+    "pad_forward_tokens": (0, 1 << 20),
+    "dist_timeout": (0.001, 7 * 86_400),
+    "disaggregation_bootstrap_port": (0, 65535),
+    "disaggregation_transfer_timeout": (0.001, 7 * 86_400),
 }
 
 
@@ -64,8 +74,12 @@ NUMBER_LIMITS = {
 class ServerArgs:
     tp_size: int = _opt(1, "tensor-parallel ranks")
     device: str = _opt("cpu", "cpu or cuda (the model's group: see --model-backend)", DEVICES)
-    model_backend: str = _opt("auto", "backend of the model's group: auto (NCCL on cuda with a GPU per rank, gloo "
-                              "when ranks share a GPU or on cpu), nccl or gloo", ("auto", "nccl", "gloo"))
+    model_backend: str = _opt(
+        "auto",
+        "backend of the model's group: auto (NCCL on cuda with a GPU per rank, gloo "
+        "when ranks share a GPU or on cpu), nccl or gloo",
+        ("auto", "nccl", "gloo"),
+    )
     model_seed: int = _opt(0, "seed of the model weights")
     page_size: int = _opt(16, "tokens per KV page (L1, L2 and L3 move whole pages)")
     max_total_tokens: int = _opt(8192, "L1 (device) KV pool size in tokens, per rank")
@@ -84,9 +98,19 @@ class ServerArgs:
     prefetch_timeout_per_ki_token: float = _opt(0.25, "timeout policy: extra seconds per 1024 tokens")
     prefetch_timeout_max: float = _opt(10.0, "timeout policy: upper bound in seconds")
     prefetch_threshold: int = _opt(64, "least number of storage tokens worth a prefetch")
-    req_waiting_timeout: float = _opt(0.0, "abort a request that waited longer than this many seconds (0: never; SGLANG_REQ_WAITING_TIMEOUT)")
-    pad_forward_tokens: int = _opt(0, "run the TP all_reduces of every forward of at most this many tokens on this many rows, as replaying a CUDA graph captured at that size does (0: off)")
-    state_digest: bool = _opt(False, "fold a digest of the replicated state into the per-tick MIN sync: every rank stops at the first tick it differs")
+    req_waiting_timeout: float = _opt(
+        0.0, "abort a request that waited longer than this many seconds (0: never; SGLANG_REQ_WAITING_TIMEOUT)"
+    )
+    pad_forward_tokens: int = _opt(
+        0,
+        "run the TP all_reduces of every forward of at most this many tokens on this many rows, as "
+        "replaying a CUDA graph captured at that size does (0: off)",
+    )
+    state_digest: bool = _opt(
+        False,
+        "fold a digest of the replicated state into the per-tick MIN sync: every rank stops at the "
+        "first tick it differs",
+    )
     dist_timeout: float = _opt(600.0, "torch.distributed group timeout in seconds")
     run_dir: str = _opt("", "directory for logs, traces and default storage")
     disaggregation_mode: str = _opt("null", "PD role of this server: null (plain TP), prefill or decode", DISAGG_MODES)
@@ -94,7 +118,9 @@ class ServerArgs:
     disaggregation_bootstrap_port: int = _opt(8998, "prefill: port of its bootstrap server (on prefill rank 0)")
     disaggregation_kv_host: str = _opt("127.0.0.1", "decode: address its ranks receive KV on (one free port each)")
     disaggregation_transfer_timeout: float = _opt(60.0, "decode: seconds a request may wait for its KV")
-    disaggregation_decode_enable_radix_cache: bool = _opt(False, "decode: keep a radix cache (and HiCache with --enable-hierarchical-cache)")
+    disaggregation_decode_enable_radix_cache: bool = _opt(
+        False, "decode: keep a radix cache (and HiCache with --enable-hierarchical-cache)"
+    )
     # The incident variants (engine/lab/variants.py): one flag each, the fix by default.
     variants: Variants = field(default_factory=Variants, metadata={"cli": False})
     model: ModelConfig = field(default_factory=ModelConfig, metadata={"cli": False})
@@ -107,8 +133,11 @@ class ServerArgs:
         problems: list[str] = []
         for name, (low, high) in NUMBER_LIMITS.items():
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                    math.isfinite(value) and low <= value <= high):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not (math.isfinite(value) and low <= value <= high)
+            ):
                 problems.append(f"{_flag(name)} must be between {low} and {high}, got {value!r}")
         if not problems and self.model.num_heads % self.tp_size:
             problems.append(f"--tp {self.tp_size} must divide the model's {self.model.num_heads} heads")

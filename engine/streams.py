@@ -14,7 +14,7 @@ import functools
 import queue
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -68,6 +68,7 @@ class CpuStream:
             if delay:
                 time.sleep(delay / 1000.0)
             fn()
+
         self._queue.put(op)
 
     def record_event(self) -> CpuEvent:
@@ -117,7 +118,7 @@ class CudaStream:
         pass
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sleep_cycles_per_ms(device_index: int) -> float:
     """torch.cuda._sleep spins for GPU clock cycles, and the clock differs by GPU and
     clock state, so time one known spin with CUDA events, once per device."""

@@ -32,7 +32,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More diagnostics on stderr (debug lines)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only warnings and errors on stderr (no progress)."),
 ) -> None:
@@ -43,7 +45,7 @@ def _root(
 
 def _register() -> None:
     # Each command module owns its group; order here is the order in --help.
-    from hctool.commands import chaos, consensus, gate, launch, lint, repro, report
+    from hctool.commands import chaos, consensus, gate, launch, lint, report, repro
 
     for module in (launch, repro, consensus, lint, chaos, gate, report):
         module.register(app)

@@ -51,11 +51,15 @@ def check(option: str, kind: type, raw: str):
     try:
         value = int(raw) if kind is int else float(raw)
     except ValueError:
-        raise UsageError(f"{option} must be {'an integer' if kind is int else 'a number'}, got {raw!r}",
-                         f"see --help; {option} takes a value from {_num(low)} to {_num(high)}") from None
+        raise UsageError(
+            f"{option} must be {'an integer' if kind is int else 'a number'}, got {raw!r}",
+            f"see --help; {option} takes a value from {_num(low)} to {_num(high)}",
+        ) from None
     if not math.isfinite(value):
-        raise UsageError(f"{option} must be a finite number, got {raw}", f"NaN and infinities are never a setting; "
-                         f"{option} takes a value from {_num(low)} to {_num(high)}")
+        raise UsageError(
+            f"{option} must be a finite number, got {raw}",
+            f"NaN and infinities are never a setting; {option} takes a value from {_num(low)} to {_num(high)}",
+        )
     if not low <= value <= high:
         raise UsageError(f"{option} must be between {_num(low)} and {_num(high)}, got {raw}", "see --help")
     return value

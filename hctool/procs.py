@@ -108,7 +108,9 @@ def kill_leftovers(timeout: float = 5.0) -> list[int]:
     return found
 
 
-def torchrun_env(rank: int, world_size: int, master_addr: str, master_port: int, local_rank: int | None = None) -> dict[str, str]:
+def torchrun_env(
+    rank: int, world_size: int, master_addr: str, master_port: int, local_rank: int | None = None
+) -> dict[str, str]:
     """The variables torchrun sets for one worker."""
     return {
         "RANK": str(rank),
@@ -146,8 +148,15 @@ class ProcessSet:
 
     children: list[Child] = field(default_factory=list)
 
-    def start(self, name: str, cmd: list[str], env: dict[str, str] | None = None,
-              log_path: Path | None = None, cwd: str | None = None, stdout_path: Path | None = None) -> Child:
+    def start(
+        self,
+        name: str,
+        cmd: list[str],
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
+        cwd: str | None = None,
+        stdout_path: Path | None = None,
+    ) -> Child:
         """log_path takes stdout and stderr, unless stdout_path is given for stdout alone."""
         stdout = stderr = None
         # Logs go into run folders others may write into: never through a planted link or FIFO.
@@ -161,8 +170,15 @@ class ProcessSet:
         try:
             adopt_orphans()
             with deferred():  # Ctrl-C/SIGTERM between the fork and the append would orphan the child
-                popen = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=stdout, stderr=stderr,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                popen = subprocess.Popen(
+                    cmd,
+                    env=env,
+                    cwd=cwd,
+                    stdout=stdout,
+                    stderr=stderr,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
                 child = Child(name, popen, log_path)
                 self.children.append(child)
                 _STARTED.add(popen.pid)

@@ -18,7 +18,7 @@ import threading
 from hctool import log
 
 _lock = threading.Lock()
-_display = None   # the rich Progress while any task is open
+_display = None  # the rich Progress while any task is open
 _open = 0
 
 
@@ -33,8 +33,13 @@ class _Task:
     def __init__(self, display, task_id):
         self._display, self._id = display, task_id
 
-    def update(self, completed: float | None = None, total: float | None = None, text: str | None = None,
-               advance: float | None = None) -> None:
+    def update(
+        self,
+        completed: float | None = None,
+        total: float | None = None,
+        text: str | None = None,
+        advance: float | None = None,
+    ) -> None:
         kw: dict = {}
         if completed is not None:
             kw["completed"] = completed
@@ -64,9 +69,14 @@ def task(label: str, total: float | None = None, text: str = ""):
 
     with _lock:
         if _display is None:
-            _display = Progress(TextColumn("{task.description}"), BarColumn(bar_width=24),
-                                TextColumn("{task.fields[text]}"), TimeElapsedColumn(),
-                                console=Console(stderr=True), transient=True)
+            _display = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(bar_width=24),
+                TextColumn("{task.fields[text]}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
             _display.start()
         _open += 1
         display = _display

@@ -33,9 +33,19 @@ def module_source(module: str, main_source: Path | None = None, env: dict[str, s
     # An editable install or a namespace package: ask a throwaway interpreter (it may import
     # the module's parent packages; never this process).
     try:
-        out = subprocess.run([sys.executable, "-c", "import importlib.util, sys\n"
-                              "s = importlib.util.find_spec(sys.argv[1])\nprint(s.origin if s and s.origin else '')",
-                              module], capture_output=True, text=True, timeout=60, env=env)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import importlib.util, sys\n"
+                "s = importlib.util.find_spec(sys.argv[1])\nprint(s.origin if s and s.origin else '')",
+                module,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     origin = out.stdout.strip()
@@ -52,11 +62,16 @@ def _defines(body: list[ast.stmt], name: str):
             found = found or node
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
             found = found or node
-        elif isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name.split(".")[0]) == name
-                                                                    for a in node.names):
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+            (a.asname or a.name.split(".")[0]) == name for a in node.names
+        ):
             found = found or node
         elif isinstance(node, (ast.If, ast.Try)):  # definitions under `if TYPE_CHECKING`, try/except imports
-            inner = [*node.body, *getattr(node, "orelse", []), *[s for h in getattr(node, "handlers", []) for s in h.body]]
+            inner = [
+                *node.body,
+                *getattr(node, "orelse", []),
+                *[s for h in getattr(node, "handlers", []) for s in h.body],
+            ]
             found = found or _defines(inner, name)
     return found
 
@@ -83,9 +98,13 @@ def check_function(target: str, main_source: Path | None = None, env: dict[str, 
     for k, part in enumerate(parts):
         node = _defines(body, part)
         if node is None:
-            return f"{target}: {src.name} defines no {'.'.join(parts[:k + 1])!r} (looked for a def, class, assignment or import in {where})"
+            missing = ".".join(parts[: k + 1])
+            return (
+                f"{target}: {src.name} defines no {missing!r} "
+                f"(looked for a def, class, assignment or import in {where})"
+            )
         if k < len(parts) - 1:
             if not isinstance(node, ast.ClassDef):
-                return f"{target}: {'.'.join(parts[:k + 1])} in {src.name} is not a class"
+                return f"{target}: {'.'.join(parts[: k + 1])} in {src.name} is not a class"
             body = node.body
     return None

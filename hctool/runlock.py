@@ -30,11 +30,11 @@ from pathlib import Path
 from hctool import log
 from hctool.errors import UsageError
 from hctool.protocol import env as protocol_env
-from hctool.protocol.safefile import read_regular
-
 from hctool.protocol.runrecord import LOCK_NAME
 from hctool.protocol.runrecord import MAX_LOCK_BYTES as MAX_BYTES
 from hctool.protocol.runrecord import claimed_run as claimed_run
+from hctool.protocol.safefile import read_regular
+
 _held: list[Claim] = []  # claims live as long as the process
 
 
@@ -58,7 +58,9 @@ def claim(folder: Path, what: str, refuse_glob: str | None = None) -> Claim:
         raise UsageError(f"{path} {why}", "someone else can write into that folder: use one of your own") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise UsageError(f"{path} is not a regular file", "someone else can write into that folder: use one of your own")
+        raise UsageError(
+            f"{path} is not a regular file", "someone else can write into that folder: use one of your own"
+        )
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -66,8 +68,10 @@ def claim(folder: Path, what: str, refuse_glob: str | None = None) -> Claim:
         os.close(fd)
         if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
             raise UsageError(f"cannot lock {path}: {exc.strerror}", "use a folder on a local disk") from None
-        raise UsageError(f"{folder} is in use by another run: {describe(holder)}",
-                         "wait for it to end, or give this run a folder of its own") from None
+        raise UsageError(
+            f"{folder} is in use by another run: {describe(holder)}",
+            "wait for it to end, or give this run a folder of its own",
+        ) from None
     if refuse_glob is not None and any(p.name != LOCK_NAME for p in folder.glob(refuse_glob)):
         os.close(fd)
         raise UsageError(f"{folder} already holds the files of another run", "pass a new folder or remove the old one")
@@ -75,8 +79,14 @@ def claim(folder: Path, what: str, refuse_glob: str | None = None) -> Claim:
     if previous.get("pid"):
         log.info(f"hctool: taking over {path} from {describe(previous)}, which is no longer running")
     run_id = uuid.uuid4().hex[:16]
-    me = {"pid": os.getpid(), "host": socket.gethostname(), "command": f"hctool {what}",
-          "argv": " ".join(sys.argv)[:300], "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "run": run_id}
+    me = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": f"hctool {what}",
+        "argv": " ".join(sys.argv)[:300],
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "run": run_id,
+    }
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(me).encode(), 0)
     os.environ[protocol_env.RUN_ID] = run_id  # the ranks this process starts carry it in their headers
@@ -93,7 +103,9 @@ def _release_all() -> None:
     for held in _held:
         try:
             os.ftruncate(held.fd, 0)
-            os.pwrite(held.fd, json.dumps({"run": held.run_id, "ended": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode(), 0)
+            os.pwrite(
+                held.fd, json.dumps({"run": held.run_id, "ended": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode(), 0
+            )
         except OSError:
             pass
 
@@ -101,8 +113,10 @@ def _release_all() -> None:
 def describe(holder: dict) -> str:
     if not holder.get("pid"):
         return "a holder that did not say who it is"
-    return (f"pid {holder['pid']} on {holder.get('host', '?')} ({holder.get('command', '?')}, "
-            f"since {holder.get('started', '?')})")
+    return (
+        f"pid {holder['pid']} on {holder.get('host', '?')} ({holder.get('command', '?')}, "
+        f"since {holder.get('started', '?')})"
+    )
 
 
 def _holder(path: Path) -> dict:

@@ -53,8 +53,11 @@ def _faulthandler_dump(pid: int, timeout: float, trace_dir: str | None) -> str |
 def _bare_threads(text: str) -> list[str]:
     """Thread headers py-spy printed with no frame under them."""
     lines = text.splitlines()
-    return [ln.strip() for i, ln in enumerate(lines)
-            if ln.startswith("Thread ") and (i + 1 == len(lines) or not lines[i + 1].startswith(" "))]
+    return [
+        ln.strip()
+        for i, ln in enumerate(lines)
+        if ln.startswith("Thread ") and (i + 1 == len(lines) or not lines[i + 1].startswith(" "))
+    ]
 
 
 def dump_one(pid: int, timeout: float = 10.0, trace_dir: str | None = None, tries: int = 3) -> str:
@@ -88,20 +91,22 @@ def dump_one(pid: int, timeout: float = 10.0, trace_dir: str | None = None, trie
     if best is not None:
         bare = [t for t in _bare_threads(best) if '"MainThread"' in t]
         if bare:
-            best = best.rstrip() + ("\n(py-spy saw no Python frame on the main thread in 3 reads: it was "
-                                    "outside Python code, e.g. in interpreter teardown or a C++ call made "
-                                    "without a Python caller)\n")
+            best = best.rstrip() + (
+                "\n(py-spy saw no Python frame on the main thread in 3 reads: it was "
+                "outside Python code, e.g. in interpreter teardown or a C++ call made "
+                "without a Python caller)\n"
+            )
         return best
     fallback = _faulthandler_dump(pid, timeout, trace_dir)
     return fallback if fallback else f"(no stack: {err})"
 
 
-def dump_stacks(pids_by_rank: dict[int, int | list[int]], timeout: float = 10.0,
-                trace_dir: str | None = None) -> dict[str, str]:
+def dump_stacks(
+    pids_by_rank: dict[int, int | list[int]], timeout: float = 10.0, trace_dir: str | None = None
+) -> dict[str, str]:
     """{"<rank>": text}: every process of every rank dumped in parallel; a rank
     with several processes gets one labelled section per pid."""
-    jobs = [(r, p) for r, pids in sorted(pids_by_rank.items())
-            for p in (pids if isinstance(pids, list) else [pids])]
+    jobs = [(r, p) for r, pids in sorted(pids_by_rank.items()) for p in (pids if isinstance(pids, list) else [pids])]
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(jobs)))) as pool:
         texts = list(pool.map(lambda j: dump_one(j[1], timeout, trace_dir), jobs))
     out: dict[str, list[str]] = {}

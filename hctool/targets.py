@@ -12,13 +12,46 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # torchrun's options that take a value (the script is the first word after them)
-_TORCHRUN_VALUED = {"--nnodes", "--nproc-per-node", "--nproc_per_node", "--rdzv-backend", "--rdzv_backend",
-                    "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-id", "--rdzv_id", "--rdzv-conf", "--rdzv_conf",
-                    "--max-restarts", "--max_restarts", "--monitor-interval", "--monitor_interval",
-                    "--start-method", "--start_method", "--role", "--node-rank", "--node_rank", "--master-addr",
-                    "--master_addr", "--master-port", "--master_port", "--local-addr", "--local_addr",
-                    "--log-dir", "--log_dir", "-r", "--redirects", "-t", "--tee", "--local-ranks-filter",
-                    "--local_ranks_filter", "--logs-specs", "--logs_specs", "--rdzv-timeout", "--rdzv_timeout"}
+_TORCHRUN_VALUED = {
+    "--nnodes",
+    "--nproc-per-node",
+    "--nproc_per_node",
+    "--rdzv-backend",
+    "--rdzv_backend",
+    "--rdzv-endpoint",
+    "--rdzv_endpoint",
+    "--rdzv-id",
+    "--rdzv_id",
+    "--rdzv-conf",
+    "--rdzv_conf",
+    "--max-restarts",
+    "--max_restarts",
+    "--monitor-interval",
+    "--monitor_interval",
+    "--start-method",
+    "--start_method",
+    "--role",
+    "--node-rank",
+    "--node_rank",
+    "--master-addr",
+    "--master_addr",
+    "--master-port",
+    "--master_port",
+    "--local-addr",
+    "--local_addr",
+    "--log-dir",
+    "--log_dir",
+    "-r",
+    "--redirects",
+    "-t",
+    "--tee",
+    "--local-ranks-filter",
+    "--local_ranks_filter",
+    "--logs-specs",
+    "--logs_specs",
+    "--rdzv-timeout",
+    "--rdzv_timeout",
+}
 
 
 class TargetError(ValueError):
@@ -47,7 +80,7 @@ class Command:
         if exe.startswith("python"):
             while i < len(words) and words[i].startswith("-") and words[i] != "-m":
                 i += 1
-            if words[i:i + 2] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
+            if words[i : i + 2] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
                 exe, i = "torchrun", i + 2
         elif exe != "torchrun":
             return None
@@ -61,8 +94,11 @@ class Command:
     def anchored(self) -> Command:
         """The same command with its relative file arguments made absolute, so that it runs the
         same from another working directory (chaos gives each run its own)."""
-        out = [self.words[0] if not Path(self.words[0]).is_file() or "/" not in self.words[0]
-               else str(Path(self.words[0]).resolve())]
+        out = [
+            self.words[0]
+            if not Path(self.words[0]).is_file() or "/" not in self.words[0]
+            else str(Path(self.words[0]).resolve())
+        ]
         for w in self.words[1:]:
             out.append(str(Path(w).resolve()) if not w.startswith("-") and "=" not in w and Path(w).is_file() else w)
         if self.script_mode:

@@ -40,11 +40,18 @@ class Launched:
         self.run_dir = run_dir
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "hctool", "launch", "--cpu", "--run-dir", str(run_dir), *args],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.stdout_lines: queue.Queue[str] = queue.Queue()
         self.stdout: list[str] = []
         self.stderr: list[str] = []
-        threading.Thread(target=self._pump, args=(self.proc.stdout, self.stdout, self.stdout_lines), daemon=True).start()
+        threading.Thread(
+            target=self._pump, args=(self.proc.stdout, self.stdout, self.stdout_lines), daemon=True
+        ).start()
         threading.Thread(target=self._pump, args=(self.proc.stderr, self.stderr, None), daemon=True).start()
         self.pids: set[int] = set()
 
@@ -153,17 +160,26 @@ def test_startup_timeout_exits_1_and_leaves_nothing(launch):
     assert server.survivors() == []
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--tp", "3"], "must divide"),
-    (["--max-total-tokens", "abc"], "invalid int value"),
-    (["--no-such-flag"], "unrecognized arguments"),
-    (["--device", "cuda"], "--device is set by launch"),
-    (["--port", "70000"], "--port must be between 0 and 65535"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--tp", "3"], "must divide"),
+        (["--max-total-tokens", "abc"], "invalid int value"),
+        (["--no-such-flag"], "unrecognized arguments"),
+        (["--device", "cuda"], "--device is set by launch"),
+        (["--port", "70000"], "--port must be between 0 and 65535"),
+    ],
+)
 def test_usage_errors_exit_2_with_one_line(hctool_cmd, clean_env, tmp_path, args, message):
     clean_env["PYTHONPATH"] = str(REPO)
-    res = subprocess.run([*hctool_cmd, "launch", "--cpu", "--run-dir", str(tmp_path), *args],
-                         cwd=REPO, env=clean_env, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [*hctool_cmd, "launch", "--cpu", "--run-dir", str(tmp_path), *args],
+        cwd=REPO,
+        env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 2
     assert res.stderr.startswith("Error: ") and message in res.stderr.splitlines()[0]
     assert "Traceback" not in res.stderr and res.stdout == ""
@@ -172,15 +188,22 @@ def test_usage_errors_exit_2_with_one_line(hctool_cmd, clean_env, tmp_path, args
 def test_bad_inject_spec_is_a_usage_error(hctool_cmd, clean_env, tmp_path):
     pytest.importorskip("hctool.protocol.faults")
     clean_env["PYTHONPATH"] = str(REPO)
-    res = subprocess.run([*hctool_cmd, "launch", "--cpu", "--run-dir", str(tmp_path), "--inject", "no-such-fault:ms=1"],
-                         cwd=REPO, env=clean_env, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [*hctool_cmd, "launch", "--cpu", "--run-dir", str(tmp_path), "--inject", "no-such-fault:ms=1"],
+        cwd=REPO,
+        env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 2 and res.stderr.startswith("Error: bad --inject 'no-such-fault:ms=1'")
 
 
 def test_help_lists_engine_flags(hctool_cmd, clean_env):
     clean_env.update(PYTHONPATH=str(REPO), COLUMNS="200")
-    res = subprocess.run([*hctool_cmd, "launch", "--help"], cwd=REPO, env=clean_env,
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [*hctool_cmd, "launch", "--help"], cwd=REPO, env=clean_env, capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0
     for flag in ("--tp", "--inject", "--enable-hierarchical-cache", "--hicache-write-policy", "--prefetch-vote"):
         assert flag in res.stdout
@@ -200,9 +223,15 @@ def test_topology_api_reports_pids_and_deaths(tmp_path, no_leftover_processes):
         assert topo.dead() == []
         # A long request is in flight when rank 0 dies: its client gets a 503, not a hang.
         answers: list[int] = []
-        long_request = threading.Thread(target=lambda: answers.append(requests.post(
-            url + "/generate", json={"input_ids": [5] * 16, "sampling_params": {
-                "max_new_tokens": 1500, "ignore_eos": True}}, timeout=120).status_code))
+        long_request = threading.Thread(
+            target=lambda: answers.append(
+                requests.post(
+                    url + "/generate",
+                    json={"input_ids": [5] * 16, "sampling_params": {"max_new_tokens": 1500, "ignore_eos": True}},
+                    timeout=120,
+                ).status_code
+            )
+        )
         long_request.start()
         time.sleep(0.5)
         os.kill(pids[0], signal.SIGKILL)
@@ -226,8 +255,14 @@ def test_port_in_use_is_a_usage_error(hctool_cmd, clean_env, tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        res = subprocess.run([*hctool_cmd, "launch", "--cpu", "--run-dir", str(tmp_path), "--port", str(port)],
-                             cwd=REPO, env=clean_env, capture_output=True, text=True, timeout=120)
+        res = subprocess.run(
+            [*hctool_cmd, "launch", "--cpu", "--run-dir", str(tmp_path), "--port", str(port)],
+            cwd=REPO,
+            env=clean_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert res.returncode == 2 and f"127.0.0.1:{port} is in use" in res.stderr
 
 

@@ -5,7 +5,8 @@ prints them, and the call sites they name are still where the code issues those 
 renderer or move those lines and this fails until the samples are made again with
 
     hctool repro 30760 --json > tests/fixtures/readme/repro-30760.json
-    hctool check-consensus run --nproc 2 --json -- examples/extra_call.py > tests/fixtures/readme/consensus-extra-call.json
+    hctool check-consensus run --nproc 2 --json -- examples/extra_call.py \
+        > tests/fixtures/readme/consensus-extra-call.json
     python -m tests.test_readme        # rewrites README.md's blocks from them
 """
 
@@ -83,8 +84,13 @@ def _defining_function(path: Path, line: int) -> str | None:
 
 def test_the_sites_the_sample_names_are_still_those_collectives():
     result = json.loads(FIXTURE.read_text())
-    sites = [(e["site"], e["function"], e["op"]) for v in result["variants"] if v["first_divergence"]
-             for e in v["first_divergence"]["ranks"].values() if e.get("site")]
+    sites = [
+        (e["site"], e["function"], e["op"])
+        for v in result["variants"]
+        if v["first_divergence"]
+        for e in v["first_divergence"]["ranks"].values()
+        if e.get("site")
+    ]
     assert sites, "the sample's bug variant must name its divergent calls"
     for site, function, op in sites:
         name, line = site.rsplit(":", 1)

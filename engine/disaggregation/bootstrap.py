@@ -85,13 +85,18 @@ def bootstrap_call(host: str, port: int, req: dict, deadline: float) -> dict:
             time.sleep(0.05)
 
 
-def register_receiver(host: str, port: int, room: int, rank: int, tp: int, addr: str, heads: tuple[int, int],
-                      deadline: float) -> None:
+def register_receiver(
+    host: str, port: int, room: int, rank: int, tp: int, addr: str, heads: tuple[int, int], deadline: float
+) -> None:
     delay = SEAMS.bootstrap_delay_ms()
     if delay:
         time.sleep(delay / 1000)  # injected: this decode rank's handshake is late
-    bootstrap_call(host, port, {"op": "register", "room": room, "rank": rank, "tp": tp, "addr": addr,
-                                "heads": list(heads)}, deadline)
+    bootstrap_call(
+        host,
+        port,
+        {"op": "register", "room": room, "rank": rank, "tp": tp, "addr": addr, "heads": list(heads)},
+        deadline,
+    )
 
 
 def wait_for_receivers(host: str, port: int, room: int, deadline: float) -> list[dict]:

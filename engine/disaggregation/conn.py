@@ -26,14 +26,15 @@ from enum import IntEnum
 
 import torch
 
-from engine.lab.seams import SEAMS
 from engine.disaggregation.bootstrap import register_receiver, wait_for_receivers
+from engine.lab.seams import SEAMS
 
 HEADER = struct.Struct(">Q")
 
 
 class KVPoll(IntEnum):
     """SGLang's values; a MIN over ranks is the least advanced rank's state."""
+
     Failed = 0
     Bootstrapping = 1
     WaitingForInput = 2
@@ -93,8 +94,12 @@ class KVReceiverManager:
             r = self.rooms[room] = _Room(time.monotonic() + self.timeout, self.heads)
             for header, k, v in self.early.pop(room, []):
                 self._add_part(r, header, k, v)
-        threading.Thread(target=self._register, args=(r, room, bootstrap_host, bootstrap_port),
-                         name=f"kv-register-{room}", daemon=True).start()
+        threading.Thread(
+            target=self._register,
+            args=(r, room, bootstrap_host, bootstrap_port),
+            name=f"kv-register-{room}",
+            daemon=True,
+        ).start()
 
     def _register(self, r: _Room, room: int, host: str, port: int) -> None:
         try:
@@ -153,8 +158,8 @@ class KVReceiverManager:
             per = r.heads[1] - r.heads[0]
             r.k = torch.empty(layers, n, per, hd)
             r.v = torch.empty(layers, n, per, hd)
-        r.k[:, :, lo - r.heads[0]:hi - r.heads[0]] = k
-        r.v[:, :, lo - r.heads[0]:hi - r.heads[0]] = v
+        r.k[:, :, lo - r.heads[0] : hi - r.heads[0]] = k
+        r.v[:, :, lo - r.heads[0] : hi - r.heads[0]] = v
         r.covered += hi - lo
         r.first_token = header["first_token"]
         if r.state != KVPoll.Failed:
@@ -178,8 +183,9 @@ class KVSenderManager:
     """One prefill rank's sender: a thread that, per room, waits for the decode
     ranks' registrations and pushes each one its share of this rank's heads."""
 
-    def __init__(self, bootstrap_host: str, bootstrap_port: int, tp_rank: int, tp_size: int, num_heads: int,
-                 timeout: float):
+    def __init__(
+        self, bootstrap_host: str, bootstrap_port: int, tp_rank: int, tp_size: int, num_heads: int, timeout: float
+    ):
         self.bootstrap = (bootstrap_host, bootstrap_port)
         self.tp_rank, self.timeout = tp_rank, timeout
         self.heads = head_range(tp_rank, tp_size, num_heads)
@@ -213,8 +219,9 @@ class KVSenderManager:
                 continue
             lo, hi = part[0] - self.heads[0], part[1] - self.heads[0]
             k, v = job.k[:, :, lo:hi].contiguous(), job.v[:, :, lo:hi].contiguous()
-            header = json.dumps({"room": job.room, "heads": list(part), "shape": list(k.shape),
-                                 "first_token": job.first_token}).encode()
+            header = json.dumps(
+                {"room": job.room, "heads": list(part), "shape": list(k.shape), "first_token": job.first_token}
+            ).encode()
             host, port = reg["addr"].rsplit(":", 1)
             with socket.create_connection((host, int(port)), timeout=self.timeout) as s:
                 s.sendall(HEADER.pack(len(header)) + header)

@@ -38,10 +38,10 @@ class DecodeRequest:
     bootstrap_host: str
     bootstrap_port: int
     prefix_len: int = 0  # tokens served by decode's own cache (not copied from the transfer)
-    l1_len: int = 0      # of which on device at prealloc
-    host_len: int = 0    # of which in decode's L2: restored locally (decode_hicache_mixin)
-    last_host_node: object = None   # held (host_ref) from prealloc until the load-back is queued
-    restored_node: object = None    # locked from the load-back until the request ends
+    l1_len: int = 0  # of which on device at prealloc
+    host_len: int = 0  # of which in decode's L2: restored locally (decode_hicache_mixin)
+    last_host_node: object = None  # held (host_ref) from prealloc until the load-back is queued
+    restored_node: object = None  # locked from the load-back until the request ends
     restored_pages: list = None
     consumer_index: int = -1
     restore_ready: bool = False
@@ -55,8 +55,9 @@ class DecodeQueues(DecodeHiCacheMixin):
         s = self.scheduler = scheduler
         a = s.args
         self.page_size, self.max_running = a.page_size, a.max_running_requests
-        self.receivers = KVReceiverManager(a.disaggregation_kv_host, s.tp_rank, s.tp_size, a.model.num_heads,
-                                           a.disaggregation_transfer_timeout)
+        self.receivers = KVReceiverManager(
+            a.disaggregation_kv_host, s.tp_rank, s.tp_size, a.model.num_heads, a.disaggregation_transfer_timeout
+        )
         self.prealloc_queue: list[DecodeRequest] = []
         self.transfer_queue: list[DecodeRequest] = []
         self.bootstrap_queue: list[DecodeRequest] = []  # --decode-poll queue only
@@ -81,7 +82,9 @@ class DecodeQueues(DecodeHiCacheMixin):
         """Every decode rank, every tick: prealloc, then the agreed poll."""
         self.pop_preallocated()
         if self.queue_poll:  # pre-fix: a request moves on when THIS rank's handshake is done
-            ready = [dr for dr in self.bootstrap_queue if self.receivers.poll(dr.req.bootstrap_room) > KVPoll.Bootstrapping]
+            ready = [
+                dr for dr in self.bootstrap_queue if self.receivers.poll(dr.req.bootstrap_room) > KVPoll.Bootstrapping
+            ]
             self.bootstrap_queue = [dr for dr in self.bootstrap_queue if dr not in ready]
             self.transfer_queue += ready
         if self.local_restore:
@@ -163,9 +166,9 @@ class DecodeQueues(DecodeHiCacheMixin):
         s.model_runner.write_req_to_token(req.req_pool_idx, req.pages)
         n = len(req.input_ids)
         pool = s.model_runner.kv_pool
-        slots = s.model_runner.token_slots(req.req_pool_idx, n)[dr.prefix_len:].to(pool.k_buffer.device)
-        pool.k_buffer[:, slots] = room.k[:, dr.prefix_len:n].to(pool.k_buffer.device)
-        pool.v_buffer[:, slots] = room.v[:, dr.prefix_len:n].to(pool.v_buffer.device)
+        slots = s.model_runner.token_slots(req.req_pool_idx, n)[dr.prefix_len :].to(pool.k_buffer.device)
+        pool.k_buffer[:, slots] = room.k[:, dr.prefix_len : n].to(pool.k_buffer.device)
+        pool.v_buffer[:, slots] = room.v[:, dr.prefix_len : n].to(pool.v_buffer.device)
         req.kv_len = n
         req.cached = {"device": dr.l1_len, "host": dr.host_len, "storage": 0}
         for k, v in req.cached.items():
@@ -183,7 +186,9 @@ class DecodeQueues(DecodeHiCacheMixin):
         room = self.receivers.pop(req.bootstrap_room)
         self._abort_hicache_local_restore(dr)
         s.resources.release_retracted(req)
-        s.io.send(ErrorOutput(req.rid, 502, f"KV transfer for this request failed: {room.error or 'prefill side failed'}"))
+        s.io.send(
+            ErrorOutput(req.rid, 502, f"KV transfer for this request failed: {room.error or 'prefill side failed'}")
+        )
 
     def close(self) -> None:
         self.receivers.close()

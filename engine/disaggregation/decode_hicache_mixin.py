@@ -31,12 +31,12 @@ class DecodeHiCacheMixin:
     def _process_hicache_local_restores(self, decode_reqs: list) -> None:
         """SGLang's three phases, each a named step, so a stack or a probe names the phase."""
         active = [dr for dr in decode_reqs if dr.host_len and not dr.restore_ready]
-        self._poll_restores_in_flight(active)                            # Phase A
-        if not self._load_back_slot_free():                              # Phase B gate
+        self._poll_restores_in_flight(active)  # Phase A
+        if not self._load_back_slot_free():  # Phase B gate
             return
         queued = [dr for dr in active if dr.restored_node is None and self._try_hicache_queue_load_back(dr)]
         if queued:
-            self._start_restore_copies(queued)                           # Phase C
+            self._start_restore_copies(queued)  # Phase C
 
     def _poll_restores_in_flight(self, active: list) -> None:
         """Phase A: in-flight load-backs whose event is done become READY."""
@@ -66,7 +66,7 @@ class DecodeHiCacheMixin:
         """Mutates: tree (re-match, load-back, locks), allocator. True iff a copy was queued."""
         tree, req = self.scheduler.tree_cache, dr.req
         m = tree.match_prefix(req.input_ids)
-        restored = list(m.device_pages[dr.l1_len // self.page_size:])
+        restored = list(m.device_pages[dr.l1_len // self.page_size :])
         new_pages: list[int] = []
         if m.host_hit_length:
             loaded = tree.init_load_back(m.last_host_node)

@@ -72,8 +72,13 @@ def build_app(prefills: list[tuple[str, str, int]], decodes: list[str]) -> FastA
         if any(k in body for k in ("bootstrap_host", "bootstrap_port", "bootstrap_room")):
             return error(400, "bootstrap_* fields are set by the router")
         (purl, bhost, bport), durl = next(next_prefill), next(next_decode)
-        body = {**body, "rid": body.get("rid") or uuid.uuid4().hex, "bootstrap_host": bhost,
-                "bootstrap_port": bport, "bootstrap_room": secrets.randbits(62)}
+        body = {
+            **body,
+            "rid": body.get("rid") or uuid.uuid4().hex,
+            "bootstrap_host": bhost,
+            "bootstrap_port": bport,
+            "bootstrap_room": secrets.randbits(62),
+        }
         decode_task = asyncio.create_task(asyncio.to_thread(_post, durl + "/generate", body))
         pstatus, pbody = await asyncio.to_thread(_post, purl + "/generate", body)
         if pstatus != 200:  # the decode side fails the room on its own (transfer timeout)
@@ -81,8 +86,10 @@ def build_app(prefills: list[tuple[str, str, int]], decodes: list[str]) -> FastA
         dstatus, dbody = await decode_task
         if dstatus != 200:
             return error(dstatus, f"decode {durl}: {dbody.get('error', dbody)}")
-        dbody["meta_info"]["disaggregation"] = {"prefill": {"url": purl, **pbody.get("meta_info", {})},
-                                                "decode": {"url": durl}}
+        dbody["meta_info"]["disaggregation"] = {
+            "prefill": {"url": purl, **pbody.get("meta_info", {})},
+            "decode": {"url": durl},
+        }
         return JSONResponse(dbody)
 
     @app.get("/metrics")
@@ -108,8 +115,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="mini_lb")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--prefill", nargs=2, action="append", required=True, metavar=("URL", "BOOTSTRAP"),
-                        help="a prefill server's URL and its bootstrap HOST:PORT (repeatable)")
+    parser.add_argument(
+        "--prefill",
+        nargs=2,
+        action="append",
+        required=True,
+        metavar=("URL", "BOOTSTRAP"),
+        help="a prefill server's URL and its bootstrap HOST:PORT (repeatable)",
+    )
     parser.add_argument("--decode", action="append", required=True, help="a decode server's URL (repeatable)")
     args = parser.parse_args(argv)
     prefills = []
@@ -117,8 +130,14 @@ def main(argv: list[str] | None = None) -> None:
         host, _, port = boot.rpartition(":")
         prefills.append((url.rstrip("/"), host, int(port)))
     print(f"router: prefill {[p[0] for p in prefills]} decode {args.decode}", file=sys.stderr, flush=True)
-    config = uvicorn.Config(build_app(prefills, [d.rstrip("/") for d in args.decode]), host=args.host,
-                            port=args.port, log_level="warning", access_log=False, timeout_graceful_shutdown=1)
+    config = uvicorn.Config(
+        build_app(prefills, [d.rstrip("/") for d in args.decode]),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=1,
+    )
     uvicorn.Server(config).run()
 
 

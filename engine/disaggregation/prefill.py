@@ -25,8 +25,9 @@ class PrefillBootstrap:
         self.runner = runner
         host, port = args.disaggregation_bootstrap_host, args.disaggregation_bootstrap_port
         self.server = BootstrapServer(host, port, tp_size) if tp_rank == 0 else None
-        self.sender = KVSenderManager(host, port, tp_rank, tp_size, args.model.num_heads,
-                                      args.disaggregation_transfer_timeout)
+        self.sender = KVSenderManager(
+            host, port, tp_rank, tp_size, args.model.num_heads, args.disaggregation_transfer_timeout
+        )
 
     def send_kv(self, req: Req, first_token: int) -> None:
         """Copy the prompt's K/V (this rank's heads) out of L1 and queue the push."""

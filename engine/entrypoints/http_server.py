@@ -21,34 +21,50 @@ from multiprocessing.connection import Connection
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-
-from engine import tokenizer
-from engine.lab import contract
-from engine.entrypoints.ipc_auth import accept_peer
-from engine.entrypoints.request_guard import BodyError, body_limit, parse_json, read_body
-from engine.managers.io_struct import (AbortReq, ErrorOutput, FlushCacheReqInput, FlushCacheReqOutput,
-                                       GenerateReqOutput, MetricsOutput, ReadyOutput, SamplingParams,
-                                       TokenizedGenerateReqInput)
-from engine.server_args import ServerArgs
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from engine import tokenizer
+from engine.entrypoints.ipc_auth import accept_peer
+from engine.entrypoints.request_guard import BodyError, body_limit, parse_json, read_body
+from engine.lab import contract
+from engine.managers.io_struct import (
+    AbortReq,
+    ErrorOutput,
+    FlushCacheReqInput,
+    FlushCacheReqOutput,
+    GenerateReqOutput,
+    MetricsOutput,
+    ReadyOutput,
+    SamplingParams,
+    TokenizedGenerateReqInput,
+)
+from engine.server_args import ServerArgs
 
 # Counters rank 0 reports (cumulative totals): name -> (HELP, label name or None, label values).
 KNOWN_COUNTERS = {
     "hicache_load_back_tokens_total": ("Tokens loaded back from the host tier (L2) to the device tier (L1).", None, ()),
-    "hicache_cached_tokens_total": ("Prompt tokens served from a cache, by the tier that served them.",
-                                    "cache_source", ("device", "host", "storage")),
+    "hicache_cached_tokens_total": (
+        "Prompt tokens served from a cache, by the tier that served them.",
+        "cache_source",
+        ("device", "host", "storage"),
+    ),
     "hicache_backup_tokens_total": ("Tokens copied from the device tier to the host tier (backup).", None, ()),
     "hicache_prefetched_tokens_total": ("Tokens prefetched from storage (L3) into the host tier.", None, ()),
     "hicache_evicted_tokens_total": ("Tokens evicted from the device tier.", None, ()),
     "prompt_tokens_total": ("Prompt tokens of finished requests.", None, ()),
     "generation_tokens_total": ("Tokens generated.", None, ()),
     "requests_total": ("Requests finished.", None, ()),
-    "hicache_storage_corrupt_pages_total": ("L3 pages found damaged or written by another model/layout "
-                                            "(each a miss, recomputed); the most any rank found.", None, ()),
+    "hicache_storage_corrupt_pages_total": (
+        "L3 pages found damaged or written by another model/layout (each a miss, recomputed); the most any rank found.",
+        None,
+        (),
+    ),
 }
-KNOWN_GAUGES = {"hicache_storage_writes_enabled": "1 while pages are written to L3 storage; 0 without storage "
-                                                  "or after storage writes failed (reads go on)."}
+KNOWN_GAUGES = {
+    "hicache_storage_writes_enabled": "1 while pages are written to L3 storage; 0 without storage "
+    "or after storage writes failed (reads go on)."
+}
 
 
 class MetricsSnapshot:
@@ -60,8 +76,9 @@ class MetricsSnapshot:
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self):
-        self.counters: dict = {name: ({v: 0 for v in values} if label else 0)
-                               for name, (_, label, values) in KNOWN_COUNTERS.items()}
+        self.counters: dict = {
+            name: ({v: 0 for v in values} if label else 0) for name, (_, label, values) in KNOWN_COUNTERS.items()
+        }
         self.counters.update(dict.fromkeys(KNOWN_GAUGES, 0))
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
@@ -120,8 +137,7 @@ class RankLink:
             while True:
                 self._dispatch(self.conn.recv())
         except (EOFError, OSError) as exc:
-            print(f"rank 0 disconnected ({type(exc).__name__}); failing pending requests",
-                  file=sys.stderr, flush=True)
+            print(f"rank 0 disconnected ({type(exc).__name__}); failing pending requests", file=sys.stderr, flush=True)
         finally:
             self.fail_all("engine rank 0 disconnected")
 
@@ -286,8 +302,13 @@ def build_app(link: RankLink, server_args: ServerArgs) -> FastAPI:
             return error(503, str(exc))
         if isinstance(answer, ErrorOutput):
             return error(answer.status, answer.message)
-        return JSONResponse({"text": tokenizer.decode(answer.output_ids), "output_ids": answer.output_ids,
-                             "meta_info": {"id": msg.rid, **answer.meta_info}})
+        return JSONResponse(
+            {
+                "text": tokenizer.decode(answer.output_ids),
+                "output_ids": answer.output_ids,
+                "meta_info": {"id": msg.rid, **answer.meta_info},
+            }
+        )
 
     @app.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache() -> Response:
@@ -312,9 +333,14 @@ def main() -> None:
     server = socket.create_server(("127.0.0.1", int(os.environ[contract.IPC_PORT_ENV])))
     link = RankLink(server, bytes.fromhex(os.environ[contract.IPC_AUTHKEY_ENV]), MetricsSnapshot())
     threading.Thread(target=link.run, name="rank0-reader", daemon=True).start()
-    config = uvicorn.Config(build_app(link, server_args), host=os.environ.get(contract.HTTP_HOST_ENV, "127.0.0.1"),
-                            port=int(os.environ[contract.HTTP_PORT_ENV]), log_level="warning",
-                            access_log=False, timeout_graceful_shutdown=1)
+    config = uvicorn.Config(
+        build_app(link, server_args),
+        host=os.environ.get(contract.HTTP_HOST_ENV, "127.0.0.1"),
+        port=int(os.environ[contract.HTTP_PORT_ENV]),
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=1,
+    )
     _Server(config, link).run()
 
 

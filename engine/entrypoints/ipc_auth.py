@@ -28,10 +28,11 @@ def accept_peer(server: socket.socket, authkey: bytes) -> tuple[Connection, tupl
         while passed.empty():
             try:
                 sock, addr = server.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
-            threading.Thread(target=_handshake, args=(sock, addr, authkey, passed), name="rank-link-handshake",
-                             daemon=True).start()
+            threading.Thread(
+                target=_handshake, args=(sock, addr, authkey, passed), name="rank-link-handshake", daemon=True
+            ).start()
     finally:
         server.close()
     return passed.get()
@@ -47,8 +48,11 @@ def _handshake(sock: socket.socket, addr, authkey: bytes, passed: queue.Queue) -
         answer_challenge(conn, authkey)
     except (AuthenticationError, EOFError, OSError) as exc:
         why = "no answer within the deadline" if not deadline.is_alive() else f"{type(exc).__name__}: {exc}"
-        print(f"rank link: dropped a connection from {addr[0]}:{addr[1]} that failed the handshake ({why})",
-              file=sys.stderr, flush=True)
+        print(
+            f"rank link: dropped a connection from {addr[0]}:{addr[1]} that failed the handshake ({why})",
+            file=sys.stderr,
+            flush=True,
+        )
         conn.close()
         return
     finally:

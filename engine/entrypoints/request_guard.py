@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 
-MIN_BODY_LIMIT = 1 << 20   # bytes; raised for long contexts by body_limit()
-MAX_JSON_DEPTH = 16        # {"sampling_params": {...}} needs 2
-DRAIN_BYTES = 8 << 20      # after the limit, read and drop up to this much (and DRAIN_S) so the client sees the 413
+MIN_BODY_LIMIT = 1 << 20  # bytes; raised for long contexts by body_limit()
+MAX_JSON_DEPTH = 16  # {"sampling_params": {...}} needs 2
+DRAIN_BYTES = 8 << 20  # after the limit, read and drop up to this much (and DRAIN_S) so the client sees the 413
 DRAIN_S = 1.0
 
 
@@ -118,8 +118,7 @@ def parse_json(body: bytes):
     except UnicodeDecodeError as exc:
         raise ValueError(f"the body is not UTF-8 (byte 0x{body[exc.start]:02x} at offset {exc.start})") from None
     try:
-        value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite,
-                           object_pairs_hook=_no_duplicates)
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite, object_pairs_hook=_no_duplicates)
     except RecursionError:  # the C decoder recurses once per level
         raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
     except json.JSONDecodeError as exc:

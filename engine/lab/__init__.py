@@ -23,16 +23,26 @@ from pathlib import Path
 ENGINE_ROOT = Path(__file__).resolve().parents[1]
 
 _SURFACE = {
-    "ServerArgs": "engine.server_args", "ModelConfig": "engine.server_args",
-    "WRITE_POLICIES": "engine.server_args", "PREFETCH_POLICIES": "engine.server_args",
-    "Variants": "engine.lab.variants", "VARIANTS": "engine.lab.variants", "Variant": "engine.lab.variants",
+    "ServerArgs": "engine.server_args",
+    "ModelConfig": "engine.server_args",
+    "WRITE_POLICIES": "engine.server_args",
+    "PREFETCH_POLICIES": "engine.server_args",
+    "Variants": "engine.lab.variants",
+    "VARIANTS": "engine.lab.variants",
+    "Variant": "engine.lab.variants",
     "contract": "engine.lab.contract",
-    "SEAMS": "engine.lab.seams", "DECLARED": "engine.lab.seams", "POINTS": "engine.lab.seams",
-    "TickSnapshot": "engine.lab.snapshot", "Replicated": "engine.lab.snapshot", "RankLocal": "engine.lab.snapshot",
-    "NodeRow": "engine.lab.snapshot", "add_tick_observer": "engine.lab.snapshot",
+    "SEAMS": "engine.lab.seams",
+    "DECLARED": "engine.lab.seams",
+    "POINTS": "engine.lab.seams",
+    "TickSnapshot": "engine.lab.snapshot",
+    "Replicated": "engine.lab.snapshot",
+    "RankLocal": "engine.lab.snapshot",
+    "NodeRow": "engine.lab.snapshot",
+    "add_tick_observer": "engine.lab.snapshot",
     "check_accounting": "engine.lab.snapshot",
     "STATE_FIELDS": ("engine.managers.state_digest", "FIELDS"),
-    "check_storage_dir": "engine.mem_cache.hicache_page", "StorageDirError": "engine.mem_cache.hicache_page",
+    "check_storage_dir": "engine.mem_cache.hicache_page",
+    "StorageDirError": "engine.mem_cache.hicache_page",
 }
 __all__ = ["ENGINE_ROOT", *_SURFACE]
 

@@ -13,7 +13,7 @@ threads) that hctool's by-name faults and probes may target (`delay:fn=...`, `ra
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 
 def _no_delay(*_args) -> float:
@@ -30,8 +30,11 @@ def _never() -> bool:
 
 # name -> (what the engine passes and expects, the no-op default)
 DECLARED: dict[str, tuple[str, Callable]] = {
-    "copy_delay_ms": ("(stream: 'h2d'|'d2h') -> ms to wait before the next copy on that stream "
-                      "(a CPU sleep on the stream's worker, torch.cuda._sleep on CUDA)", _no_delay),
+    "copy_delay_ms": (
+        "(stream: 'h2d'|'d2h') -> ms to wait before the next copy on that stream "
+        "(a CPU sleep on the stream's worker, torch.cuda._sleep on CUDA)",
+        _no_delay,
+    ),
     "free_delay_ms": ("() -> ms by which freed device pages return to the free list late", _no_delay),
     "storage_exists": ("(pages: int) -> the pages this rank's storage reports present", _same),
     "host_pool_pages": ("(pages: int) -> the pages this rank's host pool really gets", _same),

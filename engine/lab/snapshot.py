@@ -15,19 +15,19 @@ copy timing). `check_accounting` is the integrity check of both caches: free + c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(frozen=True)
 class NodeRow:
     id: int
-    parent: int | None       # None: a child of the root
-    name: str                # the chain hash of its last page (names the whole prefix on every rank)
+    parent: int | None  # None: a child of the root
+    name: str  # the chain hash of its last page (names the whole prefix on every rank)
     depth: int
     tokens: int
     device_pages: int | None  # None: evicted from L1
-    host_pages: int | None    # None: no L2 copy
+    host_pages: int | None  # None: no L2 copy
     backuped: bool
     writing: bool
     lock_ref: int
@@ -37,28 +37,28 @@ class NodeRow:
 
 @dataclass(frozen=True)
 class Replicated:
-    waiting: tuple[str, ...]            # rids, in queue order
+    waiting: tuple[str, ...]  # rids, in queue order
     running: tuple[str, ...]
-    ongoing_prefetch: tuple[str, ...]   # insertion order
-    ack_queues: tuple[int, int, int]    # write, load, storage backup acks not yet popped
-    nodes: tuple[NodeRow, ...]          # canonical order: depth first, children by their first page
-    device_free_logical: int            # tokens
+    ongoing_prefetch: tuple[str, ...]  # insertion order
+    ack_queues: tuple[int, int, int]  # write, load, storage backup acks not yet popped
+    nodes: tuple[NodeRow, ...]  # canonical order: depth first, children by their first page
+    device_free_logical: int  # tokens
     host_free_logical: int | None
 
 
 @dataclass(frozen=True)
 class RankLocal:
-    device_free_now: int                # tokens free right now (lags while copies run)
+    device_free_now: int  # tokens free right now (lags while copies run)
     device_pages_total: int
-    pages_in_use: int                   # pages held by requests, beyond the tree's
+    pages_in_use: int  # pages held by requests, beyond the tree's
     host_pages_total: int | None
-    host_pages_used: int | None         # tree + live prefetches
+    host_pages_used: int | None  # tree + live prefetches
     req_slots_total: int
     req_slots_free: int
     evictable_tokens: int
     protected_tokens: int
     waiting_head_tokens: tuple[int, ...]  # fill lengths of the first waiting requests
-    admission_trimmed: int              # ticks this rank admitted more than its peers
+    admission_trimmed: int  # ticks this rank admitted more than its peers
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,7 @@ def tick_observers() -> tuple[TickObserver, ...]:
 
 # -- taking one -----------------------------------------------------------------------
 
+
 def tree_rows(tree) -> tuple[NodeRow, ...]:
     rows: list[NodeRow] = []
     stack = [(tree.root, 0)]
@@ -102,10 +103,22 @@ def tree_rows(tree) -> tuple[NodeRow, ...]:
         node, depth = stack.pop()
         if node is not tree.root:
             host = getattr(node, "host_value", None)
-            rows.append(NodeRow(node.id, None if node.parent is tree.root else node.parent.id,
-                                node.hash_value[-1][:12] if node.hash_value else "root", depth, len(node.key),
-                                None if node.value is None else len(node.value), None if host is None else len(host),
-                                node.backuped, node.writing, node.lock_ref, node.host_ref, node.last_access))
+            rows.append(
+                NodeRow(
+                    node.id,
+                    None if node.parent is tree.root else node.parent.id,
+                    node.hash_value[-1][:12] if node.hash_value else "root",
+                    depth,
+                    len(node.key),
+                    None if node.value is None else len(node.value),
+                    None if host is None else len(host),
+                    node.backuped,
+                    node.writing,
+                    node.lock_ref,
+                    node.host_ref,
+                    node.last_access,
+                )
+            )
         stack.extend((c, depth + 1) for _, c in sorted(node.children.items(), reverse=True))
     return tuple(rows)
 
@@ -115,13 +128,23 @@ def cache_state(tree, waiting=(), running=(), pages_in_use: int = 0):
     host = getattr(tree, "host_allocator", None)
     c, io = getattr(tree, "cache_controller", None), getattr(tree, "storage_io", None)
     acks = (len(c.ack_write_queue), len(c.ack_load_queue), len(io.ack_backup_queue) if io else 0) if c else (0, 0, 0)
-    rep = Replicated(tuple(r.rid for r in waiting), tuple(r.rid for r in running), tuple(tree.ongoing_prefetch),
-                     acks, tree_rows(tree), tree.allocator.logical_available_size(),
-                     None if host is None else host.logical_available_size())
-    return rep, {"device_pages_total": tree.allocator.num_pages, "pages_in_use": pages_in_use,
-                 "host_pages_total": None if host is None else host.num_pages,
-                 "host_pages_used": tree.host_pages_in_use() if host is not None else None,
-                 "evictable_tokens": tree.evictable_size(), "protected_tokens": tree.protected_size()}
+    rep = Replicated(
+        tuple(r.rid for r in waiting),
+        tuple(r.rid for r in running),
+        tuple(tree.ongoing_prefetch),
+        acks,
+        tree_rows(tree),
+        tree.allocator.logical_available_size(),
+        None if host is None else host.logical_available_size(),
+    )
+    return rep, {
+        "device_pages_total": tree.allocator.num_pages,
+        "pages_in_use": pages_in_use,
+        "host_pages_total": None if host is None else host.num_pages,
+        "host_pages_used": tree.host_pages_in_use() if host is not None else None,
+        "evictable_tokens": tree.evictable_size(),
+        "protected_tokens": tree.protected_size(),
+    }
 
 
 def take_snapshot(scheduler) -> TickSnapshot:
@@ -130,13 +153,24 @@ def take_snapshot(scheduler) -> TickSnapshot:
     waiting, running = s.prefill.waiting_queue, s.decode.running
     rep, local = cache_state(s.tree_cache, waiting, running, s.resources.pages_in_use(running))
     alloc, slots = s.model_runner.token_to_kv_pool_allocator, s.model_runner.req_to_token_pool
-    return TickSnapshot(s.tp_rank, s.ticks, s.args.page_size, rep, RankLocal(
-        device_free_now=alloc.available_size(), req_slots_total=slots.size, req_slots_free=slots.available_size(),
-        waiting_head_tokens=tuple(len(r.fill_ids) for r in waiting[:4]),
-        admission_trimmed=s.prefill.admission_trimmed, **local))
+    return TickSnapshot(
+        s.tp_rank,
+        s.ticks,
+        s.args.page_size,
+        rep,
+        RankLocal(
+            device_free_now=alloc.available_size(),
+            req_slots_total=slots.size,
+            req_slots_free=slots.available_size(),
+            waiting_head_tokens=tuple(len(r.fill_ids) for r in waiting[:4]),
+            admission_trimmed=s.prefill.admission_trimmed,
+            **local,
+        ),
+    )
 
 
 # -- the integrity check --------------------------------------------------------------
+
 
 def check_accounting(snap_or_state, page_size: int | None = None) -> None:
     """Raise AssertionError at the first broken invariant: per tier free + cached + in use ==
@@ -176,6 +210,8 @@ def check_accounting(snap_or_state, page_size: int | None = None) -> None:
 
 def status_line(snap: TickSnapshot, prefetching: int | None = None) -> str:
     r, loc = snap.replicated, snap.local
-    return (f"[rank {snap.rank}] tick {snap.tick}: waiting {len(r.waiting)} running {len(r.running)} "
-            f"prefetching {len(r.ongoing_prefetch)} L1 free {loc.device_free_now} (logical "
-            f"{r.device_free_logical}) evictable {loc.evictable_tokens} admission trimmed {loc.admission_trimmed}x")
+    return (
+        f"[rank {snap.rank}] tick {snap.tick}: waiting {len(r.waiting)} running {len(r.running)} "
+        f"prefetching {len(r.ongoing_prefetch)} L1 free {loc.device_free_now} (logical "
+        f"{r.device_free_logical}) evictable {loc.evictable_tokens} admission trimmed {loc.admission_trimmed}x"
+    )

@@ -13,9 +13,9 @@ from typing import NamedTuple
 
 
 class Variant(NamedTuple):
-    name: str                 # the field, and --name-with-dashes
+    name: str  # the field, and --name-with-dashes
     choices: tuple[str, ...]  # the fix first: it is the default
-    upstream: str             # where the incident was reported / fixed
+    upstream: str  # where the incident was reported / fixed
     help: str
 
     @property
@@ -28,34 +28,74 @@ class Variant(NamedTuple):
 
 
 VARIANTS: tuple[Variant, ...] = (
-    Variant("prefetch_vote", ("per-tick", "bulk", "per-poll"), "sgl-project/sglang#30760, #33029",
-            "how ranks agree a prefetch may end: one packed vote per tick, bulk before the admission loop "
-            "(#33029), or per poll inside it (per-poll: #30760)"),
-    Variant("prefetch_reap", ("agreed", "local"), "sgl-project/sglang#38268 family",
-            "when a prefetch whose pages all arrived ends: at an agreed vote, or on the spot on this rank (local)"),
-    Variant("prefetch_untracked_poll", ("join", "skip"), "sgl-project/sglang#38268",
-            "per-poll/bulk poll of a rid without a live prefetch here: join the vote with a neutral "
-            "contribution, or return early (skip)"),
-    Variant("hicache_ack_check", ("packed", "per-queue", "skip-empty"), "sgl-project/sglang#26921, #26923",
-            "agreeing on finished copies: one packed MIN per tick, a MIN per queue (per-queue: #26923), or per "
-            "queue and skipped when the local queue is empty (skip-empty: #26921)"),
-    Variant("lru_clock", ("logical", "wall"), "CP shared-KV eviction fork (INCIDENTS.md)",
-            "eviction order: a replicated logical clock, or each rank's wall clock (wall)"),
-    Variant("load_back_capacity", ("logical", "local"), "sgl-project/sglang#33442",
-            "whether a host hit is loaded back: decided on the logical free count every rank shares, or on "
-            "this rank's free-now count (local)"),
-    Variant("waiting_timeout_decision", ("rank0", "local"), "sgl-project/sglang#27221, #27164",
-            "who decides a waiting timeout: rank 0, sent to every rank with the next tick's requests, or each "
-            "rank by its own clock (local)"),
-    Variant("storage_hit_sync", ("count", "mask"), "sgl-project/sglang#39267",
-            "how the prefetch thread agrees on a storage hit: MIN of the count, or MIN of a per-page mask "
-            "sized by this rank's own hit (mask)"),
-    Variant("decode_poll", ("fixed", "queue"), "sgl-project/sglang#36928, #21297",
-            "decode transfer poll: a fixed-shape MIN every tick, or sized by the local queue and skipped "
-            "when it is empty (queue)"),
-    Variant("decode_restore_gate", ("slot", "event"), "sgl-project/sglang#29483",
-            "decode local restore: gate on a free load-back slot (replicated), or on the local H2D event, "
-            "entering loading_check() only where it fired (event)"),
+    Variant(
+        "prefetch_vote",
+        ("per-tick", "bulk", "per-poll"),
+        "sgl-project/sglang#30760, #33029",
+        "how ranks agree a prefetch may end: one packed vote per tick, bulk before the admission loop "
+        "(#33029), or per poll inside it (per-poll: #30760)",
+    ),
+    Variant(
+        "prefetch_reap",
+        ("agreed", "local"),
+        "sgl-project/sglang#38268 family",
+        "when a prefetch whose pages all arrived ends: at an agreed vote, or on the spot on this rank (local)",
+    ),
+    Variant(
+        "prefetch_untracked_poll",
+        ("join", "skip"),
+        "sgl-project/sglang#38268",
+        "per-poll/bulk poll of a rid without a live prefetch here: join the vote with a neutral "
+        "contribution, or return early (skip)",
+    ),
+    Variant(
+        "hicache_ack_check",
+        ("packed", "per-queue", "skip-empty"),
+        "sgl-project/sglang#26921, #26923",
+        "agreeing on finished copies: one packed MIN per tick, a MIN per queue (per-queue: #26923), or per "
+        "queue and skipped when the local queue is empty (skip-empty: #26921)",
+    ),
+    Variant(
+        "lru_clock",
+        ("logical", "wall"),
+        "CP shared-KV eviction fork (INCIDENTS.md)",
+        "eviction order: a replicated logical clock, or each rank's wall clock (wall)",
+    ),
+    Variant(
+        "load_back_capacity",
+        ("logical", "local"),
+        "sgl-project/sglang#33442",
+        "whether a host hit is loaded back: decided on the logical free count every rank shares, or on "
+        "this rank's free-now count (local)",
+    ),
+    Variant(
+        "waiting_timeout_decision",
+        ("rank0", "local"),
+        "sgl-project/sglang#27221, #27164",
+        "who decides a waiting timeout: rank 0, sent to every rank with the next tick's requests, or each "
+        "rank by its own clock (local)",
+    ),
+    Variant(
+        "storage_hit_sync",
+        ("count", "mask"),
+        "sgl-project/sglang#39267",
+        "how the prefetch thread agrees on a storage hit: MIN of the count, or MIN of a per-page mask "
+        "sized by this rank's own hit (mask)",
+    ),
+    Variant(
+        "decode_poll",
+        ("fixed", "queue"),
+        "sgl-project/sglang#36928, #21297",
+        "decode transfer poll: a fixed-shape MIN every tick, or sized by the local queue and skipped "
+        "when it is empty (queue)",
+    ),
+    Variant(
+        "decode_restore_gate",
+        ("slot", "event"),
+        "sgl-project/sglang#29483",
+        "decode local restore: gate on a free load-back slot (replicated), or on the local H2D event, "
+        "entering loading_check() only where it fired (event)",
+    ),
 )
 BY_NAME = {v.name: v for v in VARIANTS}
 
@@ -80,8 +120,11 @@ class Variants:
     decode_restore_gate: str = _variant_field(BY_NAME["decode_restore_gate"])
 
     def __post_init__(self) -> None:
-        bad = [f"{BY_NAME[f.name].flag} must be one of {', '.join(BY_NAME[f.name].choices)}, got {getattr(self, f.name)!r}"
-               for f in fields(self) if getattr(self, f.name) not in BY_NAME[f.name].choices]
+        bad = [
+            f"{BY_NAME[f.name].flag} must be one of {', '.join(BY_NAME[f.name].choices)}, got {getattr(self, f.name)!r}"
+            for f in fields(self)
+            if getattr(self, f.name) not in BY_NAME[f.name].choices
+        ]
         if bad:
             raise ValueError("; ".join(bad))
 
@@ -90,4 +133,6 @@ class Variants:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != BY_NAME[f.name].default}
 
 
-assert [f.name for f in fields(Variants)] == [v.name for v in VARIANTS], "Variants and VARIANTS must list the same fields"
+assert [f.name for f in fields(Variants)] == [v.name for v in VARIANTS], (
+    "Variants and VARIANTS must list the same fields"
+)

@@ -103,7 +103,8 @@ class HiCacheController:
         events = []
         for layer in range(self.device_pool.num_layers):
             self.load_stream.submit_copy(
-                lambda layer=layer: copy_pages(self.host_pool, self.device_pool, src, dst, layer=layer))
+                lambda layer=layer: copy_pages(self.host_pool, self.device_pool, src, dst, layer=layer)
+            )
             events.append(self.load_stream.record_event())
         self.layer_done_counter.events[slot] = events
         nodes = [n for op in ops for n in op.nodes]

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's SamplingParams default
-DEFAULT_TEMPERATURE = 1.0     # SGLang's SamplingParams default
-SAMPLING_EPS = 1e-6           # SGLang's _SAMPLING_EPS: a temperature below it samples greedily
-MAX_TEMPERATURE = 100.0       # above it every token is about equally likely; 1e308 or inf is a mistake
+DEFAULT_TEMPERATURE = 1.0  # SGLang's SamplingParams default
+SAMPLING_EPS = 1e-6  # SGLang's _SAMPLING_EPS: a temperature below it samples greedily
+MAX_TEMPERATURE = 100.0  # above it every token is about equally likely; 1e308 or inf is a mistake
 
 
 @dataclass
@@ -65,8 +65,10 @@ class TokenizedGenerateReqInput:
         so a bad request never reaches (or kills) a rank's schedule."""
         error = verify_input_ids(self.input_ids, vocab_size) or self.sampling_params.verify()
         if error is None and len(self.input_ids) + self.sampling_params.max_new_tokens > max_context_len:
-            error = (f"prompt ({len(self.input_ids)} tokens) + max_new_tokens ({self.sampling_params.max_new_tokens}) "
-                     f"exceeds the maximum context length {max_context_len} (the KV pool can never hold it)")
+            error = (
+                f"prompt ({len(self.input_ids)} tokens) + max_new_tokens ({self.sampling_params.max_new_tokens}) "
+                f"exceeds the maximum context length {max_context_len} (the KV pool can never hold it)"
+            )
         return error
 
 
@@ -80,6 +82,7 @@ class AbortReq:
     """Drop a request on every rank in one tick: rank 0's waiting-timeout decision (408), or the
     frontend's when its client went away (499, as SGLang aborts on disconnect); broadcast with
     the tick's requests."""
+
     rid: str
     message: str
     status: int = 408

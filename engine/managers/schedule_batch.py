@@ -22,14 +22,14 @@ class Req:
     output_ids: list[int] = field(default_factory=list)
     req_pool_idx: int | None = None
     pages: list[int] = field(default_factory=list)  # L1 pages of positions [0, kv_len)
-    tree_pages: int = 0             # leading pages owned by the tree (locked via last_node)
+    tree_pages: int = 0  # leading pages owned by the tree (locked via last_node)
     last_node: TreeNode | None = None
     kv_len: int = 0
-    cached: dict | None = None      # cached_tokens_details at first admission
+    cached: dict | None = None  # cached_tokens_details at first admission
     generator: torch.Generator | None = None
     finished: bool = False
     bootstrap_room: int | None = None  # PD: where this request's KV travels
-    wait_start: float = 0.0         # this rank's wall clock when the request was queued
+    wait_start: float = 0.0  # this rank's wall clock when the request was queued
 
     @classmethod
     def from_input(cls, msg: TokenizedGenerateReqInput) -> Req:

@@ -16,7 +16,7 @@ from enum import Enum, auto
 
 class AddReqResult(Enum):
     CAN_RUN = auto()
-    NO_TOKEN = auto()   # out of KV budget: the batch is full
+    NO_TOKEN = auto()  # out of KV budget: the batch is full
 
 
 def ceil_pages(tokens: int, page_size: int) -> int:
@@ -26,12 +26,13 @@ def ceil_pages(tokens: int, page_size: int) -> int:
 @dataclass
 class PrefillAdder:
     page_size: int
-    rem_total_tokens: int   # L1 tokens free now + evictable - reserved for running decodes
-    rem_input_tokens: int   # tokens one prefill batch may compute
+    rem_total_tokens: int  # L1 tokens free now + evictable - reserved for running decodes
+    rem_input_tokens: int  # tokens one prefill batch may compute
     can_run_list: list = field(default_factory=list)
 
-    def add_one_req(self, req, extend_tokens: int, load_tokens: int, reserve_tokens: int,
-                    lock_tokens: int = 0) -> AddReqResult:
+    def add_one_req(
+        self, req, extend_tokens: int, load_tokens: int, reserve_tokens: int, lock_tokens: int = 0
+    ) -> AddReqResult:
         """extend_tokens: to compute; load_tokens: to load back from host;
         reserve_tokens: decode tokens the request may still produce;
         lock_tokens: its cached prefix, evictable now, locked once it runs."""

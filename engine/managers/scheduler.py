@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -21,16 +21,24 @@ from engine import streams
 from engine.lab.contract import CHECK_INTEGRITY_ENV
 from engine.lab.snapshot import TickSnapshot, check_accounting, status_line, take_snapshot, tick_observers
 from engine.managers.collectives import TickCollectives
-from engine.managers.io_struct import (AbortReq, ErrorOutput, FlushCacheReqInput, FlushCacheReqOutput,
-                                       GenerateReqOutput, MetricsOutput, ShutdownReq, TokenizedGenerateReqInput)
+from engine.managers.io_struct import (
+    AbortReq,
+    ErrorOutput,
+    FlushCacheReqInput,
+    FlushCacheReqOutput,
+    GenerateReqOutput,
+    MetricsOutput,
+    ShutdownReq,
+    TokenizedGenerateReqInput,
+)
 from engine.managers.schedule_batch import Req
 from engine.managers.scheduler_decode import DecodeManager
 from engine.managers.scheduler_io import SchedulerIO
 from engine.managers.scheduler_prefill import PrefillManager
 from engine.managers.scheduler_resources import ReqResources, TokenCounters
 from engine.managers.state_digest import StateDigest
-from engine.mem_cache.hiradix_cache import StateDiverged
 from engine.mem_cache.cache_factory import create_tree_cache
+from engine.mem_cache.hiradix_cache import StateDiverged
 from engine.model_executor.model_runner import ModelRunner
 from engine.server_args import ServerArgs
 
@@ -38,28 +46,41 @@ STATUS_EVERY_S = 5.0  # a one-line state summary in the rank's log
 
 
 class Scheduler:
-    def __init__(self, args: ServerArgs, tp_rank: int, tp_size: int, tp_cpu_group, io_group, device: torch.device,
-                 recv_from_frontend: Callable[[float], list] | None = None,
-                 send_to_frontend: Callable[[object], None] | None = None, model_group=None):
+    def __init__(
+        self,
+        args: ServerArgs,
+        tp_rank: int,
+        tp_size: int,
+        tp_cpu_group,
+        io_group,
+        device: torch.device,
+        recv_from_frontend: Callable[[float], list] | None = None,
+        send_to_frontend: Callable[[object], None] | None = None,
+        model_group=None,
+    ):
         self.args, self.tp_rank, self.tp_size, self.tp_cpu_group = args, tp_rank, tp_size, tp_cpu_group
         self.sync = TickCollectives(tp_cpu_group, tp_size)
         self.model_runner = ModelRunner(args, tp_rank, tp_size, device, group=model_group)
         r = self.model_runner
-        self.tree_cache = create_tree_cache(args, r.token_to_kv_pool_allocator, r.kv_pool, tp_cpu_group, io_group,
-                                            tp_rank, tp_size, device)
+        self.tree_cache = create_tree_cache(
+            args, r.token_to_kv_pool_allocator, r.kv_pool, tp_cpu_group, io_group, tp_rank, tp_size, device
+        )
         self.counters = TokenCounters()
         self.resources = ReqResources(r, self.tree_cache, args.page_size, self.counters)
         self.io = SchedulerIO(tp_rank, self.sync, recv_from_frontend, send_to_frontend)
-        self.prefill = PrefillManager(args, self.tree_cache, r.req_to_token_pool, r.token_to_kv_pool_allocator,
-                                      self.sync)
+        self.prefill = PrefillManager(
+            args, self.tree_cache, r.req_to_token_pool, r.token_to_kv_pool_allocator, self.sync
+        )
         self.decode = DecodeManager(r, self.resources)
         # PD (SGLang's disaggregation mixins): a prefill server pushes KV, a decode server receives it.
         self.disagg_prefill = self.disagg_decode = None
         if args.disaggregation_mode == "prefill":
             from engine.disaggregation.prefill import PrefillBootstrap
+
             self.disagg_prefill = PrefillBootstrap(args, tp_rank, tp_size, r)
         elif args.disaggregation_mode == "decode":
             from engine.disaggregation.decode import DecodeQueues
+
             self.disagg_decode = DecodeQueues(self)
         self.state_digest = StateDigest(args.run_dir, tp_rank) if args.state_digest else None
         self.aborting: set[str] = set()  # rank 0: rids whose abort it has sent
@@ -73,22 +94,23 @@ class Scheduler:
     def event_loop(self) -> None:
         while True:
             idle = not self.prefill.waiting_queue and not self.decode.running and not self.disagg_decode
-            msgs = self.io.recv_requests(idle, self.did_work)           # recv (broadcast)
+            msgs = self.io.recv_requests(idle, self.did_work)  # recv (broadcast)
             if not self.process_input_requests(msgs):
                 return
             self.ticks += 1
             self.abort_on_waiting_timeout()
-            self.observe_tick()                                          # the snapshot, if anyone looks
-            self.check_hicache_events()                                  # agree (cache events)
+            self.observe_tick()  # the snapshot, if anyone looks
+            self.check_hicache_events()  # agree (cache events)
             if self.disagg_decode is not None:
-                self.disagg_decode.process_decode_queue()                # PD: prealloc, agreed poll
-            batch = self.prefill.get_new_batch_prefill(                  # schedule
-                len(self.decode.running), self.resources.reserved_decode_tokens(self.decode.running))
-            ran_prefill = bool(batch) and self.run_prefill(batch)        # run
+                self.disagg_decode.process_decode_queue()  # PD: prealloc, agreed poll
+            batch = self.prefill.get_new_batch_prefill(  # schedule
+                len(self.decode.running), self.resources.reserved_decode_tokens(self.decode.running)
+            )
+            ran_prefill = bool(batch) and self.run_prefill(batch)  # run
             if not ran_prefill and self.decode.running:
                 self.run_decode()  # also when no admitted request could get L1 pages
             self.did_work = ran_prefill or bool(self.decode.running)
-            self.io.flush(self.metrics)                                  # output
+            self.io.flush(self.metrics)  # output
 
     def process_input_requests(self, msgs: list) -> bool:
         """Returns False on shutdown. Every rank sees the same messages in order."""
@@ -232,21 +254,35 @@ class Scheduler:
         req.finished = True
         self.counters.requests += 1
         cached = req.cached or {"device": 0, "host": 0, "storage": 0}
-        self.io.send(GenerateReqOutput(req.rid, output_ids, {
-            "prompt_tokens": len(req.input_ids), "completion_tokens": len(req.output_ids),
-            "cached_tokens": sum(cached.values()), "cached_tokens_details": dict(cached)}))
+        self.io.send(
+            GenerateReqOutput(
+                req.rid,
+                output_ids,
+                {
+                    "prompt_tokens": len(req.input_ids),
+                    "completion_tokens": len(req.output_ids),
+                    "cached_tokens": sum(cached.values()),
+                    "cached_tokens_details": dict(cached),
+                },
+            )
+        )
 
     def metrics(self) -> MetricsOutput:
         t, c = self.tree_cache, self.counters
-        return MetricsOutput({
-            "hicache_cached_tokens_total": dict(c.cached_tokens),
-            "hicache_evicted_tokens_total": t.evicted_tokens_total,
-            "prompt_tokens_total": c.prompt_tokens, "generation_tokens_total": c.generation_tokens,
-            "requests_total": c.requests, "hicache_load_back_tokens_total": t.load_back_tokens_total,
-            "hicache_backup_tokens_total": t.backup_tokens_total,
-            "hicache_prefetched_tokens_total": t.prefetched_tokens_total,
-            "hicache_storage_corrupt_pages_total": t.storage_corrupt_pages,
-            "hicache_storage_writes_enabled": int(t.storage_writes_enabled)})
+        return MetricsOutput(
+            {
+                "hicache_cached_tokens_total": dict(c.cached_tokens),
+                "hicache_evicted_tokens_total": t.evicted_tokens_total,
+                "prompt_tokens_total": c.prompt_tokens,
+                "generation_tokens_total": c.generation_tokens,
+                "requests_total": c.requests,
+                "hicache_load_back_tokens_total": t.load_back_tokens_total,
+                "hicache_backup_tokens_total": t.backup_tokens_total,
+                "hicache_prefetched_tokens_total": t.prefetched_tokens_total,
+                "hicache_storage_corrupt_pages_total": t.storage_corrupt_pages,
+                "hicache_storage_writes_enabled": int(t.storage_writes_enabled),
+            }
+        )
 
     # -- admin -------------------------------------------------------------------------------
     def flush_cache(self, msg: FlushCacheReqInput) -> FlushCacheReqOutput:

@@ -30,8 +30,10 @@ class DecodeManager:
         return retracted
 
     def decode_items(self) -> list[ForwardItem]:
-        return [ForwardItem([r.output_ids[-1]], r.kv_len, self.runner.token_slots(r.req_pool_idx, r.kv_len + 1))
-                for r in self.running]
+        return [
+            ForwardItem([r.output_ids[-1]], r.kv_len, self.runner.token_slots(r.req_pool_idx, r.kv_len + 1))
+            for r in self.running
+        ]
 
     def filter_finished(self) -> None:
         self.running = [r for r in self.running if not r.finished]

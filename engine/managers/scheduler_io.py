@@ -7,14 +7,19 @@ the tick and rank 0 sends them (then the metrics, when they changed) at its end.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from engine.managers.collectives import TickCollectives
 
 
 class SchedulerIO:
-    def __init__(self, tp_rank: int, sync: TickCollectives, recv_from_frontend: Callable[[float], list] | None,
-                 send_to_frontend: Callable[[object], None] | None):
+    def __init__(
+        self,
+        tp_rank: int,
+        sync: TickCollectives,
+        recv_from_frontend: Callable[[float], list] | None,
+        send_to_frontend: Callable[[object], None] | None,
+    ):
         self.tp_rank, self.sync = tp_rank, sync
         self.recv_from_frontend, self.send_to_frontend = recv_from_frontend, send_to_frontend
         self.outputs: list = []

@@ -23,15 +23,24 @@ from engine.server_args import ServerArgs
 
 
 class PrefillManager:
-    def __init__(self, args: ServerArgs, tree_cache: BasePrefixCache, req_to_token_pool: ReqToTokenPool,
-                 token_to_kv_pool_allocator: PagedAllocator, sync: TickCollectives):
+    def __init__(
+        self,
+        args: ServerArgs,
+        tree_cache: BasePrefixCache,
+        req_to_token_pool: ReqToTokenPool,
+        token_to_kv_pool_allocator: PagedAllocator,
+        sync: TickCollectives,
+    ):
         self.args, self.tree_cache, self.sync = args, tree_cache, sync
         self.req_to_token_pool = req_to_token_pool
         self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
         self.waiting_queue: list[Req] = []
         # SGLang's enable_hicache_storage: only a storage tier has prefetches to wait for.
-        self.enable_hicache_storage = (args.enable_hierarchical_cache and args.hicache_storage_backend is not None
-                                       and not args.decode_radix_disabled)
+        self.enable_hicache_storage = (
+            args.enable_hierarchical_cache
+            and args.hicache_storage_backend is not None
+            and not args.decode_radix_disabled
+        )
         self.admission_trimmed = 0  # ticks this rank admitted more than its peers
 
     def add_request(self, msg: TokenizedGenerateReqInput) -> ErrorOutput | None:
@@ -54,17 +63,21 @@ class PrefillManager:
     def get_new_batch_prefill(self, num_running: int, reserved_decode_tokens: int) -> list[Req] | None:
         if not self.waiting_queue:
             return None
-        num_allocatable_reqs = min(self.args.max_running_requests - num_running,
-                                   self.req_to_token_pool.available_size())
+        num_allocatable_reqs = min(
+            self.args.max_running_requests - num_running, self.req_to_token_pool.available_size()
+        )
         if num_allocatable_reqs <= 0:
             return None
         vote = self.args.variants.prefetch_vote
         if self.enable_hicache_storage and vote == "bulk":
             self.tree_cache.check_prefetch_progress_bulk([r.rid for r in self.waiting_queue])
-        adder = PrefillAdder(self.args.page_size,
-                             self.token_to_kv_pool_allocator.available_size() + self.tree_cache.evictable_size()
-                             - reserved_decode_tokens,
-                             self.args.max_prefill_tokens)
+        adder = PrefillAdder(
+            self.args.page_size,
+            self.token_to_kv_pool_allocator.available_size()
+            + self.tree_cache.evictable_size()
+            - reserved_decode_tokens,
+            self.args.max_prefill_tokens,
+        )
         for req in self.waiting_queue:
             if len(adder.can_run_list) >= num_allocatable_reqs:
                 break  # batch_is_full

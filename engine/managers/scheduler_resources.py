@@ -20,6 +20,7 @@ from engine.model_executor.model_runner import ModelRunner
 @dataclass
 class TokenCounters:
     """Cumulative totals behind /metrics (replicated; rank 0 reports them)."""
+
     cached_tokens: dict = field(default_factory=lambda: {"device": 0, "host": 0, "storage": 0})
     prompt_tokens: int = 0
     generation_tokens: int = 0
@@ -40,8 +41,9 @@ class ReqResources:
         m = tree.match_prefix(fill[:-1])
         prefix_pages, last, host_tokens = list(m.device_pages), m.last_device_node, 0
         if m.host_hit_length and tree.should_load_back(last, ceil_pages(len(fill), p) - len(prefix_pages)):
-            loaded = tree.init_load_back(m.last_host_node, ceil_pages(len(fill), p) - len(prefix_pages)
-                                         - m.host_hit_length // p)
+            loaded = tree.init_load_back(
+                m.last_host_node, ceil_pages(len(fill), p) - len(prefix_pages) - m.host_hit_length // p
+            )
             if loaded is None:
                 return None
             chain, own = loaded
@@ -86,7 +88,7 @@ class ReqResources:
         key = req.fill_ids[: req.kv_len]
         aligned = req.kv_len // self.page_size
         res = tree.insert(key, req.pages)
-        self.allocator.free(res.duplicate_pages + req.pages[max(aligned, req.tree_pages):])
+        self.allocator.free(res.duplicate_pages + req.pages[max(aligned, req.tree_pages) :])
         tree.dec_lock_ref(req.last_node)
         self.req_to_token_pool.free(req.req_pool_idx)
 
@@ -104,7 +106,7 @@ class ReqResources:
 
     def release_retracted(self, req: Req) -> None:
         """Mutates: frees the request's own pages and lock; it restarts from its fill ids."""
-        self.allocator.free(req.pages[req.tree_pages:])
+        self.allocator.free(req.pages[req.tree_pages :])
         self.tree_cache.dec_lock_ref(req.last_node)
         self.req_to_token_pool.free(req.req_pool_idx)
         req.pages, req.tree_pages, req.last_node, req.kv_len, req.req_pool_idx = [], 0, None, 0, None

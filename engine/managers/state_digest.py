@@ -24,8 +24,16 @@ from engine.lab.snapshot import Replicated
 
 # The order hctool compares fields in: queues, then the LRU order (a cause), then
 # the tree and the allocators (its effects).
-FIELDS = ("waiting_queue", "running", "ongoing_prefetch", "ack_queues", "lru_order", "radix_tree",
-          "device_free", "host_free")
+FIELDS = (
+    "waiting_queue",
+    "running",
+    "ongoing_prefetch",
+    "ack_queues",
+    "lru_order",
+    "radix_tree",
+    "device_free",
+    "host_free",
+)
 
 
 def state_record(rep: Replicated) -> dict[str, list]:
@@ -36,9 +44,12 @@ def state_record(rep: Replicated) -> dict[str, list]:
         "ongoing_prefetch": list(rep.ongoing_prefetch),
         "ack_queues": list(rep.ack_queues),
         "lru_order": [n.name for n in sorted(rep.nodes, key=lambda n: (n.last_access, n.id))],
-        "radix_tree": [f"{'  ' * n.depth}{n.name} tokens={n.tokens} device={int(n.device_pages is not None)} "
-                       f"host={int(n.host_pages is not None)} backuped={int(n.backuped)} writing={int(n.writing)} "
-                       f"lock={n.lock_ref} host_ref={n.host_ref}" for n in rep.nodes],
+        "radix_tree": [
+            f"{'  ' * n.depth}{n.name} tokens={n.tokens} device={int(n.device_pages is not None)} "
+            f"host={int(n.host_pages is not None)} backuped={int(n.backuped)} writing={int(n.writing)} "
+            f"lock={n.lock_ref} host_ref={n.host_ref}"
+            for n in rep.nodes
+        ],
         "device_free": [rep.device_free_logical],
         "host_free": [rep.host_free_logical],
     }

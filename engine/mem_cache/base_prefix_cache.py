@@ -11,7 +11,7 @@ called at the same point of the replicated schedule on every rank.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Callable
+from collections.abc import Callable
 
 
 class BasePrefixCache(ABC):
@@ -21,7 +21,7 @@ class BasePrefixCache(ABC):
         self.load_back_tokens_total = 0
         self.backup_tokens_total = 0
         self.prefetched_tokens_total = 0
-        self.storage_corrupt_pages = 0      # most L3 pages any rank found damaged (agreed each tick)
+        self.storage_corrupt_pages = 0  # most L3 pages any rank found damaged (agreed each tick)
         self.storage_writes_enabled = False  # L3 writes on (a storage backend that has not failed)
         self.ongoing_prefetch: dict = {}  # rid -> live storage prefetch (insertion order is replicated)
 
@@ -49,7 +49,7 @@ class BasePrefixCache(ABC):
         """Mutates: everything. Callers ensure no request is running or waiting."""
 
     # -- HiCache hooks (no-ops without the host tier) ----------------------------------
-    def check_hicache_events(self, state_digest: int = 0) -> None:
+    def check_hicache_events(self, state_digest: int = 0) -> None:  # noqa: B027  (an optional hook: the base cache has no events)
         """Once per tick on every rank: apply the agreed copy / IO completions (and
         agree on the scheduler's state digest, --state-digest)."""
 
@@ -66,12 +66,12 @@ class BasePrefixCache(ABC):
         """Start the queued load-backs; returns the forward's per-layer wait, if any."""
         return None
 
-    def prefetch_kvcache(self, rid: str, key) -> None:
+    def prefetch_kvcache(self, rid: str, key) -> None:  # noqa: B027  (optional: no tier to prefetch from)
         """Start fetching the prefix of a new request from storage (L3 -> L2)."""
 
     def pop_prefetched_tokens(self, rid: str) -> int:
         """Tokens `rid`'s storage prefetch put in the tree (0 after the first call)."""
         return 0
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (optional: nothing to release)
         """Stop copy streams and IO threads."""

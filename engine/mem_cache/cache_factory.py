@@ -31,21 +31,42 @@ def host_pool_pages(args: ServerArgs, device_pool: KVPool) -> int:
     return max(1, SEAMS.host_pool_pages(pages))
 
 
-def create_tree_cache(args: ServerArgs, allocator: PagedAllocator, device_pool: KVPool, tp_cpu_group,
-                      io_group, tp_rank: int, tp_size: int, device: torch.device) -> BasePrefixCache:
+def create_tree_cache(
+    args: ServerArgs,
+    allocator: PagedAllocator,
+    device_pool: KVPool,
+    tp_cpu_group,
+    io_group,
+    tp_rank: int,
+    tp_size: int,
+    device: torch.device,
+) -> BasePrefixCache:
     p, cfg = args.page_size, args.model
     if not args.enable_hierarchical_cache or args.decode_radix_disabled:
-        return RadixCache(p, allocator, disable=args.disable_radix_cache or args.decode_radix_disabled,
-                          lru_clock=args.variants.lru_clock)
+        return RadixCache(
+            p,
+            allocator,
+            disable=args.disable_radix_cache or args.decode_radix_disabled,
+            lru_clock=args.variants.lru_clock,
+        )
     host_pages = host_pool_pages(args, device_pool)
-    host_pool = KVPool(host_pages, p, cfg.num_layers, cfg.num_heads // tp_size, cfg.head_dim, torch.device("cpu"),
-                       pin_memory=device.type == "cuda")
+    host_pool = KVPool(
+        host_pages,
+        p,
+        cfg.num_layers,
+        cfg.num_heads // tp_size,
+        cfg.head_dim,
+        torch.device("cpu"),
+        pin_memory=device.type == "cuda",
+    )
     storage_io = None
     if args.hicache_storage_backend == "file":
         directory = args.hicache_storage_dir or os.path.join(args.run_dir or ".", "storage")
         shape = (2, cfg.num_layers, p, cfg.num_heads // tp_size, cfg.head_dim)
         identity = writer_identity(dataclasses.asdict(cfg), "float32", p, tp_size, tp_rank, shape)
-        storage_io = StorageIO(HiCacheFile(directory, tp_rank, tp_size, identity), host_pool, io_group, p,
-                               args.variants.storage_hit_sync)
-    return HiRadixCache(args, allocator, device_pool, host_pool, PagedAllocator(host_pages, p, "host"), tp_cpu_group,
-                        device, storage_io)
+        storage_io = StorageIO(
+            HiCacheFile(directory, tp_rank, tp_size, identity), host_pool, io_group, p, args.variants.storage_hit_sync
+        )
+    return HiRadixCache(
+        args, allocator, device_pool, host_pool, PagedAllocator(host_pages, p, "host"), tp_cpu_group, device, storage_io
+    )

@@ -34,19 +34,27 @@ def _digest(data: bytes) -> bytes:
 
 def writer_identity(model: dict, dtype: str, page_size: int, tp_size: int, tp_rank: int, shape: tuple) -> bytes:
     """Everything that decides what a page's bytes mean, as one digest."""
-    what = {"model": model, "dtype": dtype, "page_size": page_size, "tp_size": tp_size,
-            "tp_rank": tp_rank, "page_shape": list(shape), "layout": LAYOUT_VERSION}
+    what = {
+        "model": model,
+        "dtype": dtype,
+        "page_size": page_size,
+        "tp_size": tp_size,
+        "tp_rank": tp_rank,
+        "page_shape": list(shape),
+        "layout": LAYOUT_VERSION,
+    }
     return _digest(json.dumps(what, sort_keys=True).encode())
 
 
 class PageCheck(NamedTuple):
     payload: np.ndarray | None  # float32 values, or None when the page must not be used
-    problem: str                # "" when payload is good
+    problem: str  # "" when payload is good
 
 
 def encode(identity: bytes, key: str, payload: bytes) -> bytes:
-    return HEADER.pack(MAGIC, LAYOUT_VERSION, 0, identity, _digest(key.encode()), _digest(payload),
-                       len(payload)) + payload
+    return (
+        HEADER.pack(MAGIC, LAYOUT_VERSION, 0, identity, _digest(key.encode()), _digest(payload), len(payload)) + payload
+    )
 
 
 def decode(data: bytes, identity: bytes, key: str, payload_bytes: int) -> PageCheck:
@@ -59,7 +67,7 @@ def decode(data: bytes, identity: bytes, key: str, payload_bytes: int) -> PageCh
         return PageCheck(None, "written by another model, seed, dtype, page size or TP rank")
     if key_digest != _digest(key.encode()) or size != payload_bytes:
         return PageCheck(None, "holds another page")
-    payload = data[HEADER.size:]
+    payload = data[HEADER.size :]
     if _digest(payload) != checksum:
         return PageCheck(None, "checksum mismatch")
     values = np.frombuffer(payload, dtype=np.float32).copy()

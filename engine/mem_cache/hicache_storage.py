@@ -125,8 +125,11 @@ class HiCacheFile(HiCacheStorage):
             self.corrupt_pages += 1
             n = self.corrupt_pages
         if n <= 10 or n % 100 == 0:
-            print(f"[storage] page {path.name} rejected ({problem}): a miss, recomputed "
-                  f"({n} so far)", file=sys.stderr, flush=True)
+            print(
+                f"[storage] page {path.name} rejected ({problem}): a miss, recomputed ({n} so far)",
+                file=sys.stderr,
+                flush=True,
+            )
         with contextlib.suppress(OSError):
             path.unlink()
 
@@ -151,12 +154,14 @@ def _read_regular(path: Path, most: int) -> tuple[bytes | None, str]:
 @dataclass
 class PrefetchOperation:
     rid: str
-    anchor: object                 # tree node the fetched pages hang under (host-protected)
-    token_ids: tuple[int, ...]     # page-aligned tokens after the anchor
+    anchor: object  # tree node the fetched pages hang under (host-protected)
+    token_ids: tuple[int, ...]  # page-aligned tokens after the anchor
     hashes: list[str]
     host_pages: list[int]
-    start_time: float = field(default_factory=lambda: time.monotonic())  # rank-local; read at creation, so clock faults reach it
-    completed_tokens: int = 0      # written by the IO thread
+    start_time: float = field(
+        default_factory=lambda: time.monotonic()
+    )  # rank-local; read at creation, so clock faults reach it
+    completed_tokens: int = 0  # written by the IO thread
     terminate_flag: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -180,18 +185,19 @@ class StorageIO:
     hit with a MIN all_reduce on its own gloo group, in queue order, so every rank
     fetches the same number of pages; how far it gets in time is rank-local."""
 
-    def __init__(self, backend: HiCacheStorage, host_pool: KVPool, io_group, page_size: int,
-                 hit_sync: str = "count"):
+    def __init__(self, backend: HiCacheStorage, host_pool: KVPool, io_group, page_size: int, hit_sync: str = "count"):
         self.backend, self.host_pool, self.io_group, self.page_size = backend, host_pool, io_group, page_size
         self.hit_sync = hit_sync
         self.prefetch_queue: queue.Queue = queue.Queue()
         self.backup_queue: queue.Queue = queue.Queue()
         self.ack_backup_queue: deque[BackupOperation] = deque()
-        self.error: BaseException | None = None      # a bug in an IO thread: every rank stops
-        self.write_error: OSError | None = None      # a failed write: every rank turns L3 writes off
-        self.read_errors = 0                         # failed reads, each a miss (prefetch thread only)
+        self.error: BaseException | None = None  # a bug in an IO thread: every rank stops
+        self.write_error: OSError | None = None  # a failed write: every rank turns L3 writes off
+        self.read_errors = 0  # failed reads, each a miss (prefetch thread only)
         self._threads = [
-            threading.Thread(target=self._guard, args=(self.prefetch_thread_func,), name="hicache-prefetch", daemon=True),
+            threading.Thread(
+                target=self._guard, args=(self.prefetch_thread_func,), name="hicache-prefetch", daemon=True
+            ),
             threading.Thread(target=self._guard, args=(self.backup_thread_func,), name="hicache-backup", daemon=True),
         ]
         for t in self._threads:
@@ -220,7 +226,7 @@ class StorageIO:
             for i in range(pages):
                 if op.terminate_flag.is_set():
                     break
-                if self._get(op.hashes[i:i + 1], self.host_pool, op.host_pages[i:i + 1]) != 1:
+                if self._get(op.hashes[i : i + 1], self.host_pool, op.host_pages[i : i + 1]) != 1:
                     break
                 op.completed_tokens += self.page_size
             op.done.set()
@@ -270,8 +276,11 @@ class StorageIO:
                     self.backend.batch_set(op.hashes, self.host_pool, op.host_pages)
                 except OSError as exc:  # agreed in HiRadixCache.check_hicache_events
                     self.write_error = exc
-                    print(f"[storage] WARNING: storage writes failed ({exc}); L3 writes go off on every rank",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"[storage] WARNING: storage writes failed ({exc}); L3 writes go off on every rank",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             op.done.set()
 
     def backup_ready_count(self) -> int:

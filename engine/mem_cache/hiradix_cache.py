@@ -17,16 +17,17 @@ import hashlib
 import heapq
 import sys
 import time
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
 
 from engine.managers.cache_controller import HiCacheController
-from engine.server_args import ServerArgs
+from engine.mem_cache.hicache_storage import BackupOperation, PrefetchOperation, StorageIO
 from engine.mem_cache.memory_pool import KVPool, PagedAllocator
 from engine.mem_cache.radix_cache import RadixCache, TreeNode, chain_hashes
-from engine.mem_cache.hicache_storage import BackupOperation, PrefetchOperation, StorageIO
+from engine.server_args import ServerArgs
 
 NO_BOUND = 2**62  # a neutral MIN contribution
 
@@ -34,16 +35,17 @@ NO_BOUND = 2**62  # a neutral MIN contribution
 class TickAgreement(NamedTuple):
     """What check_hicache_events MIN-reduces once per tick, by name. A MIN of -x is -MAX(x),
     so [d, -d] pairs test that every rank holds the same d."""
-    write_acks: int          # ready write acks (packed mode; per-queue modes agree them before)
+
+    write_acks: int  # ready write acks (packed mode; per-queue modes agree them before)
     load_acks: int
-    backups: int             # finished storage backups
-    prefetch_digest: int     # of the live prefetch set (per-tick vote), else 0
+    backups: int  # finished storage backups
+    prefetch_digest: int  # of the live prefetch set (per-tick vote), else 0
     neg_prefetch_digest: int
-    state_digest: int        # --state-digest, else 0
+    state_digest: int  # --state-digest, else 0
     neg_state_digest: int
-    io_ok: int               # 1: this rank's storage IO threads are healthy
-    writes_ok: int           # 1: its storage writes have not failed
-    neg_corrupt_pages: int   # -(damaged L3 pages it found)
+    io_ok: int  # 1: this rank's storage IO threads are healthy
+    writes_ok: int  # 1: its storage writes have not failed
+    neg_corrupt_pages: int  # -(damaged L3 pages it found)
 
     def pack(self, skip_acks: bool) -> torch.Tensor:
         """The tensor to MIN-reduce (without the ack counts when they were agreed already)."""
@@ -59,9 +61,17 @@ class StateDiverged(RuntimeError):
 
 
 class HiRadixCache(RadixCache):
-    def __init__(self, args: ServerArgs, allocator: PagedAllocator, device_pool: KVPool,
-                 host_pool: KVPool, host_allocator: PagedAllocator, tp_cpu_group, device: torch.device,
-                 storage_io: StorageIO | None = None):
+    def __init__(
+        self,
+        args: ServerArgs,
+        allocator: PagedAllocator,
+        device_pool: KVPool,
+        host_pool: KVPool,
+        host_allocator: PagedAllocator,
+        tp_cpu_group,
+        device: torch.device,
+        storage_io: StorageIO | None = None,
+    ):
         self.host_allocator = host_allocator
         super().__init__(args.page_size, allocator, lru_clock=args.variants.lru_clock)
         self.args = args
@@ -92,8 +102,10 @@ class HiRadixCache(RadixCache):
 
     def evict_host(self, num_tokens: int) -> int:
         """Mutates: drops least recently used host-only leaves (L2 -> gone)."""
+
         def droppable(n: TreeNode) -> bool:
             return n.evicted and n.backuped and not n.children and n.host_ref == 0 and n is not self.root
+
         heap = [n for n in self.nodes() if droppable(n)]
         heapq.heapify(heap)
         dropped = 0
@@ -137,7 +149,7 @@ class HiRadixCache(RadixCache):
                 child = node.children.get(rest[: self.page_size])
                 if child is None or child.evicted or not self.write_backup(child):
                     break
-                node, rest = child, rest[len(child.key):]
+                node, rest = child, rest[len(child.key) :]
         elif self.write_policy == "write_through_selective":
             node, rest = self.root, self._aligned(key)
             while rest:
@@ -146,7 +158,7 @@ class HiRadixCache(RadixCache):
                     break
                 if child.hit_count >= 2:
                     self.write_backup(child)
-                node, rest = child, rest[len(child.key):]
+                node, rest = child, rest[len(child.key) :]
         return res
 
     def _evict_device(self, node: TreeNode) -> int:
@@ -187,7 +199,7 @@ class HiRadixCache(RadixCache):
             return None if pages is None else ([], pages)
         at = 0
         for n in chain:
-            n.value, at = pages[at:at + len(n.host_value)], at + len(n.host_value)
+            n.value, at = pages[at : at + len(n.host_value)], at + len(n.host_value)
             self.load_back_tokens_total += len(n.key)
         self.cache_controller.load([p for n in chain for p in n.host_value], pages[:load_pages], last_host_node)
         return chain, pages[load_pages:]
@@ -255,9 +267,18 @@ class HiRadixCache(RadixCache):
         writes, loads = c.ready_counts()
         if self.ack_check != "packed":  # SGLang's shape: one MIN per queue, then the rest
             writes, loads = self.writing_check(writes), self.loading_check(loads)
-        mine = TickAgreement(writes, loads, s.backup_ready_count() if s else 0, d, -d, sd, -sd,
-                             int(s is None or s.error is None), int(s is None or s.write_error is None),
-                             -(s.backend.corrupt_pages if s else 0))
+        mine = TickAgreement(
+            writes,
+            loads,
+            s.backup_ready_count() if s else 0,
+            d,
+            -d,
+            sd,
+            -sd,
+            int(s is None or s.error is None),
+            int(s is None or s.write_error is None),
+            -(s.backend.corrupt_pages if s else 0),
+        )
         skip = self.ack_check != "packed"
         counts = mine.pack(skip)
         dist.all_reduce(counts, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
@@ -270,11 +291,17 @@ class HiRadixCache(RadixCache):
         self.storage_corrupt_pages = -a.neg_corrupt_pages
         if not a.writes_ok and self.storage_writes_enabled:  # the same tick on every rank
             self.storage_writes_enabled = False
-            print(f"[rank {dist.get_rank()}] WARNING: storage writes failed on some rank (here: "
-                  f"{s.write_error or 'none'}); L3 writes are off, reads go on", file=sys.stderr, flush=True)
+            print(
+                f"[rank {dist.get_rank()}] WARNING: storage writes failed on some rank (here: "
+                f"{s.write_error or 'none'}); L3 writes are off, reads go on",
+                file=sys.stderr,
+                flush=True,
+            )
         if a.prefetch_digest != -a.neg_prefetch_digest:
-            raise RuntimeError(f"HiCache live prefetch set diverged across ranks (local digest {d:x}, "
-                               f"{len(self.ongoing_prefetch)} prefetches)")
+            raise RuntimeError(
+                f"HiCache live prefetch set diverged across ranks (local digest {d:x}, "
+                f"{len(self.ongoing_prefetch)} prefetches)"
+            )
         for ack in c.pop_acks("write", writes):
             self.backup_tokens_total += ack.tokens
             for node in ack.nodes:
@@ -335,7 +362,7 @@ class HiRadixCache(RadixCache):
         the pages after the matched prefix when enough of them may be in storage."""
         if self.storage_io is None or rid in self.ongoing_prefetch:
             return
-        rest = tuple(key[matched: len(key) - len(key) % self.page_size])
+        rest = tuple(key[matched : len(key) - len(key) % self.page_size])
         if len(rest) < max(self.args.prefetch_threshold, self.page_size):
             return
         prev = last_host_node.hash_value[-1] if last_host_node.hash_value else ""
@@ -370,7 +397,9 @@ class HiRadixCache(RadixCache):
         if policy == "wait_complete":
             return False
         a = self.args
-        budget = min(a.prefetch_timeout_max, a.prefetch_timeout_base + a.prefetch_timeout_per_ki_token * len(op.token_ids) / 1024)
+        budget = min(
+            a.prefetch_timeout_max, a.prefetch_timeout_base + a.prefetch_timeout_per_ki_token * len(op.token_ids) / 1024
+        )
         return time.monotonic() - op.start_time >= budget
 
     def check_prefetch_progress(self, rid: str) -> bool:
@@ -438,8 +467,9 @@ class HiRadixCache(RadixCache):
         """Mutates: inserts the agreed number of fetched pages as host-only nodes under
         the anchor, frees the rest, releases the anchor."""
         pages = completed // self.page_size
-        dup = self._insert_host(op.anchor, op.token_ids[: pages * self.page_size], op.host_pages[:pages],
-                                op.hashes[:pages])
+        dup = self._insert_host(
+            op.anchor, op.token_ids[: pages * self.page_size], op.host_pages[:pages], op.hashes[:pages]
+        )
         self.host_allocator.free(dup + op.host_pages[pages:])
         self.dec_host_ref(op.anchor)
         del self.ongoing_prefetch[op.rid]
@@ -457,8 +487,8 @@ class HiRadixCache(RadixCache):
             rest = tokens[done:]
             child = node.children.get(rest[:p])
             if child is None:
-                leaf = TreeNode(node, rest, None, hashes[done // p:])
-                leaf.host_value, leaf.backuped, leaf.last_access = host_pages[done // p:], True, self._stamp()
+                leaf = TreeNode(node, rest, None, hashes[done // p :])
+                leaf.host_value, leaf.backuped, leaf.last_access = host_pages[done // p :], True, self._stamp()
                 node.children[rest[:p]] = leaf
                 return host_pages[: done // p]
             n = self._common_len(child.key, rest)

@@ -105,8 +105,16 @@ class PagedAllocator:
 class KVPool:
     """Per-layer K and V buffers of `num_pages * page_size` token slots."""
 
-    def __init__(self, num_pages: int, page_size: int, num_layers: int, heads: int, head_dim: int,
-                 device: torch.device, pin_memory: bool = False):
+    def __init__(
+        self,
+        num_pages: int,
+        page_size: int,
+        num_layers: int,
+        heads: int,
+        head_dim: int,
+        device: torch.device,
+        pin_memory: bool = False,
+    ):
         slots = num_pages * page_size
         shape = (num_layers, slots, heads, head_dim)
         self.k_buffer = torch.zeros(shape, dtype=torch.float32, device=device, pin_memory=pin_memory)

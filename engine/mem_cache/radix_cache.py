@@ -28,7 +28,7 @@ def chain_hashes(prev: str, tokens: tuple[int, ...] | list[int], page_size: int)
     out = []
     for i in range(0, len(tokens) - len(tokens) % page_size, page_size):
         h = hashlib.sha256(prev.encode())
-        h.update(array.array("i", tokens[i:i + page_size]).tobytes())
+        h.update(array.array("i", tokens[i : i + page_size]).tobytes())
         prev = h.hexdigest()[:32]
         out.append(prev)
     return out
@@ -39,16 +39,16 @@ class TreeNode:
         self.id = next(_node_ids)
         self.parent = parent
         self.children: dict[tuple[int, ...], TreeNode] = {}
-        self.key = key                  # token ids, a whole number of pages
-        self.value = value              # L1 pages, or None once evicted from the device
+        self.key = key  # token ids, a whole number of pages
+        self.value = value  # L1 pages, or None once evicted from the device
         self.host_value: list[int] | None = None  # L2 pages
-        self.hash_value = hashes        # L3 keys, one per page
-        self.lock_ref = 0               # requests using this node's device pages
-        self.host_ref = 0               # copies reading this node's host pages
+        self.hash_value = hashes  # L3 keys, one per page
+        self.lock_ref = 0  # requests using this node's device pages
+        self.host_ref = 0  # copies reading this node's host pages
         self.last_access = 0
         self.hit_count = 0
-        self.backuped = False           # host copy complete (write ack processed)
-        self.writing = False            # D2H copy in flight
+        self.backuped = False  # host copy complete (write ack processed)
+        self.writing = False  # D2H copy in flight
         self.write_event = None
 
     @property
@@ -60,15 +60,15 @@ class TreeNode:
 
 
 class MatchResult(NamedTuple):
-    device_pages: list[int]      # L1 pages of the matched device prefix
+    device_pages: list[int]  # L1 pages of the matched device prefix
     last_device_node: TreeNode
-    last_host_node: TreeNode     # deepest matched node with a host copy (== last_device_node if none)
-    host_hit_length: int         # tokens matched on host only (need load-back)
+    last_host_node: TreeNode  # deepest matched node with a host copy (== last_device_node if none)
+    host_hit_length: int  # tokens matched on host only (need load-back)
 
 
 class InsertResult(NamedTuple):
-    duplicate_pages: list[int]   # caller's pages the tree already held: free them
-    new_nodes: list[TreeNode]    # nodes that took device pages from the caller
+    duplicate_pages: list[int]  # caller's pages the tree already held: free them
+    new_nodes: list[TreeNode]  # nodes that took device pages from the caller
 
 
 class RadixCache(BasePrefixCache):
@@ -190,7 +190,7 @@ class RadixCache(BasePrefixCache):
             n = self._common_len(child.key, rest)
             if n < len(child.key):
                 child = self._split(child, n)
-            mine = pages[at:at + n // self.page_size]
+            mine = pages[at : at + n // self.page_size]
             if child.evicted:
                 child.value = mine  # host-only node gets its device copy back
                 new_nodes.append(child)
@@ -253,8 +253,7 @@ class RadixCache(BasePrefixCache):
         return evicted
 
     def _is_device_leaf(self, n: TreeNode) -> bool:
-        return (not n.evicted and n.lock_ref == 0 and n is not self.root
-                and all(c.evicted for c in n.children.values()))
+        return not n.evicted and n.lock_ref == 0 and n is not self.root and all(c.evicted for c in n.children.values())
 
     def _evict_device(self, node: TreeNode) -> int:
         """L1-only cache: drop the node and free its pages."""
@@ -284,7 +283,7 @@ class RadixCache(BasePrefixCache):
 
     def _common_len(self, a, b) -> int:
         p, n = self.page_size, 0
-        while n < len(a) and n < len(b) and a[n:n + p] == b[n:n + p]:
+        while n < len(a) and n < len(b) and a[n : n + p] == b[n : n + p]:
             n += p
         return n
 

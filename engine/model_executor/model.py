@@ -26,9 +26,9 @@ from engine.server_args import ModelConfig
 class ForwardItem:
     """One request's slice of a batch: the new tokens and where all its KV lives."""
 
-    input_ids: list[int]        # new tokens (extend) or the last token (decode)
-    start_pos: int              # position of input_ids[0]
-    token_slots: torch.Tensor   # L1 slots of positions [0, start_pos + len(input_ids))
+    input_ids: list[int]  # new tokens (extend) or the last token (decode)
+    start_pos: int  # position of input_ids[0]
+    token_slots: torch.Tensor  # L1 slots of positions [0, start_pos + len(input_ids))
 
 
 class LayerWeights:
@@ -40,7 +40,7 @@ class LayerWeights:
         self.q = full["q"][rows].contiguous()
         self.k = full["k"][rows].contiguous()
         self.v = full["v"][rows].contiguous()
-        self.o = full["o"][:, rows].contiguous()        # row-parallel
+        self.o = full["o"][:, rows].contiguous()  # row-parallel
         self.up = full["up"][cols].contiguous()
         self.gate = full["gate"][cols].contiguous()
         self.down = full["down"][:, cols].contiguous()  # row-parallel
@@ -49,8 +49,9 @@ class LayerWeights:
 
 
 class TinyTransformer:
-    def __init__(self, cfg: ModelConfig, tp_rank: int, tp_size: int, device: torch.device, group=None,
-                 pad_tokens: int = 0):
+    def __init__(
+        self, cfg: ModelConfig, tp_rank: int, tp_size: int, device: torch.device, group=None, pad_tokens: int = 0
+    ):
         self.cfg, self.tp_size, self.device, self.group = cfg, tp_size, device, group
         self.pad_tokens = pad_tokens  # --pad-forward-tokens
         self.local_heads = cfg.num_heads // tp_size
@@ -58,23 +59,28 @@ class TinyTransformer:
         d, inter = cfg.hidden_size, cfg.intermediate_size
 
         def w(*shape, scale):
-            return (torch.randn(*shape, generator=g) * scale)
+            return torch.randn(*shape, generator=g) * scale
 
         self.embed = w(cfg.vocab_size, d, scale=1.0).to(device)
         self.layers = []
         for _ in range(cfg.num_layers):
             full = {
-                "q": w(d, d, scale=d ** -0.5), "k": w(d, d, scale=d ** -0.5), "v": w(d, d, scale=d ** -0.5),
-                "o": w(d, d, scale=d ** -0.5), "up": w(inter, d, scale=d ** -0.5),
-                "gate": w(inter, d, scale=d ** -0.5), "down": w(d, inter, scale=inter ** -0.5),
-                "ln1": 1.0 + 0.1 * w(d, scale=1.0), "ln2": 1.0 + 0.1 * w(d, scale=1.0),
+                "q": w(d, d, scale=d**-0.5),
+                "k": w(d, d, scale=d**-0.5),
+                "v": w(d, d, scale=d**-0.5),
+                "o": w(d, d, scale=d**-0.5),
+                "up": w(inter, d, scale=d**-0.5),
+                "gate": w(inter, d, scale=d**-0.5),
+                "down": w(d, inter, scale=inter**-0.5),
+                "ln1": 1.0 + 0.1 * w(d, scale=1.0),
+                "ln2": 1.0 + 0.1 * w(d, scale=1.0),
             }
             lw = LayerWeights(full, tp_rank, tp_size, cfg)
             for name, t in vars(lw).items():
                 setattr(lw, name, t.to(device))
             self.layers.append(lw)
         self.final_norm = (1.0 + 0.1 * w(d, scale=1.0)).to(device)
-        self.lm_head = w(cfg.vocab_size, d, scale=d ** -0.5).to(device)
+        self.lm_head = w(cfg.vocab_size, d, scale=d**-0.5).to(device)
         hd = cfg.head_dim
         inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
         self.inv_freq = inv_freq.to(device)
@@ -113,11 +119,11 @@ class TinyTransformer:
         pool; returns the logits of each item's last token, shape [len(items), vocab].
 
         wait_layer(i) blocks until layer i's load-back copies are done (HiCache)."""
-        cfg, hd = self.cfg, self.cfg.head_dim
+        hd = self.cfg.head_dim
         ids = torch.tensor([t for it in items for t in it.input_ids], dtype=torch.long, device=self.device)
         pos = torch.cat([torch.arange(it.start_pos, it.start_pos + len(it.input_ids)) for it in items]).to(self.device)
         lens = [len(it.input_ids) for it in items]
-        new_slots = torch.cat([it.token_slots[it.start_pos:] for it in items]).to(self.device)
+        new_slots = torch.cat([it.token_slots[it.start_pos :] for it in items]).to(self.device)
         h = self.embed[ids]
         for li, lw in enumerate(self.layers):
             x = self._rms(h, lw.ln1)
@@ -133,7 +139,7 @@ class TinyTransformer:
                 slots = it.token_slots[: it.start_pos + n].to(self.device)
                 kk = kv_pool.k_buffer[li][slots].transpose(0, 1)  # [heads, ctx, hd]
                 vv = kv_pool.v_buffer[li][slots].transpose(0, 1)
-                qq = q[off:off + n].transpose(0, 1)                # [heads, n, hd]
+                qq = q[off : off + n].transpose(0, 1)  # [heads, n, hd]
                 ctx = it.start_pos + n
                 qpos = torch.arange(it.start_pos, ctx, device=self.device)[:, None]
                 mask = torch.arange(ctx, device=self.device)[None, :] <= qpos

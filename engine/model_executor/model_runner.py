@@ -7,7 +7,7 @@ does): the request -> token table, the L1 page allocator and the L1 KV pool.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -21,14 +21,15 @@ class ModelRunner:
         cfg, p = args.model, args.page_size
         self.device = device
         # The model's all_reduces use `group` (default: the default group, NCCL on cuda).
-        self.model = TinyTransformer(cfg, tp_rank, tp_size, device, group=group,
-                                     pad_tokens=args.pad_forward_tokens)
+        self.model = TinyTransformer(cfg, tp_rank, tp_size, device, group=group, pad_tokens=args.pad_forward_tokens)
         num_pages = args.max_total_tokens // p
         self.req_to_token_pool = ReqToTokenPool(args.max_running_requests, num_pages * p, device)
         self.token_to_kv_pool_allocator = PagedAllocator(num_pages, p, "device")
         self.kv_pool = KVPool(num_pages, p, cfg.num_layers, cfg.num_heads // tp_size, cfg.head_dim, device)
 
-    def forward(self, items: list[ForwardItem], reqs: list, wait_layer: Callable[[int], None] | None = None) -> list[int]:
+    def forward(
+        self, items: list[ForwardItem], reqs: list, wait_layer: Callable[[int], None] | None = None
+    ) -> list[int]:
         """One forward over `items` (one per request of `reqs`), then one sampled
         token per request (seeded per request, so every rank draws the same)."""
         logits = self.model.forward(items, self.kv_pool, wait_layer=wait_layer)

@@ -19,6 +19,7 @@ def assert_same(label: str, value) -> None:
 def rank_consensus(same_params=True, same_results=False):
     """Decorator: record the call's parameters (True, or an iterable of parameter
     names) and/or its result as labelled events named after the function."""
+
     def decorate(fn):
         sig = inspect.signature(fn)
         name = fn.__qualname__

@@ -31,22 +31,36 @@ def _write(path: str, data: dict) -> None:
 
 def queue_state(snap) -> dict:
     r, loc = snap.replicated, snap.local
-    return {"tick": snap.tick, "waiting": len(r.waiting), "running": len(r.running),
-            "prefetching": len(r.ongoing_prefetch), "l1_free_now": loc.device_free_now,
-            "l1_free_logical": r.device_free_logical, "evictable": loc.evictable_tokens,
-            "protected": loc.protected_tokens, "req_slots_free": loc.req_slots_free,
-            "head": list(loc.waiting_head_tokens)}
+    return {
+        "tick": snap.tick,
+        "waiting": len(r.waiting),
+        "running": len(r.running),
+        "prefetching": len(r.ongoing_prefetch),
+        "l1_free_now": loc.device_free_now,
+        "l1_free_logical": r.device_free_logical,
+        "evictable": loc.evictable_tokens,
+        "protected": loc.protected_tokens,
+        "req_slots_free": loc.req_slots_free,
+        "head": list(loc.waiting_head_tokens),
+    }
 
 
 def accounting(snap) -> dict:
     """free + cached + in use per tier, locks and references left, queues in flight."""
     r, loc, p = snap.replicated, snap.local, snap.page_size
-    out = {"tick": snap.tick,
-           "l1": {"total": loc.device_pages_total, "free": r.device_free_logical // p,
-                  "cached": sum(n.device_pages or 0 for n in r.nodes), "in_use": loc.pages_in_use},
-           "locked_nodes": [n.id for n in r.nodes if n.lock_ref > 0],
-           "req_slots": {"total": loc.req_slots_total, "free": loc.req_slots_free},
-           "host_ref_nodes": [n.id for n in r.nodes if n.host_ref > 0], "in_flight": snap.in_flight}
+    out = {
+        "tick": snap.tick,
+        "l1": {
+            "total": loc.device_pages_total,
+            "free": r.device_free_logical // p,
+            "cached": sum(n.device_pages or 0 for n in r.nodes),
+            "in_use": loc.pages_in_use,
+        },
+        "locked_nodes": [n.id for n in r.nodes if n.lock_ref > 0],
+        "req_slots": {"total": loc.req_slots_total, "free": loc.req_slots_free},
+        "host_ref_nodes": [n.id for n in r.nodes if n.host_ref > 0],
+        "in_flight": snap.in_flight,
+    }
     if loc.host_pages_total is not None:
         out["l2"] = {"total": loc.host_pages_total, "free": r.host_free_logical // p, "used": loc.host_pages_used}
     return out
@@ -66,8 +80,10 @@ class ChaosObserver:
         except Exception as exc:  # never break the rank; say so where the checkers look
             self.failed = True
             try:
-                _write(os.path.join(self.out_dir, f"observer-error-rank{snap.rank}.json"),
-                       {"rank": snap.rank, "error": f"{type(exc).__name__}: {exc}"})
+                _write(
+                    os.path.join(self.out_dir, f"observer-error-rank{snap.rank}.json"),
+                    {"rank": snap.rank, "error": f"{type(exc).__name__}: {exc}"},
+                )
             except OSError:
                 pass
 
@@ -77,8 +93,10 @@ class ChaosObserver:
             self.starved += 1
             if self.starved >= self.limit and not self.reported:
                 self.reported = True
-                _write(os.path.join(self.out_dir, f"starved-rank{snap.rank}.json"),
-                       {"rank": snap.rank, "ticks": self.starved, "state": queue_state(snap)})
+                _write(
+                    os.path.join(self.out_dir, f"starved-rank{snap.rank}.json"),
+                    {"rank": snap.rank, "ticks": self.starved, "state": queue_state(snap)},
+                )
         else:
             self.starved = 0
         now = REAL.monotonic()

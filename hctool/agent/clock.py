@@ -7,6 +7,13 @@ import builtins
 import time
 from types import SimpleNamespace
 
-REAL = SimpleNamespace(time=time.time, time_ns=time.time_ns, monotonic=time.monotonic,
-                       monotonic_ns=time.monotonic_ns, perf_counter=time.perf_counter,
-                       perf_counter_ns=time.perf_counter_ns, sleep=time.sleep, open=builtins.open)
+REAL = SimpleNamespace(
+    time=time.time,
+    time_ns=time.time_ns,
+    monotonic=time.monotonic,
+    monotonic_ns=time.monotonic_ns,
+    perf_counter=time.perf_counter,
+    perf_counter_ns=time.perf_counter_ns,
+    sleep=time.sleep,
+    open=builtins.open,
+)

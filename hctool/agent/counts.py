@@ -19,13 +19,13 @@ from hctool.protocol import faultcounts
 FLUSH_S = 0.5
 _lock = threading.RLock()
 _in_flush = threading.local()  # this thread is flushing: its own write must not count or flush again
-_counts: dict = {}          # Fault -> times fired
-_targets: dict = {}         # Fault -> the function it acts on (by-name kinds)
+_counts: dict = {}  # Fault -> times fired
+_targets: dict = {}  # Fault -> the function it acts on (by-name kinds)
 _order: list = []
 _rank: int | None = None
 _dirty = False
 _path: str | None = None
-_pid: int | None = None     # the process the counts belong to: a fork's child writes none of them
+_pid: int | None = None  # the process the counts belong to: a fork's child writes none of them
 
 
 def start(faults, rank: int) -> None:
@@ -44,8 +44,9 @@ def start(faults, rank: int) -> None:
 
         def exit_after_flush(code):  # programs that leave by os._exit skip atexit
             if os.getpid() == _pid:  # a forked worker (a DataLoader's) leaves at once: its
-                flush()              # lock may be held by a thread that did not fork with it
+                flush()  # lock may be held by a thread that did not fork with it
             real_exit(code)
+
         os._exit = exit_after_flush
 
 

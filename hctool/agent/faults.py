@@ -65,8 +65,11 @@ class FaultClock:
         t = self.now()
         if self.heal is not None and t >= self.heal:
             return []
-        out = [f for f in (faults if faults is not None else self.faults) if f.kind in kinds and f.active(t)
-               and (f.p >= 1.0 or self.rng[f].random() < f.p)]
+        out = [
+            f
+            for f in (faults if faults is not None else self.faults)
+            if f.kind in kinds and f.active(t) and (f.p >= 1.0 or self.rng[f].random() < f.p)
+        ]
         for f in out:
             counts.fired(f)
         return out
@@ -78,6 +81,7 @@ def _sleep_ms(ms: float) -> None:
 
 
 # -- clocks ---------------------------------------------------------------------------
+
 
 def _install_clocks(clock: FaultClock, faults: list[Fault]) -> None:
     """time.time/monotonic/perf_counter (and _ns) of the whole rank gain the skew and jumps
@@ -119,6 +123,7 @@ def _install_clocks(clock: FaultClock, faults: list[Fault]) -> None:
 
 # -- non-main threads -------------------------------------------------------------------
 
+
 def _install_thread_slow(clock: FaultClock, faults: list[Fault]) -> None:
     """A non-main thread returning from a wait (queue.Queue.get, threading.Event.wait,
     time.sleep) is held ms longer, after the wait has released its lock. hctool's own
@@ -140,6 +145,7 @@ def _install_thread_slow(clock: FaultClock, faults: list[Fault]) -> None:
             result = fn(*args, **kwargs)
             late()
             return result
+
         slowed.__wrapped__ = fn
         return slowed
 
@@ -149,6 +155,7 @@ def _install_thread_slow(clock: FaultClock, faults: list[Fault]) -> None:
 
 
 # -- collectives ----------------------------------------------------------------------------
+
 
 def _install_collective_faults(clock: FaultClock, faults: list[Fault]) -> None:
     """collective-delay and cuda-sleep run before each recorded collective of this rank (the
@@ -201,6 +208,7 @@ def _cuda_sleep(ms: float) -> None:
 
 # -- files --------------------------------------------------------------------------------
 
+
 class _SlowFile:
     """A file object whose reads and writes take ms longer; everything else is the file's."""
 
@@ -216,6 +224,7 @@ class _SlowFile:
             def slowed(*a, **kw):
                 delay()
                 return value(*a, **kw)
+
             return slowed
         return value
 
@@ -253,6 +262,7 @@ def _install_io_delay(clock: FaultClock, faults: list[Fault]) -> None:
 
 # -- by name ------------------------------------------------------------------------------
 
+
 def _exception(name: str) -> type[BaseException]:
     value = getattr(builtins, name, None)
     if isinstance(value, type) and issubclass(value, BaseException):
@@ -277,6 +287,7 @@ def _install_by_name(clock: FaultClock, f: Fault) -> None:
 
 # -- the engine's seams ---------------------------------------------------------------------
 
+
 def _install_engine(clock: FaultClock, faults: list[Fault]) -> None:
     def ms(*which):
         return lambda *_: sum(f.ms for f in clock.firing(which))
@@ -287,12 +298,17 @@ def _install_engine(clock: FaultClock, faults: list[Fault]) -> None:
 
     def install(seams) -> None:
         seams.SEAMS.install(
-            copy_delay_ms=lambda stream: sum(f.ms for f in clock.firing(
-                ("h2d-sleep",) if stream == "h2d" else ("d2h-sleep",) if stream == "d2h" else ())),
-            free_delay_ms=ms("free-delay"), kv_send_delay_ms=ms("kv-send-delay"),
-            kv_dropped=lambda: bool(clock.firing(("kv-drop",))), bootstrap_delay_ms=ms("bootstrap-delay"),
+            copy_delay_ms=lambda stream: sum(
+                f.ms
+                for f in clock.firing(("h2d-sleep",) if stream == "h2d" else ("d2h-sleep",) if stream == "d2h" else ())
+            ),
+            free_delay_ms=ms("free-delay"),
+            kv_send_delay_ms=ms("kv-send-delay"),
+            kv_dropped=lambda: bool(clock.firing(("kv-drop",))),
+            bootstrap_delay_ms=ms("bootstrap-delay"),
             storage_exists=storage_exists,
-            host_pool_pages=lambda pages: pages - int(sum(f.ms for f in clock.firing(("host-pool-shrink",)))))
+            host_pool_pages=lambda pages: pages - int(sum(f.ms for f in clock.firing(("host-pool-shrink",)))),
+        )
 
     when_imported(SEAMS_MODULE, install)
     # The storage faults act on the engine's named functions: one mechanism with delay/raise
@@ -317,6 +333,7 @@ def _on(clock: FaultClock, f: Fault, target: str, act) -> None:
     def before(caller, args, kwargs):
         if clock.firing((f.kind,), [f]):
             act()
+
     names.on_call(target, before=before)
 
 
@@ -325,6 +342,7 @@ def _raise(exc: type[BaseException], f: Fault):
 
 
 # -- entry ------------------------------------------------------------------------------------
+
 
 def install(faults: list[Fault], rank: int) -> None:
     """Install this rank's faults (already filtered for it)."""
@@ -346,8 +364,20 @@ def install(faults: list[Fault], rank: int) -> None:
         _install_engine(clock, engine)
 
 
-ENGINE_KINDS = {"h2d-sleep", "d2h-sleep", "free-delay", "storage-latency", "storage-error", "storage-timeout",
-                "storage-partial", "host-pool-shrink", "storage-miss", "kv-send-delay", "kv-drop", "bootstrap-delay"}
+ENGINE_KINDS = {
+    "h2d-sleep",
+    "d2h-sleep",
+    "free-delay",
+    "storage-latency",
+    "storage-error",
+    "storage-timeout",
+    "storage-partial",
+    "host-pool-shrink",
+    "storage-miss",
+    "kv-send-delay",
+    "kv-drop",
+    "bootstrap-delay",
+}
 
 
 def install_from_env() -> list[Fault]:

@@ -8,7 +8,7 @@ import importlib.abc
 import importlib.util
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -36,6 +36,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
                 callbacks = self.pending.pop(fullname, [])
             for callback in callbacks:
                 _run(callback, module)
+
         loader.exec_module = exec_module
         return spec
 

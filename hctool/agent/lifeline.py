@@ -24,7 +24,7 @@ from hctool.agent.clock import REAL
 from hctool.protocol import env as protocol_env
 
 ENV = protocol_env.SUPERVISOR_PID
-GRACE_S = 3.0        # SIGTERM first (lets torchrun's agent stop its workers), then SIGKILL
+GRACE_S = 3.0  # SIGTERM first (lets torchrun's agent stop its workers), then SIGKILL
 FALLBACK_POLL_S = 0.5
 
 _fork_hook_registered = False
@@ -73,7 +73,7 @@ def _start_ticks(pid: int) -> int | None:
             stat = f.read()
     except OSError:
         return None
-    return int(stat[stat.rindex(b")") + 2:].split()[19])  # fields after "(comm)" start at field 3
+    return int(stat[stat.rindex(b")") + 2 :].split()[19])  # fields after "(comm)" start at field 3
 
 
 def _started_before_me(pid: int) -> bool:

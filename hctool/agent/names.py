@@ -14,7 +14,7 @@ import functools
 import os
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from hctool.agent.hooks import when_imported
 
@@ -24,7 +24,7 @@ After = Callable[[object, object], None]
 
 _lock = threading.RLock()
 _hooks: dict[str, tuple[list[Before], list[After]]] = {}
-_state: dict[str, str] = {}   # target -> "pending" | "wrapped" | "missing: why"
+_state: dict[str, str] = {}  # target -> "pending" | "wrapped" | "missing: why"
 
 
 def split(target: str) -> tuple[str, list[str]]:

@@ -25,11 +25,19 @@ def _record(name: str):
         if state.S.trace_dir is None:
             return
         try:
-            tracefile._side({"pr": name, "n": next(ids), "site": f"{os.path.basename(caller.f_code.co_filename)}:"
-                             f"{caller.f_lineno}", "fn": caller.f_code.co_name, "t": REAL.monotonic(),
-                             "th": threading.current_thread().name})
+            tracefile._side(
+                {
+                    "pr": name,
+                    "n": next(ids),
+                    "site": f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}",
+                    "fn": caller.f_code.co_name,
+                    "t": REAL.monotonic(),
+                    "th": threading.current_thread().name,
+                }
+            )
         except Exception as exc:
             tracefile.note_failure(exc)
+
     return before
 
 

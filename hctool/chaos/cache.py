@@ -31,8 +31,17 @@ def prepare_key(harness) -> str:
     for p in sorted(ENGINE_ROOT.rglob("*.py")):
         h.update(str(p.relative_to(ENGINE_ROOT)).encode() + b"\0" + p.read_bytes())
     first = s.server_args(s.variants[0], harness.tp)
-    h.update(json.dumps({"args": first.to_json(), "setup": list(s.setup_flags), "tp": harness.tp,
-                         "workload": dataclasses.asdict(s.workload)}, sort_keys=True).encode())
+    h.update(
+        json.dumps(
+            {
+                "args": first.to_json(),
+                "setup": list(s.setup_flags),
+                "tp": harness.tp,
+                "workload": dataclasses.asdict(s.workload),
+            },
+            sort_keys=True,
+        ).encode()
+    )
     return h.hexdigest()[:20]
 
 
@@ -56,8 +65,13 @@ def _reference(path: Path) -> dict:
     OSError) for anything else: a damaged entry is recomputed, never an internal error."""
     data = json.loads(read_regular(path, MAX_REFERENCE_BYTES))
     ok = isinstance(data, list) and all(
-        isinstance(e, list) and len(e) == 3 and all(type(x) is int for x in e[:2]) and isinstance(e[2], list)
-        and all(type(t) is int for t in e[2]) for e in data)
+        isinstance(e, list)
+        and len(e) == 3
+        and all(type(x) is int for x in e[:2])
+        and isinstance(e[2], list)
+        and all(type(t) is int for t in e[2])
+        for e in data
+    )
     if not ok:
         raise ValueError("not a list of [round, index, [token ids]]")
     return {(r, i): out for r, i, out in data}
@@ -106,8 +120,11 @@ def save(harness) -> None:
         tmp = Path(tempfile.mkdtemp(dir=parent, prefix=".tmp-"))
         if harness.storage_seed is not None:
             shutil.copytree(harness.storage_seed, tmp / "storage-seed")
-        write_atomic(tmp / "reference.json",
-                     json.dumps([[r, i, out] for (r, i), out in harness.reference.items()]).encode(), mode=0o600)
+        write_atomic(
+            tmp / "reference.json",
+            json.dumps([[r, i, out] for (r, i), out in harness.reference.items()]).encode(),
+            mode=0o600,
+        )
         try:
             os.rename(tmp, final)
         except OSError:  # someone stored it meanwhile

@@ -34,9 +34,13 @@ DEFAULT_TIMEOUT_S = 300.0
 def consensus_evidence(report: Report) -> dict:
     """A consensus finding as an anomaly's evidence (JSON): the cause line first."""
     first = report.first_divergence
-    return {"verdict": report.verdict.value, "cause": first.cause_line() if first else report.reason,
-            "symptom": first.symptom_line() if first else None,
-            "first_divergence": first.to_json() if first else None, "counts": report.counts}
+    return {
+        "verdict": report.verdict.value,
+        "cause": first.cause_line() if first else report.reason,
+        "symptom": first.symptom_line() if first else None,
+        "first_divergence": first.to_json() if first else None,
+        "counts": report.counts,
+    }
 
 
 class ChaosSetupError(RuntimeError):
@@ -50,7 +54,7 @@ class CommandTarget:
     hang_after: float
     timeout: float
     same_output: str | None
-    args: tuple[str, ...]            # the CLI words that name this target again (for replay)
+    args: tuple[str, ...]  # the CLI words that name this target again (for replay)
 
     @property
     def label(self) -> str:
@@ -61,8 +65,14 @@ class CommandTarget:
         return shlex.join(self.args)
 
 
-def command_target(words: list[str], nproc: int, hang_after: float, timeout: float | None,
-                   same_output: str | None, default_hang_after: float) -> CommandTarget:
+def command_target(
+    words: list[str],
+    nproc: int,
+    hang_after: float,
+    timeout: float | None,
+    same_output: str | None,
+    default_hang_after: float,
+) -> CommandTarget:
     from hctool.targets import parse_target
 
     cmd = parse_target(words)
@@ -77,8 +87,7 @@ def command_target(words: list[str], nproc: int, hang_after: float, timeout: flo
         args += ["--timeout", f"{timeout:g}"]
     if same_output is not None:
         args += ["--same-output", same_output]
-    return CommandTarget(cmd, nproc, hang_after, timeout or DEFAULT_TIMEOUT_S, same_output,
-                         (*args, "--", *cmd.words))
+    return CommandTarget(cmd, nproc, hang_after, timeout or DEFAULT_TIMEOUT_S, same_output, (*args, "--", *cmd.words))
 
 
 class CommandRunner:
@@ -106,10 +115,13 @@ class CommandRunner:
         # A program that forms no process group (or calls no collective) can still be explored for
         # its exits and output; the consensus invariant is then blind, and says so on every run.
         self.consensus_blind = report.verdict in (Verdict.NO_PROCESS_GROUP, Verdict.NO_COLLECTIVES)
-        if (report.verdict is not Verdict.CONSISTENT and not self.consensus_blind) \
-                or any(c not in (0, None) for c in codes.values()):
-            raise ChaosSetupError(f"the program fails without faults ({report.headline()}, exit codes {codes}); "
-                                  f"see {self.root / 'baseline'}")
+        if (report.verdict is not Verdict.CONSISTENT and not self.consensus_blind) or any(
+            c not in (0, None) for c in codes.values()
+        ):
+            raise ChaosSetupError(
+                f"the program fails without faults ({report.headline()}, exit codes {codes}); "
+                f"see {self.root / 'baseline'}"
+            )
         self.world_size = report.world_size or self.world_size
         if self.horizon_given is None:
             self.horizon_s = max(2.0, round(seconds, 1))
@@ -131,8 +143,16 @@ class CommandRunner:
         result = RunResult(name, verdict, anomalies, blind, round(time.monotonic() - t0, 2), str(self._dir(name)))
         for a in anomalies:
             self.history.add("anomaly", run=name, invariant=a.invariant, evidence=a.evidence)
-        self.history.add("verdict", run=name, verdict=verdict, consensus=report.verdict.value, exit_codes=codes,
-                         faults=report.faults, blind=blind, seconds=result.seconds)
+        self.history.add(
+            "verdict",
+            run=name,
+            verdict=verdict,
+            consensus=report.verdict.value,
+            exit_codes=codes,
+            faults=report.faults,
+            blind=blind,
+            seconds=result.seconds,
+        )
         return result
 
     def _dir(self, name: str) -> Path:
@@ -147,11 +167,21 @@ class CommandRunner:
         # Each run in a fresh working directory: a checkpoint one run writes (./snapshot.pt)
         # must not change what the next run does. File arguments are made absolute and the
         # caller's folder is on the ranks' PYTHONPATH (run_job), so `python -m pkg` still imports.
-        report, _ = run_job(RunOptions(command=list(t.command.anchored().words), nproc=t.nproc, timeout=t.timeout,
-                                       hang_after=t.hang_after, abort=True, trace_dir=folder,
-                                       script_mode=t.command.script_mode, faults=tuple(faults),
-                                       controller=controller, split_stdout=t.same_output is not None,
-                                       cwd=folder / "cwd"))
+        report, _ = run_job(
+            RunOptions(
+                command=list(t.command.anchored().words),
+                nproc=t.nproc,
+                timeout=t.timeout,
+                hang_after=t.hang_after,
+                abort=True,
+                trace_dir=folder,
+                script_mode=t.command.script_mode,
+                faults=tuple(faults),
+                controller=controller,
+                split_stdout=t.same_output is not None,
+                cwd=folder / "cwd",
+            )
+        )
         codes = {int(r): c for r, c in (report.exit_codes or {}).items()}
         if report.command_exit_code not in (None, 0):
             codes.setdefault(-1, report.command_exit_code)  # the command itself failed
@@ -165,23 +195,40 @@ class CommandRunner:
         if report.verdict is Verdict.DIVERGED:
             found.append(Anomaly("consensus", consensus_evidence(report)))
         if report.verdict is Verdict.HUNG and not killed:
-            found.append(Anomaly("liveness", dict(consensus_evidence(report), what="a collective blocked while a peer "
-                                                  "was elsewhere, or the job did not end in time")))
+            found.append(
+                Anomaly(
+                    "liveness",
+                    dict(
+                        consensus_evidence(report),
+                        what="a collective blocked while a peer was elsewhere, or the job did not end in time",
+                    ),
+                )
+            )
         failed = {r: c for r, c in codes.items() if r not in killed and c not in (0, None)}
         if failed and not killed and verdict != "diverged":
-            found.append(Anomaly("exits", {"exit_codes": {str(r): c for r, c in sorted(failed.items())},
-                                           "verdict": verdict}))
+            found.append(
+                Anomaly("exits", {"exit_codes": {str(r): c for r, c in sorted(failed.items())}, "verdict": verdict})
+            )
         if self.target.same_output is not None:
-            unseen_as_baseline = self.consensus_blind and not report.verdict.seen and report.verdict is not Verdict.INCOMPLETE
+            unseen_as_baseline = (
+                self.consensus_blind and not report.verdict.seen and report.verdict is not Verdict.INCOMPLETE
+            )
             if killed or (verdict != "consistent" and not unseen_as_baseline):
                 blind.append("output")
             else:
                 got = self._output(folder)
                 if got != self.baseline:
                     missing, extra = self.baseline - got, got - self.baseline
-                    found.append(Anomaly("output", {"regex": self.target.same_output,
-                                                    "missing": sorted(missing.elements())[:10],
-                                                    "unexpected": sorted(extra.elements())[:10]}))
+                    found.append(
+                        Anomaly(
+                            "output",
+                            {
+                                "regex": self.target.same_output,
+                                "missing": sorted(missing.elements())[:10],
+                                "unexpected": sorted(extra.elements())[:10],
+                            },
+                        )
+                    )
         return found, blind
 
     def _output(self, folder: Path) -> Counter:

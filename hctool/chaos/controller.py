@@ -29,19 +29,21 @@ class Controller:
 
     probes = ("hctool.agent.chaos_observer",)
 
-    def __init__(self, schedule: Schedule, faults: list[Fault], prompts: list[tuple], history: History, starve_ticks: int):
+    def __init__(
+        self, schedule: Schedule, faults: list[Fault], prompts: list[tuple], history: History, starve_ticks: int
+    ):
         self.schedule, self.faults, self.history = schedule, faults, history
         self.prompts, self.starve_ticks = prompts, starve_ticks
-        self.extra: dict = {}          # ("burst", i) -> output ids
+        self.extra: dict = {}  # ("burst", i) -> output ids
         self.extra_meta: dict = {}
         self.extra_expected: dict = {}
         self.cancelled = self.extra_failed = 0
-        self.paused: dict[int, float] = {}   # pid -> when to continue
+        self.paused: dict[int, float] = {}  # pid -> when to continue
         self.killed: list[int] = []
         self.threads: list[threading.Thread] = []
         self.metrics_text: str | None = None
         self.healed = False
-        self.last_progress = 0.0   # monotonic: the harness's stall clock also counts waiting for the heal
+        self.last_progress = 0.0  # monotonic: the harness's stall clock also counts waiting for the heal
         self.record: dict = {}
         self._events: list[tuple[float, str, Fault]] = []
         self._lock = threading.Lock()
@@ -49,8 +51,11 @@ class Controller:
     def env(self, run_dir: Path) -> dict[str, str]:
         self.dir = run_dir / "chaos"
         self.dir.mkdir(parents=True, exist_ok=True)
-        return {"HCTOOL_FAULTS_T0": str(self.dir / "t0"), "HCTOOL_CHAOS_DIR": str(self.dir),
-                "HCTOOL_CHAOS_STARVE_TICKS": str(self.starve_ticks)}
+        return {
+            "HCTOOL_FAULTS_T0": str(self.dir / "t0"),
+            "HCTOOL_CHAOS_DIR": str(self.dir),
+            "HCTOOL_CHAOS_STARVE_TICKS": str(self.starve_ticks),
+        }
 
     def started(self, topo, url: str, driver, t0: float) -> None:
         self.topo, self.url, self.driver, self.t0 = topo, url, driver, time.monotonic()
@@ -125,8 +130,11 @@ class Controller:
             self.threads.append(t)
 
     def _send(self, tag, prompt, timeout: float) -> None:
-        body = {"input_ids": prompt, "rid": f"chaos-{tag[0]}-{tag[1]}-{time.monotonic_ns()}",
-                "sampling_params": {"max_new_tokens": self.max_new_tokens, "temperature": 0, "ignore_eos": True}}
+        body = {
+            "input_ids": prompt,
+            "rid": f"chaos-{tag[0]}-{tag[1]}-{time.monotonic_ns()}",
+            "sampling_params": {"max_new_tokens": self.max_new_tokens, "temperature": 0, "ignore_eos": True},
+        }
         try:
             resp = requests.post(f"{self.url}/generate", json=body, timeout=timeout)
             data = resp.json() if resp.status_code == 200 else None

@@ -4,8 +4,9 @@ faults, smallest magnitudes that still fail) and replay (how often it fails)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from hctool import log as hlog
 from hctool.chaos.runner import ChaosRunner, RunResult
@@ -19,7 +20,7 @@ def log(msg: str) -> None:
 
 class Exploration(NamedTuple):
     runs: list[tuple[Schedule, RunResult]]
-    first_anomaly_s: float | None    # seconds from the start to the first anomalous run's end
+    first_anomaly_s: float | None  # seconds from the start to the first anomalous run's end
     seconds: float
 
 
@@ -32,9 +33,16 @@ def shard_indices(shard: tuple[int, int]):
         k += n
 
 
-def explore(runner: ChaosRunner, seed: int, budget_s: float, shard: tuple[int, int] = (1, 1),
-            kinds=DEFAULT_KINDS, max_schedules: int | None = None, keep_going: bool = False,
-            progress: Callable[[int, float, str], None] | None = None) -> Exploration:
+def explore(
+    runner: ChaosRunner,
+    seed: int,
+    budget_s: float,
+    shard: tuple[int, int] = (1, 1),
+    kinds=DEFAULT_KINDS,
+    max_schedules: int | None = None,
+    keep_going: bool = False,
+    progress: Callable[[int, float, str], None] | None = None,
+) -> Exploration:
     t0 = time.monotonic()
     runner.prepare()  # setup and reference count against the budget too
     runs, first = [], None
@@ -42,13 +50,15 @@ def explore(runner: ChaosRunner, seed: int, budget_s: float, shard: tuple[int, i
         elapsed = time.monotonic() - t0
         if elapsed >= budget_s or (max_schedules is not None and count >= max_schedules):
             break
-        sched = generate(seed, index, runner.world_size, kinds, horizon_s=runner.horizon_s,
-                         early=runner.early_windows)
+        sched = generate(seed, index, runner.world_size, kinds, horizon_s=runner.horizon_s, early=runner.early_windows)
         log(f"chaos: schedule {index} (seed {seed}): {'; '.join(sched.specs())}")
         res = runner.run(sched, f"s{seed}-{index}")
         runs.append((sched, res))
-        log(f"chaos: schedule {index}: {res.verdict}" + "".join(f"; {a.invariant}" for a in res.anomalies)
-            + f" in {res.seconds:.0f} s")
+        log(
+            f"chaos: schedule {index}: {res.verdict}"
+            + "".join(f"; {a.invariant}" for a in res.anomalies)
+            + f" in {res.seconds:.0f} s"
+        )
         if progress:
             progress(len(runs), time.monotonic() - t0, res.verdict)
         if res.anomalies and first is None:
@@ -95,11 +105,18 @@ def _smaller(f: Fault) -> list[Fault]:
 class Shrunk(NamedTuple):
     schedule: Schedule
     attempts: int
-    trail: list[Schedule]   # the input, then every accepted reduction in order
+    trail: list[Schedule]  # the input, then every accepted reduction in order
 
 
-def shrink(runner: ChaosRunner, sched: Schedule, invariant: str, budget_s: float, need: int = 5, tries: int = 5,
-           predicate: Callable[[Schedule, str], bool] | None = None) -> Shrunk:
+def shrink(
+    runner: ChaosRunner,
+    sched: Schedule,
+    invariant: str,
+    budget_s: float,
+    need: int = 5,
+    tries: int = 5,
+    predicate: Callable[[Schedule, str], bool] | None = None,
+) -> Shrunk:
     """Greedy delta debugging to a fixpoint: drop faults one at a time while it still
     fails, then make each remaining fault one step smaller; repeat both while either
     changed something (a fault made smaller may become droppable). Returns (schedule,
@@ -128,22 +145,23 @@ def shrink(runner: ChaosRunner, sched: Schedule, invariant: str, budget_s: float
     while changed and left():
         changed, i = False, 0
         while i < len(faults) and len(faults) > 1:
-            cand = faults[:i] + faults[i + 1:]
+            cand = faults[:i] + faults[i + 1 :]
             if accept(cand):
                 faults, changed = cand, True
             else:
                 i += 1
         for i in range(len(faults)):
             for smaller in _smaller(faults[i]):
-                cand = faults[:i] + [smaller] + faults[i + 1:]
+                cand = faults[:i] + [smaller] + faults[i + 1 :]
                 if accept(cand):
                     faults, changed = cand, True
                     break
     return Shrunk(sched.with_faults(faults), attempts, trail)
 
 
-def replay_trail(runner: ChaosRunner, trail: list[Schedule], invariant: str, times: int,
-                 min_hits: int) -> list[tuple[Schedule, int]]:
+def replay_trail(
+    runner: ChaosRunner, trail: list[Schedule], invariant: str, times: int, min_hits: int
+) -> list[tuple[Schedule, int]]:
     """Replay the last reduction `times` times; while it reproduces fewer than
     `min_hits`, step back along the trail (the acceptance rule passes a schedule at
     the edge of its rate by luck now and then). Returns every (schedule, hits)
@@ -161,5 +179,8 @@ def replay(runner: ChaosRunner, sched: Schedule, invariant: str, times: int, nam
     for k in range(times):
         res = runner.run(sched, f"{name}{k + 1}")
         hits += any(a.invariant == invariant for a in res.anomalies)
-        log(f"chaos: {name} {k + 1}/{times}: {'reproduced' if any(a.invariant == invariant for a in res.anomalies) else 'not reproduced'}")
+        log(
+            f"chaos: {name} {k + 1}/{times}: "
+            + ("reproduced" if any(a.invariant == invariant for a in res.anomalies) else "not reproduced")
+        )
     return hits

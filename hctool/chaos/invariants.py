@@ -25,15 +25,16 @@ class Anomaly(NamedTuple):
 @dataclass
 class RunRecord:
     """Everything one run left behind, gathered by the runner."""
+
     run_dir: Path
-    outcome: str                       # the harness's: done | stalled | deadline | watcher | death
+    outcome: str  # the harness's: done | stalled | deadline | watcher | death
     death: str | None
     watcher_report: Report | None
     final_report: Report | None
     sent: int
-    answered: dict                     # (tag, index) -> output ids
-    meta: dict                         # (tag, index) -> meta_info
-    expected: dict                     # (tag, index) -> reference output ids
+    answered: dict  # (tag, index) -> output ids
+    meta: dict  # (tag, index) -> meta_info
+    expected: dict  # (tag, index) -> reference output ids
     errors: list[str]
     unanswered: int
     killed_ranks: list[int] = field(default_factory=list)
@@ -56,14 +57,23 @@ def check_consensus(r: RunRecord) -> list[Anomaly] | None:
     # their traces afterwards is that snapshot: liveness reports the stall.
     killed_busy = r.outcome in ("stalled", "deadline")
     for report in (r.watcher_report, r.final_report):
-        if report and (report.verdict is Verdict.DIVERGED or (
-                report.verdict is Verdict.HUNG and report.first_divergence and not killed_busy)):
+        if report and (
+            report.verdict is Verdict.DIVERGED
+            or (report.verdict is Verdict.HUNG and report.first_divergence and not killed_busy)
+        ):
             first = report.first_divergence
-            return [Anomaly("consensus", {"verdict": report.verdict.value,
-                                          "cause": first.cause_line() if first else report.reason,
-                                          "symptom": first.symptom_line() if first else None,
-                                          "first_divergence": first.to_json() if first else None,
-                                          "counts": report.counts})]
+            return [
+                Anomaly(
+                    "consensus",
+                    {
+                        "verdict": report.verdict.value,
+                        "cause": first.cause_line() if first else report.reason,
+                        "symptom": first.symptom_line() if first else None,
+                        "first_divergence": first.to_json() if first else None,
+                        "counts": report.counts,
+                    },
+                )
+            ]
     if r.death and not r.killed_ranks:
         for name, text in r.logs().items():
             hit = next((line for line in text.splitlines() if any(m in line for m in MISMATCH)), None)
@@ -87,8 +97,15 @@ def check_liveness(r: RunRecord) -> list[Anomaly] | None:
     if starved:
         found.append(Anomaly("liveness", {"what": "work waiting and nothing running", "ranks": starved}))
     if r.outcome in ("stalled", "deadline"):
-        found.append(Anomaly("liveness", {"what": f"workload {r.outcome}: {r.unanswered} of {r.sent} requests "
-                                                  "unanswered, ranks alive", "status": last_status(r)}))
+        found.append(
+            Anomaly(
+                "liveness",
+                {
+                    "what": f"workload {r.outcome}: {r.unanswered} of {r.sent} requests unanswered, ranks alive",
+                    "status": last_status(r),
+                },
+            )
+        )
     elif r.death and not r.killed_ranks and not check_consensus(r):
         found.append(Anomaly("liveness", {"what": "a rank died", "death": r.death, "status": last_status(r)}))
     elif r.outcome == "done" and r.unanswered:
@@ -104,10 +121,18 @@ def check_correctness(r: RunRecord) -> list[Anomaly] | None:
         want = r.expected.get(key)
         if want is not None and got != want:
             at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-            return [Anomaly("correctness", {"request": f"{key[0]}:{key[1]}", "first_diff_at": at,
-                                            "expected": want[at:at + 8], "got": got[at:at + 8],
-                                            "mismatched": sum(r.expected.get(k) not in (None, v)
-                                                              for k, v in r.answered.items())})]
+            return [
+                Anomaly(
+                    "correctness",
+                    {
+                        "request": f"{key[0]}:{key[1]}",
+                        "first_diff_at": at,
+                        "expected": want[at : at + 8],
+                        "got": got[at : at + 8],
+                        "mismatched": sum(r.expected.get(k) not in (None, v) for k, v in r.answered.items()),
+                    },
+                )
+            ]
     return []
 
 
@@ -124,8 +149,10 @@ def check_accounting(r: RunRecord) -> list[Anomaly] | None:
         problems = []
         l1 = q["l1"]
         if l1["free"] + l1["cached"] + l1["in_use"] != l1["total"] or l1["in_use"]:
-            problems.append(f"L1 free {l1['free']} + cached {l1['cached']} + in use {l1['in_use']} "
-                            f"vs total {l1['total']} at quiesce")
+            problems.append(
+                f"L1 free {l1['free']} + cached {l1['cached']} + in use {l1['in_use']} "
+                f"vs total {l1['total']} at quiesce"
+            )
         l2 = q.get("l2")
         if l2 and l2["free"] + l2["used"] != l2["total"]:
             problems.append(f"L2 free {l2['free']} + used {l2['used']} != total {l2['total']}")
@@ -166,13 +193,19 @@ def check_metrics(r: RunRecord) -> list[Anomaly] | None:
             bad_split.append(f"{key[0]}:{key[1]}")
     found = []
     if bad_split:
-        found.append(Anomaly("metrics", {"what": "cached_tokens != sum of cached_tokens_details", "requests": bad_split[:5]}))
+        found.append(
+            Anomaly("metrics", {"what": "cached_tokens != sum of cached_tokens_details", "requests": bad_split[:5]})
+        )
     for src, value in client.items():
         served = m.get(f'hicache_cached_tokens_total{{cache_source="{src}"}}')
         # Cancelled requests still run (and count) on the engine; nobody saw their meta_info.
         if served is None or (served != value if not r.cancelled else served < value):
-            found.append(Anomaly("metrics", {"what": f"/metrics cached tokens from {src} vs responses",
-                                             "metrics": served, "responses": value}))
+            found.append(
+                Anomaly(
+                    "metrics",
+                    {"what": f"/metrics cached tokens from {src} vs responses", "metrics": served, "responses": value},
+                )
+            )
     return found
 
 

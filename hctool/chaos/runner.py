@@ -16,23 +16,31 @@ from hctool.chaos.history import History
 from hctool.chaos.invariants import CHECKERS, Anomaly, RunRecord, check_all
 from hctool.chaos.schedule import Schedule
 from hctool.chaos.target import Target
-from hctool.protocol.faults import IN_RANK
 from hctool.launch import TopologyError
+from hctool.protocol.faults import IN_RANK
 from hctool.repro.harness import HarnessOptions, ReproHarness
 
 
 class RunResult(NamedTuple):
     name: str
-    verdict: str                 # valid | invalid | unknown
+    verdict: str  # valid | invalid | unknown
     anomalies: list[Anomaly]
-    blind: list[str]             # checkers that could not look
+    blind: list[str]  # checkers that could not look
     seconds: float
     run_dir: str
 
 
 class ChaosRunner:
-    def __init__(self, target: Target, artifacts: Path, history: History, starve_ticks: int = 1000,
-                 checkers: tuple[str, ...] = CHECKERS, timeout: float | None = None, horizon_s: float = 12.0):
+    def __init__(
+        self,
+        target: Target,
+        artifacts: Path,
+        history: History,
+        starve_ticks: int = 1000,
+        checkers: tuple[str, ...] = CHECKERS,
+        timeout: float | None = None,
+        horizon_s: float = 12.0,
+    ):
         self.target, self.history, self.checkers, self.horizon_s = target, history, checkers, horizon_s
         self.starve_ticks = starve_ticks
         self.harness = ReproHarness(target.scenario, HarnessOptions(artifacts=artifacts, timeout=timeout))
@@ -80,8 +88,16 @@ class ChaosRunner:
         result = RunResult(name, verdict, anomalies, blind, round(time.monotonic() - t0, 2), report.artifacts)
         for a in anomalies:
             self.history.add("anomaly", run=name, invariant=a.invariant, evidence=a.evidence)
-        self.history.add("verdict", run=name, verdict=verdict, harness=report.verdict, reason=report.reason,
-                         requests=report.requests, blind=blind, seconds=result.seconds)
+        self.history.add(
+            "verdict",
+            run=name,
+            verdict=verdict,
+            harness=report.verdict,
+            reason=report.reason,
+            requests=report.requests,
+            blind=blind,
+            seconds=result.seconds,
+        )
         return result
 
     def _record(self, ctl: Controller, run_dir: Path) -> RunRecord | None:
@@ -89,14 +105,37 @@ class ChaosRunner:
             return None
         obs, driver = ctl.record["obs"], ctl.record["driver"]
         ref = self.harness.reference or {}
-        answered = {**{("workload", f"{k[0]}.{k[1]}"): v for k, v in driver.outputs.items()},
-                    **{(t[0], str(t[1])): v for t, v in ctl.extra.items()}}
-        expected = {**{("workload", f"{k[0]}.{k[1]}"): v for k, v in ref.items()},
-                    **{(t[0], str(t[1])): ref.get(k) for t, k in ctl.extra_expected.items()}}
-        meta = {**{("workload", f"{k[0]}.{k[1]}"): v for k, v in driver.meta.items()},
-                **{(t[0], str(t[1])): v for t, v in ctl.extra_meta.items()}}
-        unanswered = (max(0, driver.sent - driver.succeeded - driver.failed) + ctl.extra_failed
-                      + sum(t.is_alive() for t in ctl.threads))
-        return RunRecord(run_dir, obs.outcome, obs.rank_died, obs.watcher_report, obs.final_report, driver.sent,
-                         answered, meta, expected, list(driver.errors), unanswered, list(ctl.killed), ctl.cancelled,
-                         ctl.metrics_text, ctl.record["orphans"])
+        answered = {
+            **{("workload", f"{k[0]}.{k[1]}"): v for k, v in driver.outputs.items()},
+            **{(t[0], str(t[1])): v for t, v in ctl.extra.items()},
+        }
+        expected = {
+            **{("workload", f"{k[0]}.{k[1]}"): v for k, v in ref.items()},
+            **{(t[0], str(t[1])): ref.get(k) for t, k in ctl.extra_expected.items()},
+        }
+        meta = {
+            **{("workload", f"{k[0]}.{k[1]}"): v for k, v in driver.meta.items()},
+            **{(t[0], str(t[1])): v for t, v in ctl.extra_meta.items()},
+        }
+        unanswered = (
+            max(0, driver.sent - driver.succeeded - driver.failed)
+            + ctl.extra_failed
+            + sum(t.is_alive() for t in ctl.threads)
+        )
+        return RunRecord(
+            run_dir,
+            obs.outcome,
+            obs.rank_died,
+            obs.watcher_report,
+            obs.final_report,
+            driver.sent,
+            answered,
+            meta,
+            expected,
+            list(driver.errors),
+            unanswered,
+            list(ctl.killed),
+            ctl.cancelled,
+            ctl.metrics_text,
+            ctl.record["orphans"],
+        )

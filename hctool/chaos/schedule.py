@@ -28,17 +28,49 @@ from hctool.protocol.safefile import read_named, why
 
 # Kinds explore draws by default: all but rank-kill (a killed rank ends the run;
 # ask for it with --kinds). Magnitude ranges (ms or n) per kind.
-DEFAULT_KINDS = ("h2d-sleep", "d2h-sleep", "free-delay", "storage-latency", "storage-error", "storage-timeout",
-                 "storage-partial", "clock-skew", "clock-jump", "rank-pause", "request-burst", "request-cancel")
+DEFAULT_KINDS = (
+    "h2d-sleep",
+    "d2h-sleep",
+    "free-delay",
+    "storage-latency",
+    "storage-error",
+    "storage-timeout",
+    "storage-partial",
+    "clock-skew",
+    "clock-jump",
+    "rank-pause",
+    "request-burst",
+    "request-cancel",
+)
 # Against a command (the user's program) explore draws the generic kinds: no knowledge of the
 # program is needed (io-delay acts on every file the program opens: path="*").
-COMMAND_KINDS = ("clock-skew", "clock-jump", "clock-jitter", "thread-slow", "collective-delay", "io-delay",
-                 "rank-pause")
-MAGNITUDE = {"thread-slow": (10, 300), "collective-delay": (5, 400), "io-delay": (5, 200), "cuda-sleep": (5, 200),
-             "h2d-sleep": (5, 200), "d2h-sleep": (5, 200), "free-delay": (20, 600), "storage-latency": (5, 120),
-             "storage-timeout": (50, 1500), "clock-skew": (50, 500), "clock-jump": (500, 8000),
-             "rank-pause": (100, 2000), "request-cancel": (50, 500),
-             "clock-jitter": (5, 100), "host-pool-shrink": (1, 4), "storage-miss": (1, 4)}  # the last two: pages
+COMMAND_KINDS = (
+    "clock-skew",
+    "clock-jump",
+    "clock-jitter",
+    "thread-slow",
+    "collective-delay",
+    "io-delay",
+    "rank-pause",
+)
+MAGNITUDE = {
+    "thread-slow": (10, 300),
+    "collective-delay": (5, 400),
+    "io-delay": (5, 200),
+    "cuda-sleep": (5, 200),
+    "h2d-sleep": (5, 200),
+    "d2h-sleep": (5, 200),
+    "free-delay": (20, 600),
+    "storage-latency": (5, 120),
+    "storage-timeout": (50, 1500),
+    "clock-skew": (50, 500),
+    "clock-jump": (500, 8000),
+    "rank-pause": (100, 2000),
+    "request-cancel": (50, 500),
+    "clock-jitter": (5, 100),
+    "host-pool-shrink": (1, 4),
+    "storage-miss": (1, 4),
+}  # the last two: pages
 COUNTS = {"request-burst": (2, 12), "request-cancel": (1, 6)}
 # The bug class is decisions made from rank-local timing, so faults that make
 # one rank's copies, frees or storage slower than its peers' are drawn more often.
@@ -53,9 +85,9 @@ class ScheduleError(ValueError):
 @dataclass(frozen=True)
 class Schedule:
     faults: tuple[Fault, ...]
-    heal_s: float | None = None   # None: heal when the workload is done
+    heal_s: float | None = None  # None: heal when the workload is done
     seed: int = 0
-    index: int = field(default=0, compare=False)   # its number within an exploration
+    index: int = field(default=0, compare=False)  # its number within an exploration
 
     def __post_init__(self) -> None:
         if self.heal_s is not None:  # nan passed `<= 0` and failed after the baseline had run
@@ -92,7 +124,9 @@ class Schedule:
             for k, v in f.to_dict().items():
                 if v is None:
                     continue
-                lines.append(f"{k} = {v!r}" if isinstance(v, str) else f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}")
+                lines.append(
+                    f"{k} = {v!r}" if isinstance(v, str) else f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
+                )
         return "\n".join(lines).replace("'", '"') + "\n"
 
     def with_faults(self, faults) -> Schedule:
@@ -147,13 +181,22 @@ def parse_kinds(text: str | None, default: tuple[str, ...] = DEFAULT_KINDS) -> t
         raise ScheduleError(f"unknown fault kind {bad[0] if bad else text!r}; known: {', '.join(FAULT_KINDS)}")
     named = [k for k in kinds if k in BY_NAME]  # generate() cannot make up a function of the program
     if named:
-        raise ScheduleError(f"fault kind {named[0]} needs fn=pkg.mod:Qual.name, which exploration cannot draw; "
-                            "put it in a schedule file for chaos run")
+        raise ScheduleError(
+            f"fault kind {named[0]} needs fn=pkg.mod:Qual.name, which exploration cannot draw; "
+            "put it in a schedule file for chaos run"
+        )
     return kinds
 
 
-def generate(seed: int, index: int, world_size: int, kinds=DEFAULT_KINDS, horizon_s: float = 20.0,
-             max_faults: int = 4, early: bool = True) -> Schedule:
+def generate(
+    seed: int,
+    index: int,
+    world_size: int,
+    kinds=DEFAULT_KINDS,
+    horizon_s: float = 20.0,
+    max_faults: int = 4,
+    early: bool = True,
+) -> Schedule:
     """Schedule `index` of exploration `seed`: 1..max_faults faults, each with a
     kind, target, magnitude, probability and window (within horizon_s) drawn from
     one RNG; the heal comes when the workload is done. `early`: windows open in the
@@ -172,7 +215,11 @@ def generate(seed: int, index: int, world_size: int, kinds=DEFAULT_KINDS, horizo
         lo, hi = MAGNITUDE.get(kind, (0, 0))
         ms = float(round(rng.uniform(lo, hi))) if hi else 0.0
         n = rng.randint(*COUNTS[kind]) if kind in COUNTS else 0
-        p = 1.0 if rng.random() < 0.6 or kind in CERTAIN or kind.startswith("clock") else round(rng.uniform(0.1, 1.0), 2)
+        p = (
+            1.0
+            if rng.random() < 0.6 or kind in CERTAIN or kind.startswith("clock")
+            else round(rng.uniform(0.1, 1.0), 2)
+        )
         # Rank asymmetry matters while requests queue, so windows start early and
         # mostly last until the heal; one-shot faults land anywhere before it.
         start = round(rng.uniform(0, horizon_s * ((0.75 if kind in CERTAIN else 0.3) if early else 0.9)), 1)

@@ -15,8 +15,8 @@ from hctool.repro.scenario import Scenario, ScenarioError, Variant, Workload
 class Target:
     scenario: Scenario
     variant: Variant
-    base_faults: tuple[str, ...]   # the scenario's own faults, unless --no-scenario-faults
-    args: tuple[str, ...]          # the CLI words that name this target again (for replay)
+    base_faults: tuple[str, ...]  # the scenario's own faults, unless --no-scenario-faults
+    args: tuple[str, ...]  # the CLI words that name this target again (for replay)
 
     @property
     def label(self) -> str:
@@ -32,12 +32,19 @@ class Target:
 CHAOS_HANG_AFTER_S = 10.0
 
 
-def scenario_target(sid: str, variant: str | None, no_scenario_faults: bool, catalogue: list[Path] = (),
-                    rounds: int | None = None, hang_after: float | None = None) -> Target:
+def scenario_target(
+    sid: str,
+    variant: str | None,
+    no_scenario_faults: bool,
+    catalogue: list[Path] = (),
+    rounds: int | None = None,
+    hang_after: float | None = None,
+) -> Target:
     """`rounds` caps the scenario's workload: a chaos run needs rounds enough for the
     faults to meet queued work, not the repro's full length (the runs per minute
     are what finds a timing bug). `hang_after` replaces the scenario's hang bound."""
     from hctool.repro.catalogue import find_scenario
+
     s = find_scenario(sid, list(catalogue))
     v = s.variant(variant) if variant else s.variants[0]
     args = ["--scenario", sid, "--variant", v.name, *(["--no-scenario-faults"] if no_scenario_faults else [])]
@@ -63,13 +70,31 @@ def launch_target(flags: list[str], tp: int = 2, hang_after: float | None = None
             tp = int(flags[i + 1])
         except (IndexError, ValueError):
             raise ScenarioError("--tp needs an integer") from None
-        del flags[i:i + 2]
-    s = Scenario(id="launch", title="hctool launch " + shlex.join(flags), summary="", upstream={}, tp=tp,
-                 engine_flags=tuple(flags), setup_flags=(), faults=(), probes=(),
-                 workload=Workload(seed=0, hot_prefixes=4, prefix_tokens=128, suffix_tokens=16,
-                                   requests_per_round=8, rounds=3, max_new_tokens=8),
-                 variants=(Variant("launch", (), ("healthy",)),), stall_timeout=20.0, deadline=120.0,
-                 hang_after=CHAOS_HANG_AFTER_S if hang_after is None else hang_after)
+        del flags[i : i + 2]
+    s = Scenario(
+        id="launch",
+        title="hctool launch " + shlex.join(flags),
+        summary="",
+        upstream={},
+        tp=tp,
+        engine_flags=tuple(flags),
+        setup_flags=(),
+        faults=(),
+        probes=(),
+        workload=Workload(
+            seed=0,
+            hot_prefixes=4,
+            prefix_tokens=128,
+            suffix_tokens=16,
+            requests_per_round=8,
+            rounds=3,
+            max_new_tokens=8,
+        ),
+        variants=(Variant("launch", (), ("healthy",)),),
+        stall_timeout=20.0,
+        deadline=120.0,
+        hang_after=CHAOS_HANG_AFTER_S if hang_after is None else hang_after,
+    )
     try:
         s.server_args(s.variants[0])
     except ValueError as exc:

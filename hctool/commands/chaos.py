@@ -17,7 +17,9 @@ from hctool import log
 from hctool.errors import UsageError
 from hctool.report import write_run_report
 
-app = typer.Typer(no_args_is_help=True, help="Chaos testing: random fault schedules, invariants, shrinking (docs/chaos.md).")
+app = typer.Typer(
+    no_args_is_help=True, help="Chaos testing: random fault schedules, invariants, shrinking (docs/chaos.md)."
+)
 EXTRA = {"allow_extra_args": True, "ignore_unknown_options": False}
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2}
 ENGINE_HORIZON_S = 20.0  # the engine's faults start within this; its interesting part is while requests queue
@@ -28,26 +30,48 @@ NoFaultsOpt = typer.Option(False, "--no-scenario-faults", help="Leave the scenar
 CatalogueOpt = typer.Option([], "--catalogue", help="Also load scenarios from this folder.")
 JsonOpt = typer.Option(False, "--json", help="Print only the JSON report on stdout.")
 ArtifactsOpt = typer.Option(None, "--artifacts", help="Run directory (default ./hctool-runs/chaos-TIME).")
-RoundsOpt = typer.Option(2, "--rounds", min=1, help="Workload rounds per run (caps the scenario's; fewer rounds, more schedules per minute).")
-HangOpt = typer.Option(None, "--hang-after", min=0.1, max=86400, help="Seconds a collective may block while a peer is elsewhere before it is a hang (default 10: above what one schedule's delays add up to; replay commands carry it).")
+RoundsOpt = typer.Option(
+    2, "--rounds", min=1, help="Workload rounds per run (caps the scenario's; fewer rounds, more schedules per minute)."
+)
+HangOpt = typer.Option(
+    None,
+    "--hang-after",
+    min=0.1,
+    max=86400,
+    help="Seconds a collective may block while a peer is elsewhere before it is a hang (default 10: above what "
+    "one schedule's delays add up to; replay commands carry it).",
+)
 StarveOpt = typer.Option(1000, "--starve-ticks", min=1, help="Liveness: ticks with work waiting and nothing running.")
 
 
 NprocOpt = typer.Option(2, "--nproc", "-n", help="Ranks to start for a -- SCRIPT.py target.")
 TimeoutOpt = typer.Option(None, "--timeout", help="A command target: seconds one run may take (default 300).")
-SameOutputOpt = typer.Option(None, "--same-output", help="A command target: stdout lines matching this regex must "
-                             "equal those of the fault-free run.")
+SameOutputOpt = typer.Option(
+    None,
+    "--same-output",
+    help="A command target: stdout lines matching this regex must equal those of the fault-free run.",
+)
 
 
-def _target(ctx: typer.Context, scenario, variant, no_faults, catalogue, rounds: int | None = None,
-            hang_after: float | None = None, nproc: int = 2, timeout: float | None = None,
-            same_output: str | None = None):
+def _target(
+    ctx: typer.Context,
+    scenario,
+    variant,
+    no_faults,
+    catalogue,
+    rounds: int | None = None,
+    hang_after: float | None = None,
+    nproc: int = 2,
+    timeout: float | None = None,
+    same_output: str | None = None,
+):
     """--scenario ID, or what follows `--`: engine flags (start with -) or a command (anything else)."""
     import re
 
     from hctool.chaos.target import CHAOS_HANG_AFTER_S, launch_target, scenario_target
     from hctool.repro.scenario import ScenarioError
     from hctool.targets import TargetError
+
     hang_after = CHAOS_HANG_AFTER_S if hang_after is None else hang_after
     flags = list(ctx.args)
     try:
@@ -57,24 +81,33 @@ def _target(ctx: typer.Context, scenario, variant, no_faults, catalogue, rounds:
             return scenario_target(scenario, variant, no_faults, catalogue, rounds, hang_after)
         if flags and not flags[0].startswith("-"):
             from hctool.chaos.command import command_target
+
             return command_target(flags, nproc, hang_after, timeout, same_output, CHAOS_HANG_AFTER_S)
         if same_output is not None or timeout is not None:
-            raise UsageError("--same-output and --timeout are for a command target", "hctool chaos explore -- torchrun ...")
+            raise UsageError(
+                "--same-output and --timeout are for a command target", "hctool chaos explore -- torchrun ..."
+            )
         if flags:
             return launch_target(flags, hang_after=hang_after)
     except ScenarioError as exc:
         raise UsageError(str(exc), "see `hctool repro list` and `hctool launch --help`") from None
     except TargetError as exc:
-        raise UsageError(str(exc), "after -- give a command (torchrun ..., python -m ..., SCRIPT.py) or engine flags") from None
+        raise UsageError(
+            str(exc), "after -- give a command (torchrun ..., python -m ..., SCRIPT.py) or engine flags"
+        ) from None
     except re.error as exc:
         raise UsageError(f"bad --same-output regex: {exc}", "e.g. --same-output '^loss'") from None
-    raise UsageError("no target", "give --scenario ID [--variant V], `-- ENGINE-FLAGS` (as for hctool launch), "
-                     "or `-- CMD` (your program: torchrun ..., SCRIPT.py)")
+    raise UsageError(
+        "no target",
+        "give --scenario ID [--variant V], `-- ENGINE-FLAGS` (as for hctool launch), "
+        "or `-- CMD` (your program: torchrun ..., SCRIPT.py)",
+    )
 
 
 def _runner(target, root: Path, history, starve_ticks: int, horizon: float | None = None):
     from hctool.chaos.command import CommandRunner, CommandTarget
     from hctool.chaos.runner import ChaosRunner
+
     if isinstance(target, CommandTarget):
         return CommandRunner(target, root, history, horizon_s=horizon)
     return ChaosRunner(target, root, history, starve_ticks, **({} if horizon is None else {"horizon_s": horizon}))
@@ -83,6 +116,7 @@ def _runner(target, root: Path, history, starve_ticks: int, horizon: float | Non
 def _checkers(target) -> tuple[str, ...]:
     from hctool.chaos.command import COMMAND_CHECKERS, CommandTarget
     from hctool.chaos.invariants import CHECKERS
+
     return COMMAND_CHECKERS if isinstance(target, CommandTarget) else CHECKERS
 
 
@@ -90,25 +124,33 @@ def _check_kinds(target, kinds) -> None:
     """The engine's kinds act through hctool's engine only: refused against a command."""
     from hctool.chaos.command import CommandTarget
     from hctool.protocol.faults import ENGINE_ONLY
+
     bad = sorted({k for k in kinds if k in ENGINE_ONLY}) if isinstance(target, CommandTarget) else []
     if bad:
         from hctool.protocol.faults import BY_NAME, FAULT_KINDS
+
         usable = [k for k in FAULT_KINDS if k not in ENGINE_ONLY and k not in BY_NAME]
-        raise UsageError(f"fault kind {bad[0]} acts on hctool's own engine, not on a command",
-                         f"for a program: {', '.join(usable)}; by name: delay:fn=..., raise:fn=...")
+        raise UsageError(
+            f"fault kind {bad[0]} acts on hctool's own engine, not on a command",
+            f"for a program: {', '.join(usable)}; by name: delay:fn=..., raise:fn=...",
+        )
 
 
 def _check_names(target, faults) -> None:
     """A by-name fault of a schedule names a function of the program: checked before anything runs."""
     from hctool.chaos.command import CommandTarget
     from hctool.resolve import check_function
+
     if not isinstance(target, CommandTarget):
         return
     main = target.command.main_source()
     for f in faults:
         why = check_function(f.fn, main) if f.fn else None
         if why:
-            raise UsageError(f"schedule fault {f.spec()}: {why}", "name a function as pkg.mod:Qual.name (__main__:name in the script)")
+            raise UsageError(
+                f"schedule fault {f.spec()}: {why}",
+                "name a function as pkg.mod:Qual.name (__main__:name in the script)",
+            )
 
 
 @contextlib.contextmanager
@@ -116,17 +158,23 @@ def _clean_without_faults():
     """Around the fault-free run (a command) or setup + reference (the engine): a target that
     fails without faults is the user's to fix, one Error line."""
     from hctool.chaos.command import ChaosSetupError
+
     try:
         yield
     except ChaosSetupError as exc:
-        raise UsageError(str(exc), "chaos explores a program that is clean without faults: fix it, or check it with "
-                         "hctool check-consensus run") from None
+        raise UsageError(
+            str(exc),
+            "chaos explores a program that is clean without faults: fix it, or check it with "
+            "hctool check-consensus run",
+        ) from None
 
 
 def _setup(artifacts: Path | None, what: str):
     from hctool.chaos.history import History
+
     root = Path(artifacts or Path("hctool-runs") / f"chaos-{what}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
     from hctool import runlock
+
     runlock.claim(root, f"chaos {what}", refuse_glob="*")  # one run per folder: refused if another holds it
     log.info(f"chaos {what}: artifacts in {root}")
     return root, History(root / "history.jsonl")
@@ -134,6 +182,7 @@ def _setup(artifacts: Path | None, what: str):
 
 def _schedule(path: Path):
     from hctool.chaos.schedule import ScheduleError, load_schedule
+
     try:
         return load_schedule(path)
     except ScheduleError as exc:
@@ -147,12 +196,16 @@ def _finish(report: dict, root: Path, as_json: bool) -> None:
         print(json.dumps(report, indent=2, default=str))
     else:
         from rich.console import Console
+
         from hctool.chaos.report import render
+
         render(report, Console(width=None if sys.stdout.isatty() else 160))
     raise typer.Exit(EXIT[report["verdict"]])
 
 
-AcceptOpt = typer.Option("5/5", "--accept", help="Shrinking keeps a reduction only if it reproduces in K of N runs (K/N).")
+AcceptOpt = typer.Option(
+    "5/5", "--accept", help="Shrinking keeps a reduction only if it reproduces in K of N runs (K/N)."
+)
 
 
 def _accept(text: str) -> tuple[int, int]:
@@ -165,10 +218,21 @@ def _accept(text: str) -> tuple[int, int]:
     return need, tries
 
 
-def _shrink_and_replay(runner, target, sched, anomaly, root: Path, shrink_budget: float, replays: int, k: int,
-                       accept: tuple[int, int] = (5, 5), min_rate: float = 0.8):
+def _shrink_and_replay(
+    runner,
+    target,
+    sched,
+    anomaly,
+    root: Path,
+    shrink_budget: float,
+    replays: int,
+    k: int,
+    accept: tuple[int, int] = (5, 5),
+    min_rate: float = 0.8,
+):
     from hctool.chaos.explore import replay_trail, shrink
     from hctool.chaos.report import anomaly_entry, replay_command
+
     # `one` is resolved first: it picks its rank from the fault's text, so a shrink step
     # that changed the text (start 0, half the ms) would move the fault to another rank.
     sched = sched.with_faults(f.resolved(runner.world_size, sched.seed) for f in sched.faults)
@@ -176,32 +240,53 @@ def _shrink_and_replay(runner, target, sched, anomaly, root: Path, shrink_budget
     if shrink_budget > 0:
         res = shrink(runner, sched, anomaly.invariant, shrink_budget, need=accept[0], tries=accept[1])
         trail = res.trail
-        log.info(f"chaos: shrunk to {len(res.schedule.faults)} fault(s) in {res.attempts} attempt(s): "
-                 f"{'; '.join(res.schedule.specs())}")
+        log.info(
+            f"chaos: shrunk to {len(res.schedule.faults)} fault(s) in {res.attempts} attempt(s): "
+            f"{'; '.join(res.schedule.specs())}"
+        )
     replayed = replay_trail(runner, trail, anomaly.invariant, replays, math.ceil(min_rate * replays)) if replays else []
     final = replayed[-1][0] if replayed else trail[-1]
     path = root / f"anomaly-{k}.toml"
     path.write_text(final.to_toml())
-    entry = anomaly_entry(anomaly, sched, replay_command(path, target), final if final != sched else None,
-                          f"{replayed[-1][1]}/{replays}" if replayed else None)
+    entry = anomaly_entry(
+        anomaly,
+        sched,
+        replay_command(path, target),
+        final if final != sched else None,
+        f"{replayed[-1][1]}/{replays}" if replayed else None,
+    )
     if len(replayed) > 1:  # the steps backed off, for the record
         entry["replayed"] = [{"schedule": s.specs(), "reproduced": f"{h}/{replays}"} for s, h in replayed]
     return entry
 
 
 @app.command("run", context_settings=EXTRA)
-def run_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="Schedule TOML (docs/chaos.md)."),
-            scenario: str = ScenarioOpt, variant: str = VariantOpt, no_scenario_faults: bool = NoFaultsOpt,
-            catalogue: list[Path] = CatalogueOpt, runs: int = typer.Option(1, "--runs", min=1, help="Run it K times."),
-            rounds: int = typer.Option(None, "--rounds", min=1, help="Cap the scenario's workload rounds (replay commands carry it)."),
-            as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt,
-            hang_after: float = HangOpt, nproc: int = NprocOpt, timeout: float = TimeoutOpt,
-            same_output: str = SameOutputOpt) -> None:
+def run_cmd(
+    ctx: typer.Context,
+    schedule: Path = typer.Argument(..., help="Schedule TOML (docs/chaos.md)."),
+    scenario: str = ScenarioOpt,
+    variant: str = VariantOpt,
+    no_scenario_faults: bool = NoFaultsOpt,
+    catalogue: list[Path] = CatalogueOpt,
+    runs: int = typer.Option(1, "--runs", min=1, help="Run it K times."),
+    rounds: int = typer.Option(
+        None, "--rounds", min=1, help="Cap the scenario's workload rounds (replay commands carry it)."
+    ),
+    as_json: bool = JsonOpt,
+    artifacts: Path = ArtifactsOpt,
+    starve_ticks: int = StarveOpt,
+    hang_after: float = HangOpt,
+    nproc: int = NprocOpt,
+    timeout: float = TimeoutOpt,
+    same_output: str = SameOutputOpt,
+) -> None:
     """Run one schedule against a target (K times); exit 0 valid, 1 invalid, 2 could not run."""
     from hctool.chaos.report import anomaly_entry, build, replay_command
     from hctool.procs import sigterm_as_interrupt
-    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds, hang_after, nproc, timeout,
-                     same_output)
+
+    target = _target(
+        ctx, scenario, variant, no_scenario_faults, catalogue, rounds, hang_after, nproc, timeout, same_output
+    )
     sched = _schedule(schedule)
     _check_kinds(target, [f.kind for f in sched.faults])
     _check_names(target, sched.faults)
@@ -221,23 +306,44 @@ def run_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="Sched
 
 
 @app.command("explore", context_settings=EXTRA)
-def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = VariantOpt,
-                no_scenario_faults: bool = NoFaultsOpt, catalogue: list[Path] = CatalogueOpt, rounds: int = RoundsOpt,
-                budget: float = typer.Option(600.0, "--budget", min=1, help="Seconds of exploration (setup included)."),
-                seed: int = typer.Option(0, "--seed", help="Seed of the schedule generator."),
-                shard: str = typer.Option("1/1", "--shard", help="i/N: this machine's share of the schedules."),
-                kinds: str = typer.Option(None, "--kinds", help="Comma-separated fault kinds (default: the engine's kinds and "
-                                          "rank-pause for the engine; the generic kinds for a command; never rank-kill)."),
-                max_schedules: int = typer.Option(None, "--max-schedules", min=1, help="Stop after this many schedules."),
-                keep_going: bool = typer.Option(False, "--keep-going", help="Do not stop at the first anomaly."),
-                shrink_budget: float = typer.Option(600.0, "--shrink-budget", min=0, help="Seconds for shrinking (0: none)."),
-                replays: int = typer.Option(10, "--replays", min=0, help="Replays of the (shrunk) schedule (its reproduction rate)."),
-                accept: str = AcceptOpt,
-                horizon: float = typer.Option(None, "--horizon", min=1, help="Faults start within this many seconds (default: 20 "
-                                              "for the engine; a command's fault-free run length). The heal comes when the workload is done."),
-                as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt,
-            hang_after: float = HangOpt, nproc: int = NprocOpt, timeout: float = TimeoutOpt,
-            same_output: str = SameOutputOpt) -> None:
+def explore_cmd(
+    ctx: typer.Context,
+    scenario: str = ScenarioOpt,
+    variant: str = VariantOpt,
+    no_scenario_faults: bool = NoFaultsOpt,
+    catalogue: list[Path] = CatalogueOpt,
+    rounds: int = RoundsOpt,
+    budget: float = typer.Option(600.0, "--budget", min=1, help="Seconds of exploration (setup included)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the schedule generator."),
+    shard: str = typer.Option("1/1", "--shard", help="i/N: this machine's share of the schedules."),
+    kinds: str = typer.Option(
+        None,
+        "--kinds",
+        help="Comma-separated fault kinds (default: the engine's kinds and "
+        "rank-pause for the engine; the generic kinds for a command; never rank-kill).",
+    ),
+    max_schedules: int = typer.Option(None, "--max-schedules", min=1, help="Stop after this many schedules."),
+    keep_going: bool = typer.Option(False, "--keep-going", help="Do not stop at the first anomaly."),
+    shrink_budget: float = typer.Option(600.0, "--shrink-budget", min=0, help="Seconds for shrinking (0: none)."),
+    replays: int = typer.Option(
+        10, "--replays", min=0, help="Replays of the (shrunk) schedule (its reproduction rate)."
+    ),
+    accept: str = AcceptOpt,
+    horizon: float = typer.Option(
+        None,
+        "--horizon",
+        min=1,
+        help="Faults start within this many seconds (default: 20 "
+        "for the engine; a command's fault-free run length). The heal comes when the workload is done.",
+    ),
+    as_json: bool = JsonOpt,
+    artifacts: Path = ArtifactsOpt,
+    starve_ticks: int = StarveOpt,
+    hang_after: float = HangOpt,
+    nproc: int = NprocOpt,
+    timeout: float = TimeoutOpt,
+    same_output: str = SameOutputOpt,
+) -> None:
     """Random schedules until an anomaly or the budget; then shrink and replay it."""
     from hctool import progress
     from hctool.chaos.command import CommandTarget
@@ -245,8 +351,10 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
     from hctool.chaos.report import build
     from hctool.chaos.schedule import COMMAND_KINDS, DEFAULT_KINDS, ScheduleError, parse_kinds
     from hctool.procs import sigterm_as_interrupt
-    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds, hang_after, nproc, timeout,
-                     same_output)
+
+    target = _target(
+        ctx, scenario, variant, no_scenario_faults, catalogue, rounds, hang_after, nproc, timeout, same_output
+    )
     is_command = isinstance(target, CommandTarget)
     try:
         i, n = (int(x) for x in shard.split("/"))
@@ -262,49 +370,81 @@ def explore_cmd(ctx: typer.Context, scenario: str = ScenarioOpt, variant: str = 
     _check_kinds(target, kind_list)
     root, history = _setup(artifacts, "explore")
     # No --horizon: the engine's faults start within 20 s; a command's within its fault-free run.
-    runner = _runner(target, root, history, starve_ticks, ENGINE_HORIZON_S if horizon is None and not is_command else horizon)
+    runner = _runner(
+        target, root, history, starve_ticks, ENGINE_HORIZON_S if horizon is None and not is_command else horizon
+    )
     anomalous = []
 
     def show(k: int, t: float, verdict: str) -> None:  # schedules run, anomalies, budget left
         anomalous.append(verdict == "invalid")
-        bar.update(completed=min(t, budget), text=f"{k} schedules, {sum(anomalous)} anomalous, "
-                                                   f"{max(0.0, budget - t):.0f} s of budget left")
+        bar.update(
+            completed=min(t, budget),
+            text=f"{k} schedules, {sum(anomalous)} anomalous, {max(0.0, budget - t):.0f} s of budget left",
+        )
 
     # explore() runs the setup inside its budget: the budget bounds the whole exploration.
-    with sigterm_as_interrupt(), progress.task("chaos explore", total=budget, text="setting up") as bar, \
-            _clean_without_faults():
+    with (
+        sigterm_as_interrupt(),
+        progress.task("chaos explore", total=budget, text="setting up") as bar,
+        _clean_without_faults(),
+    ):
         found = explore(runner, seed, budget, (i, n), kind_list, max_schedules, keep_going, show)
     anomalies = []
     for sched, res in found.runs:
         for a in res.anomalies[:1] if res.anomalies else []:
             with sigterm_as_interrupt():
-                anomalies.append(_shrink_and_replay(runner, target, sched, a, root, shrink_budget, replays,
-                                                    len(anomalies) + 1, need_tries))
+                anomalies.append(
+                    _shrink_and_replay(
+                        runner, target, sched, a, root, shrink_budget, replays, len(anomalies) + 1, need_tries
+                    )
+                )
     minutes = found.seconds / 60
-    report = build(target, seed, found.runs, anomalies, history.path, shard=shard,
-                   seconds=round(found.seconds, 1), first_anomaly_s=None if found.first_anomaly_s is None else round(found.first_anomaly_s, 1),
-                   schedules_per_min=round(len(found.runs) / minutes, 2) if minutes else None)
+    report = build(
+        target,
+        seed,
+        found.runs,
+        anomalies,
+        history.path,
+        shard=shard,
+        seconds=round(found.seconds, 1),
+        first_anomaly_s=None if found.first_anomaly_s is None else round(found.first_anomaly_s, 1),
+        schedules_per_min=round(len(found.runs) / minutes, 2) if minutes else None,
+    )
     _finish(report, root, as_json)
 
 
 @app.command("shrink", context_settings=EXTRA)
-def shrink_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="A failing schedule TOML."),
-               scenario: str = ScenarioOpt, variant: str = VariantOpt, no_scenario_faults: bool = NoFaultsOpt,
-               catalogue: list[Path] = CatalogueOpt,
-               rounds: int = typer.Option(None, "--rounds", min=1, help="Cap the scenario's workload rounds."),
-               invariant: str = typer.Option(None, "--invariant", help="The invariant that must keep failing (default: the first seen)."),
-               budget: float = typer.Option(600.0, "--budget", min=1, help="Seconds for shrinking."),
-               replays: int = typer.Option(10, "--replays", min=0, help="Replays of the shrunk schedule (its reproduction rate)."),
-               accept: str = AcceptOpt, as_json: bool = JsonOpt, artifacts: Path = ArtifactsOpt, starve_ticks: int = StarveOpt,
-            hang_after: float = HangOpt, nproc: int = NprocOpt, timeout: float = TimeoutOpt,
-            same_output: str = SameOutputOpt) -> None:
+def shrink_cmd(
+    ctx: typer.Context,
+    schedule: Path = typer.Argument(..., help="A failing schedule TOML."),
+    scenario: str = ScenarioOpt,
+    variant: str = VariantOpt,
+    no_scenario_faults: bool = NoFaultsOpt,
+    catalogue: list[Path] = CatalogueOpt,
+    rounds: int = typer.Option(None, "--rounds", min=1, help="Cap the scenario's workload rounds."),
+    invariant: str = typer.Option(
+        None, "--invariant", help="The invariant that must keep failing (default: the first seen)."
+    ),
+    budget: float = typer.Option(600.0, "--budget", min=1, help="Seconds for shrinking."),
+    replays: int = typer.Option(10, "--replays", min=0, help="Replays of the shrunk schedule (its reproduction rate)."),
+    accept: str = AcceptOpt,
+    as_json: bool = JsonOpt,
+    artifacts: Path = ArtifactsOpt,
+    starve_ticks: int = StarveOpt,
+    hang_after: float = HangOpt,
+    nproc: int = NprocOpt,
+    timeout: float = TimeoutOpt,
+    same_output: str = SameOutputOpt,
+) -> None:
     """Reduce a failing schedule to the fewest, smallest faults that still fail."""
     from hctool.chaos.invariants import Anomaly
-    from hctool.procs import sigterm_as_interrupt
     from hctool.chaos.report import build
+    from hctool.procs import sigterm_as_interrupt
+
     need_tries = _accept(accept)
-    target = _target(ctx, scenario, variant, no_scenario_faults, catalogue, rounds, hang_after, nproc, timeout,
-                     same_output)
+    target = _target(
+        ctx, scenario, variant, no_scenario_faults, catalogue, rounds, hang_after, nproc, timeout, same_output
+    )
     sched = _schedule(schedule)
     _check_kinds(target, [f.kind for f in sched.faults])
     _check_names(target, sched.faults)
@@ -318,17 +458,25 @@ def shrink_cmd(ctx: typer.Context, schedule: Path = typer.Argument(..., help="A 
             runner.prepare()
         first = runner.run(sched, "original")
         seen = [a for a in first.anomalies if invariant in (None, a.invariant)]
-        anomaly = seen[0] if seen else (Anomaly(invariant, {"note": "not seen in the first run"}) if invariant else None)
-        anomalies = [] if anomaly is None else [_shrink_and_replay(runner, target, sched, anomaly, root, budget, replays, 1,
-                                                                            need_tries)]
+        anomaly = (
+            seen[0] if seen else (Anomaly(invariant, {"note": "not seen in the first run"}) if invariant else None)
+        )
+        anomalies = (
+            []
+            if anomaly is None
+            else [_shrink_and_replay(runner, target, sched, anomaly, root, budget, replays, 1, need_tries)]
+        )
     _finish(build(target, sched.seed, [(sched, first)], anomalies, history.path), root, as_json)
 
 
 @app.command("merge")
-def merge_cmd(reports: list[Path] = typer.Argument(..., help="Chaos reports (--json output or report.json) of shards."),
-              as_json: bool = JsonOpt) -> None:
+def merge_cmd(
+    reports: list[Path] = typer.Argument(..., help="Chaos reports (--json output or report.json) of shards."),
+    as_json: bool = JsonOpt,
+) -> None:
     """Join the reports of CI shards into one; exit as the merged verdict."""
     from hctool.chaos.report import load_report, merge
+
     try:
         loaded = [load_report(p) for p in reports]
     except (OSError, ValueError) as exc:
@@ -338,7 +486,9 @@ def merge_cmd(reports: list[Path] = typer.Argument(..., help="Chaos reports (--j
         print(json.dumps(merged, indent=2, default=str))
     else:
         from rich.console import Console
+
         from hctool.chaos.report import render
+
         render(merged, Console())
     raise typer.Exit(EXIT[merged["verdict"]])
 

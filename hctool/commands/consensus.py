@@ -15,9 +15,9 @@ from hctool.errors import UsageError
 from hctool.report import write_run_report
 
 
-
 def _err(msg: str) -> None:
     from hctool import log
+
     log.info(msg)
 
 
@@ -45,18 +45,35 @@ def _default_trace_dir() -> Path:
 
 def run(
     ctx: typer.Context,
-    command: list[str] = typer.Argument(None, metavar="-- SCRIPT.py [ARGS] | -- CMD ...",
-                                        help="A Python script (started N times) or any command (e.g. torchrun ...)."),
+    command: list[str] = typer.Argument(
+        None,
+        metavar="-- SCRIPT.py [ARGS] | -- CMD ...",
+        help="A Python script (started N times) or any command (e.g. torchrun ...).",
+    ),
     nproc: int = typer.Option(2, "--nproc", "-n", help="Ranks to start for a SCRIPT.py."),
     timeout: float = typer.Option(120.0, "--timeout", help="Give up (and report) after this many seconds."),
-    hang_after: float = typer.Option(5.0, "--hang-after", help="A call blocked this long while a peer is elsewhere is a hang."),
-    on_divergence: str = typer.Option("abort", "--on-divergence", help="abort: end the job at the first finding; report: let it run."),
+    hang_after: float = typer.Option(
+        5.0, "--hang-after", help="A call blocked this long while a peer is elsewhere is a hang."
+    ),
+    on_divergence: str = typer.Option(
+        "abort", "--on-divergence", help="abort: end the job at the first finding; report: let it run."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print only the JSON report on stdout."),
-    trace_dir: Path = typer.Option(None, "--trace-dir", help="Where traces and rank logs go (default: ./hctool-runs/consensus-<time>)."),
-    inject: list[str] = typer.Option([], "--inject", help="A fault in the ranks, e.g. 'clock-skew:rank=1,ms=500' or "
-                                     "'delay:fn=pkg.mod:Class.method,rank=1,ms=50' (repeatable; docs/chaos.md)."),
-    probe: list[str] = typer.Option([], "--probe", help="Record each entry of this function, pkg.mod:Qual.name "
-                                    "(__main__:name for the script), with its caller (repeatable)."),
+    trace_dir: Path = typer.Option(
+        None, "--trace-dir", help="Where traces and rank logs go (default: ./hctool-runs/consensus-<time>)."
+    ),
+    inject: list[str] = typer.Option(
+        [],
+        "--inject",
+        help="A fault in the ranks, e.g. 'clock-skew:rank=1,ms=500' or "
+        "'delay:fn=pkg.mod:Class.method,rank=1,ms=50' (repeatable; docs/chaos.md).",
+    ),
+    probe: list[str] = typer.Option(
+        [],
+        "--probe",
+        help="Record each entry of this function, pkg.mod:Qual.name "
+        "(__main__:name for the script), with its caller (repeatable).",
+    ),
 ) -> None:
     """Run a distributed program with the recorder injected, watch it live, report."""
     from hctool.consensus.run import RunOptions, run_job
@@ -75,23 +92,38 @@ def run(
     faults, probes = checked_faults_and_probes(list(command), inject, probe)
     trace_dir = trace_dir or _default_trace_dir()
     from hctool import runlock
+
     runlock.claim(trace_dir, "check-consensus run", refuse_glob="*.jsonl")  # one run per folder, its files only
     _err(f"hctool: traces in {trace_dir}")
     if importlib.util.find_spec("hctool.agent.capture._fastpath") is None:
-        _err("hctool: the recorder's C hot path is not built (no C compiler at `pip install`?): "
-             "recording through Python adds ~5-15 us per collective")
+        _err(
+            "hctool: the recorder's C hot path is not built (no C compiler at `pip install`?): "
+            "recording through Python adds ~5-15 us per collective"
+        )
     from hctool.consensus.trace import TraceError
 
     try:
-        report, latency = run_job(RunOptions(command=list(command), nproc=nproc, timeout=timeout,
-                                             hang_after=hang_after, abort=on_divergence == "abort",
-                                             trace_dir=trace_dir, script_mode=script_mode,
-                                             faults=tuple(faults), probes=tuple(probes)))
+        report, latency = run_job(
+            RunOptions(
+                command=list(command),
+                nproc=nproc,
+                timeout=timeout,
+                hang_after=hang_after,
+                abort=on_divergence == "abort",
+                trace_dir=trace_dir,
+                script_mode=script_mode,
+                faults=tuple(faults),
+                probes=tuple(probes),
+            )
+        )
     except TraceError as exc:
-        raise UsageError(f"the traces of this run cannot be read: {exc}", "was something else writing into --trace-dir?") from None
+        raise UsageError(
+            f"the traces of this run cannot be read: {exc}", "was something else writing into --trace-dir?"
+        ) from None
     if latency is not None:
         _err(f"hctool: reported {latency * 1000:.0f} ms after the first divergent call")
     from hctool.consensus.truncation import describe
+
     for entry in report.incomplete:  # said on stderr with --json too
         _err(f"hctool: {describe(entry)}")
     write_run_report(trace_dir, report.to_json())
@@ -113,22 +145,30 @@ def checked_faults_and_probes(command: list[str], inject: list[str], probe: list
         try:
             f = parse_fault(spec)
         except ValueError as exc:
-            raise UsageError(f"bad --inject {spec!r}: {exc}", "see docs/chaos.md for the fault kinds and keys") from None
+            raise UsageError(
+                f"bad --inject {spec!r}: {exc}", "see docs/chaos.md for the fault kinds and keys"
+            ) from None
         if f.kind in ENGINE_ONLY:
-            raise UsageError(f"--inject {f.kind} acts on hctool's own engine, not on this program",
-                             "for any program: clock-skew, clock-jump, thread-slow, collective-delay, io-delay, "
-                             "delay:fn=..., raise:fn=..., rank-pause, rank-kill")
+            raise UsageError(
+                f"--inject {f.kind} acts on hctool's own engine, not on this program",
+                "for any program: clock-skew, clock-jump, thread-slow, collective-delay, io-delay, "
+                "delay:fn=..., raise:fn=..., rank-pause, rank-kill",
+            )
         if f.fn:
             why = check_function(f.fn, main)
             if why:
-                raise UsageError(f"--inject {spec!r}: {why}", "name a function as pkg.mod:Qual.name (__main__:name in the script)")
+                raise UsageError(
+                    f"--inject {spec!r}: {why}", "name a function as pkg.mod:Qual.name (__main__:name in the script)"
+                )
         faults.append(f)
     for p in probe:
         if ":" not in p:
             raise UsageError(f"bad --probe {p!r}", "name a function as pkg.mod:Qual.name (__main__:name in the script)")
         why = check_function(p, main)
         if why:
-            raise UsageError(f"--probe {p}: {why}", "name a function as pkg.mod:Qual.name (__main__:name in the script)")
+            raise UsageError(
+                f"--probe {p}: {why}", "name a function as pkg.mod:Qual.name (__main__:name in the script)"
+            )
     return faults, list(probe)
 
 
@@ -147,11 +187,14 @@ def analyze(
 
     exit_codes, command_exit, ended_at, stacks = _run_info(path)
     try:
-        report = analyze_dir(path, exit_codes=exit_codes, command_exit=command_exit, ended_at=ended_at,
-                             stacks=stacks)
+        report = analyze_dir(path, exit_codes=exit_codes, command_exit=command_exit, ended_at=ended_at, stacks=stacks)
     except TraceError as exc:
-        raise UsageError(str(exc), "analyze reads folders written by `check-consensus run` or Flight Recorder dumps") from None
-    if report.world_size == 0 and command_exit is None and exit_codes is None:  # a run's record alone still says what it saw
+        raise UsageError(
+            str(exc), "analyze reads folders written by `check-consensus run` or Flight Recorder dumps"
+        ) from None
+    if (
+        report.world_size == 0 and command_exit is None and exit_codes is None
+    ):  # a run's record alone still says what it saw
         raise UsageError(f"no traces found in {path}", "expected rank*.jsonl files or Flight Recorder pickles")
     _emit(report, as_json)
     raise typer.Exit(_exit_code(report))
@@ -175,9 +218,15 @@ def export(
     path: Path = typer.Argument(..., help="A run folder: check-consensus run, Flight Recorder dumps, repro or chaos."),
     fmt: str = typer.Option("chrome", "--format", help="chrome: Chrome Trace Event JSON (Perfetto, chrome://tracing)."),
     output: str = typer.Option(None, "--output", "-o", help="Write to this file (default: stdout, not a terminal)."),
-    run_name: str = typer.Option(None, "--run", help="In a repro or chaos folder: the variant or run (default: the first not clean)."),
-    limit: int = typer.Option(None, "--max-calls-per-rank", min=1,
-                              help="Keep at most this many calls per rank (default 20,000; fewer beyond 20 ranks)."),
+    run_name: str = typer.Option(
+        None, "--run", help="In a repro or chaos folder: the variant or run (default: the first not clean)."
+    ),
+    limit: int = typer.Option(
+        None,
+        "--max-calls-per-rank",
+        min=1,
+        help="Keep at most this many calls per rank (default 20,000; fewer beyond 20 ranks).",
+    ),
 ) -> None:
     """Export a run's timeline: a track per rank and group, a slice per call, arrows between paired calls."""
     from hctool.consensus.export import export_folder
@@ -204,15 +253,21 @@ def export(
         except OSError as exc:
             raise UsageError(f"cannot write {output}: {exc.strerror}", "pick a writable path for -o") from None
     from hctool import log
+
     info = doc["otherData"]["hctool"]
     seen, kept = sum(info["calls_seen"].values()), sum(info["calls_kept"].values())
-    log.info(f"hctool: {chosen.name}: {kept} of {seen} calls" + (f" (thinned: {info['rule']})" if kept < seen else "")
-             + ("" if to_stdout else f" in {output}") + "; open it in ui.perfetto.dev or chrome://tracing")
+    log.info(
+        f"hctool: {chosen.name}: {kept} of {seen} calls"
+        + (f" (thinned: {info['rule']})" if kept < seen else "")
+        + ("" if to_stdout else f" in {output}")
+        + "; open it in ui.perfetto.dev or chrome://tracing"
+    )
 
 
 def register(app: typer.Typer) -> None:
-    group = typer.Typer(help="Record every collective on every rank and name the first divergent one.",
-                        no_args_is_help=True)
+    group = typer.Typer(
+        help="Record every collective on every rank and name the first divergent one.", no_args_is_help=True
+    )
     group.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(run)
     group.command("analyze")(analyze)
     group.command("export")(export)

@@ -6,7 +6,6 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -16,25 +15,39 @@ from hctool.errors import UsageError
 def register(app: typer.Typer) -> None:
     @app.command("gate")
     def gate_command(
-        junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here (one test case per lint finding, test, repro variant, chaos anomaly)."),
-        sarif: Optional[Path] = typer.Option(None, "--sarif", help="Write the lint findings as SARIF 2.1.0 here."),
-        changed_since: Optional[str] = typer.Option(None, "--changed-since", metavar="REF", help="Lint only lines changed since this git ref."),
-        config: Path = typer.Option(Path("pyproject.toml"), "--config", help="pyproject.toml with a tool.hctool.gate table; steps run from its folder."),
-        only: Optional[List[str]] = typer.Option(None, "--only", help="Run only this step (repeatable): lint, tests, repro, chaos."),
-        skip: Optional[List[str]] = typer.Option(None, "--skip", help="Skip this step (repeatable)."),
-        artifacts: Optional[Path] = typer.Option(None, "--artifacts", help="Folder for step logs and repro runs (default ./hctool-runs/gate-TIME)."),
+        junit: Path | None = typer.Option(
+            None,
+            "--junit",
+            help="Write JUnit XML here (one test case per lint finding, test, repro variant, chaos anomaly).",
+        ),
+        sarif: Path | None = typer.Option(None, "--sarif", help="Write the lint findings as SARIF 2.1.0 here."),
+        changed_since: str | None = typer.Option(
+            None, "--changed-since", metavar="REF", help="Lint only lines changed since this git ref."
+        ),
+        config: Path = typer.Option(
+            Path("pyproject.toml"),
+            "--config",
+            help="pyproject.toml with a tool.hctool.gate table; steps run from its folder.",
+        ),
+        only: list[str] | None = typer.Option(
+            None, "--only", help="Run only this step (repeatable): lint, tests, repro, chaos."
+        ),
+        skip: list[str] | None = typer.Option(None, "--skip", help="Skip this step (repeatable)."),
+        artifacts: Path | None = typer.Option(
+            None, "--artifacts", help="Folder for step logs and repro runs (default ./hctool-runs/gate-TIME)."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print only a JSON summary on stdout."),
     ) -> None:
-        """Run the steps configured in the tool.hctool.gate table of pyproject.toml; exit 0 clean, 1 findings, 2 a step could not run.
+        """Run the steps of pyproject.toml's tool.hctool.gate table; exit 0 clean, 1 findings, 2 a step could not run.
 
         Every step has a deadline (tool.hctool.gate.timeouts) and leaves no process behind.
         Under GITHUB_ACTIONS=true the findings are printed as workflow annotations.
         """
+        from hctool import log, progress
         from hctool.gate.config import STEPS, load_gate_config
         from hctool.gate.report import github_annotations, markdown_summary, print_table, write_junit, write_sarif
         from hctool.gate.run import become_subreaper, reap_leftovers
         from hctool.gate.steps import ERROR, FAILED, chaos_step, lint_step, repro_step, tests_step
-        from hctool import log, progress
         from hctool.procs import sigterm_as_interrupt
 
         for name in (only or []) + (skip or []):
@@ -45,8 +58,12 @@ def register(app: typer.Typer) -> None:
         if not steps:
             raise UsageError("no step to run", "configure lint, tests, repro or chaos in [tool.hctool.gate]")
         work = (artifacts or cfg.root / "hctool-runs" / time.strftime("gate-%Y%m%d-%H%M%S")).resolve()
-        runners = {"lint": lambda t: lint_step(cfg, work, changed_since, t), "tests": lambda t: tests_step(cfg, work, t),
-                   "repro": lambda t: repro_step(cfg, work, t), "chaos": lambda t: chaos_step(cfg, work, t)}
+        runners = {
+            "lint": lambda t: lint_step(cfg, work, changed_since, t),
+            "tests": lambda t: tests_step(cfg, work, t),
+            "repro": lambda t: repro_step(cfg, work, t),
+            "chaos": lambda t: chaos_step(cfg, work, t),
+        }
         become_subreaper()
         results = []
         with sigterm_as_interrupt(), progress.task("hctool gate", total=len(steps)) as bar:
@@ -72,9 +89,25 @@ def register(app: typer.Typer) -> None:
             with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as f:
                 f.write(markdown_summary(results, code))
         if as_json:
-            print(json.dumps({"exit_code": code, "artifacts": str(work), "steps": [
-                {"name": r.name, "status": r.status, "seconds": round(r.seconds, 2), "summary": r.summary,
-                 "cases": [c._asdict() for c in r.cases]} for r in results]}, indent=2))
+            print(
+                json.dumps(
+                    {
+                        "exit_code": code,
+                        "artifacts": str(work),
+                        "steps": [
+                            {
+                                "name": r.name,
+                                "status": r.status,
+                                "seconds": round(r.seconds, 2),
+                                "summary": r.summary,
+                                "cases": [c._asdict() for c in r.cases],
+                            }
+                            for r in results
+                        ],
+                    },
+                    indent=2,
+                )
+            )
         elif os.environ.get("GITHUB_ACTIONS") == "true":
             print("\n".join(github_annotations(results)))
             print(markdown_summary(results, code))

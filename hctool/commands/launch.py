@@ -37,7 +37,7 @@ def _engine_flags_help() -> str:
 
     text = ServerArgs.cli_help()
     lines, skipping = [], False
-    for line in text[text.index("options:"):].splitlines()[1:]:
+    for line in text[text.index("options:") :].splitlines()[1:]:
         if line.startswith("  --"):  # a new flag; --device and --run-dir are launch's own options
             skipping = line.split()[0] in LAUNCH_OWNED
         if not skipping:
@@ -89,15 +89,23 @@ def launch(
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel ranks."),
     host: str = typer.Option("127.0.0.1", "--host", help="HTTP listen address."),
     port: int = typer.Option(0, "--port", help="HTTP port (0: pick a free one)."),
-    run_dir: Path = typer.Option(None, "--run-dir", help="Logs, traces and default storage (default: ./hctool-runs/launch-TIME-PID)."),
-    inject: list[str] = typer.Option([], "--inject", help="Fault for the ranks, e.g. h2d-sleep:rank=1,ms=30 (repeatable)."),
+    run_dir: Path = typer.Option(
+        None, "--run-dir", help="Logs, traces and default storage (default: ./hctool-runs/launch-TIME-PID)."
+    ),
+    inject: list[str] = typer.Option(
+        [], "--inject", help="Fault for the ranks, e.g. h2d-sleep:rank=1,ms=30 (repeatable)."
+    ),
     probes: list[str] = typer.Option([], "--probes", help="Python module the ranks import at startup (repeatable)."),
     cuda: bool = typer.Option(None, "--cuda/--cpu", help="Device (default: CUDA when there is a GPU per rank)."),
     startup_timeout: float = typer.Option(300.0, "--startup-timeout", help="Seconds to wait for every rank to serve."),
-    pd: bool = typer.Option(False, "--pd", help="Prefill/decode disaggregation: router + prefill server + decode server."),
+    pd: bool = typer.Option(
+        False, "--pd", help="Prefill/decode disaggregation: router + prefill server + decode server."
+    ),
     prefill_tp: int = typer.Option(1, "--prefill-tp", help="With --pd: tensor-parallel ranks of the prefill server."),
     decode_tp: int = typer.Option(1, "--decode-tp", help="With --pd: tensor-parallel ranks of the decode server."),
-    pd_role: str = typer.Option(None, "--pd-role", help="Start one PD part only: prefill or decode (--tp ranks), or router."),
+    pd_role: str = typer.Option(
+        None, "--pd-role", help="Start one PD part only: prefill or decode (--tp ranks), or router."
+    ),
     prefill_url: str = typer.Option(None, "--prefill-url", help="--pd-role router: the prefill server's URL."),
     bootstrap: str = typer.Option(None, "--bootstrap", help="--pd-role router: the prefill's bootstrap HOST:PORT."),
     decode_url: str = typer.Option(None, "--decode-url", help="--pd-role router: the decode server's URL."),
@@ -141,14 +149,18 @@ def launch(
         what = f"the router (prefill {prefill_url}, decode {decode_url})"
     elif pd_role is not None:
         server_args = dataclasses.replace(server_args, disaggregation_mode=pd_role)
-        topology = Topology(server_args, run_dir, faults=inject, probes=probes, host=host, port=port or None,
-                            label=pd_role)
+        topology = Topology(
+            server_args, run_dir, faults=inject, probes=probes, host=host, port=port or None, label=pd_role
+        )
         what = f"a {pd_role} server: frontend and {tp} rank(s)"
         if pd_role == "prefill":
-            err.print(f"bootstrap: {server_args.disaggregation_bootstrap_host}:{server_args.disaggregation_bootstrap_port}")
+            err.print(
+                f"bootstrap: {server_args.disaggregation_bootstrap_host}:{server_args.disaggregation_bootstrap_port}"
+            )
     elif pd:
-        topology = PDTopology(server_args, prefill_tp, decode_tp, run_dir, faults=inject, probes=probes, host=host,
-                              port=port or None)
+        topology = PDTopology(
+            server_args, prefill_tp, decode_tp, run_dir, faults=inject, probes=probes, host=host, port=port or None
+        )
         what = f"router, prefill ({prefill_tp} rank(s)) and decode ({decode_tp} rank(s))"
     else:
         topology = Topology(server_args, run_dir, faults=inject, probes=probes, host=host, port=port or None)

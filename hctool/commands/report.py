@@ -12,7 +12,9 @@ from hctool.errors import UsageError
 def register(app: typer.Typer) -> None:
     @app.command("report")
     def report_command(
-        path: Path = typer.Argument(..., help="A run folder of check-consensus run, repro, chaos, or Flight Recorder dumps."),
+        path: Path = typer.Argument(
+            ..., help="A run folder of check-consensus run, repro, chaos, or Flight Recorder dumps."
+        ),
         output: Path = typer.Option(None, "--output", "-o", help="Where to write it (default: RUN_DIR/report.html)."),
     ) -> None:
         """Write one HTML file (no network needed to open it): verdict, calls aligned by seq, timeline, stacks."""

@@ -25,8 +25,9 @@ class _ReproGroup(TyperGroup):
         return super().resolve_command(ctx, args)
 
 
-app = typer.Typer(cls=_ReproGroup, no_args_is_help=True,
-                  help="Reproduce known incidents (hctool repro list; hctool repro ID).")
+app = typer.Typer(
+    cls=_ReproGroup, no_args_is_help=True, help="Reproduce known incidents (hctool repro list; hctool repro ID)."
+)
 
 CatalogueOpt = typer.Option([], "--catalogue", help="Also load scenarios from this folder (<id>/scenario.toml).")
 
@@ -34,6 +35,7 @@ CatalogueOpt = typer.Option([], "--catalogue", help="Also load scenarios from th
 def _catalogue(dirs: list[Path]):
     from hctool.repro.catalogue import load_catalogue
     from hctool.repro.scenario import ScenarioError
+
     try:
         return load_catalogue(dirs)
     except ScenarioError as exc:
@@ -47,30 +49,50 @@ def _rate(measured: dict | None) -> str:
 
 
 @app.command("list")
-def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON only."),
-             catalogue: list[Path] = CatalogueOpt) -> None:
+def list_cmd(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON only."), catalogue: list[Path] = CatalogueOpt
+) -> None:
     """List the incidents: id, title, upstream refs, topology, variants and the last measured rate of each."""
-    entries = [{"id": s.id, "title": s.title, "upstream": s.upstream,
-                "topology": {"prefill_tp": s.prefill_tp, "decode_tp": s.tp} if s.pd else {"tp": s.tp},
-                "faults": list(s.faults),
-                "variants": [{"name": v.name, "expected": list(v.expected), "description": v.description,
-                              "mechanism": v.mechanism.describe() if v.mechanism else None,
-                              "measured": v.measured} for v in s.variants], "path": str(s.path)}
-               for s in _catalogue(catalogue).values()]
+    entries = [
+        {
+            "id": s.id,
+            "title": s.title,
+            "upstream": s.upstream,
+            "topology": {"prefill_tp": s.prefill_tp, "decode_tp": s.tp} if s.pd else {"tp": s.tp},
+            "faults": list(s.faults),
+            "variants": [
+                {
+                    "name": v.name,
+                    "expected": list(v.expected),
+                    "description": v.description,
+                    "mechanism": v.mechanism.describe() if v.mechanism else None,
+                    "measured": v.measured,
+                }
+                for v in s.variants
+            ],
+            "path": str(s.path),
+        }
+        for s in _catalogue(catalogue).values()
+    ]
     if as_json:
         print(json.dumps(entries, indent=2))
         return
     from rich.console import Console
     from rich.table import Table
+
     table = Table()
     for col in ("id", "title", "upstream", "TP", "variants: expected [measured]"):
         table.add_column(col, overflow="fold")
     for e in entries:
         up = e["upstream"]
         refs = " ".join([f"#{i}" for i in up.get("issues", [])] + [f"PR #{p}" for p in up.get("prs", [])])
-        table.add_row(e["id"], e["title"], f"{up.get('project', '')} {refs}".strip(), _topology_cell(e["topology"]),
-                      "\n".join(f"{v['name']}: {' | '.join(v['expected'])} [{_rate(v['measured'])}]"
-                                for v in e["variants"]))
+        table.add_row(
+            e["id"],
+            e["title"],
+            f"{up.get('project', '')} {refs}".strip(),
+            _topology_cell(e["topology"]),
+            "\n".join(f"{v['name']}: {' | '.join(v['expected'])} [{_rate(v['measured'])}]" for v in e["variants"]),
+        )
     Console().print(table)
 
 
@@ -88,19 +110,24 @@ def _parse_shard(text: str) -> tuple[int, int]:
 def shard_ids(ids: list[str], shard: tuple[int, int]) -> list[str]:
     """Deterministic split: the sorted ids, every N-th starting at i (no coordinator)."""
     i, n = shard
-    return sorted(ids)[i - 1::n]
+    return sorted(ids)[i - 1 :: n]
 
 
 RunsOpt = typer.Option(1, "--runs", min=1, help="Repeat every variant K times and count the reproductions.")
 TimeoutOpt = typer.Option(None, "--timeout", help="Seconds a variant's workload may take (default: the scenario's).")
-CudaOpt = typer.Option(False, "--cuda", help="The model and KV pools on GPUs (NCCL for the model's group with a GPU "
-                       "per rank; gloo on CUDA tensors where ranks share one); same verdicts and JSON.")
+CudaOpt = typer.Option(
+    False,
+    "--cuda",
+    help="The model and KV pools on GPUs (NCCL for the model's group with a GPU "
+    "per rank; gloo on CUDA tensors where ranks share one); same verdicts and JSON.",
+)
 
 
 def _device(cuda: bool) -> str:
     if not cuda:
         return "cpu"
     import torch  # only for --cuda: the CLI stays light otherwise
+
     if not torch.cuda.is_available():
         raise UsageError("--cuda but torch sees no CUDA device", "run without --cuda, or on a machine with a GPU")
     return "cuda"
@@ -123,7 +150,10 @@ def run_cmd(
 
     scenarios = _catalogue(catalogue)
     if incident not in scenarios:
-        raise UsageError(f"no incident {incident!r} in the catalogue", f"known: {', '.join(sorted(scenarios))}; see `hctool repro list`")
+        raise UsageError(
+            f"no incident {incident!r} in the catalogue",
+            f"known: {', '.join(sorted(scenarios))}; see `hctool repro list`",
+        )
     scenario = scenarios[incident]
     names = [v.name for v in scenario.variants]
     unknown = [v for v in variant if v not in names]
@@ -185,6 +215,7 @@ def all_cmd(
 
 def _run(scenario, variants, root: Path, tp, runs: int, timeout, device: str = "cpu") -> dict:
     from hctool.repro.harness import HarnessOptions, ReproHarness
+
     harness = ReproHarness(scenario, HarnessOptions(artifacts=root, tp=tp, runs=runs, timeout=timeout, device=device))
     return harness.run(variants)
 
@@ -203,6 +234,7 @@ def _mechanism_cell(v: dict) -> str:
 def _render_all(results: list[dict], root: Path) -> None:
     from rich.console import Console
     from rich.table import Table
+
     console = Console(width=None if sys.stdout.isatty() else 160)
     table = Table(title="hctool repro all")
     for col in ("incident", "variant", "expected", "verdict", "ok", "mechanism", "requests", "seconds"):
@@ -210,9 +242,17 @@ def _render_all(results: list[dict], root: Path) -> None:
     for r in results:
         for v in r["variants"]:
             req = v["requests"]
-            table.add_row(r["id"], v["name"], " | ".join(v["expected"]), _verdict_cell(v), "yes" if v["ok"] else "NO",
-                          _mechanism_cell(v), f"{req['succeeded']}/{req['sent']}", f"{v['seconds']:.1f}",
-                          style=None if v["ok"] else "red")
+            table.add_row(
+                r["id"],
+                v["name"],
+                " | ".join(v["expected"]),
+                _verdict_cell(v),
+                "yes" if v["ok"] else "NO",
+                _mechanism_cell(v),
+                f"{req['succeeded']}/{req['sent']}",
+                f"{v['seconds']:.1f}",
+                style=None if v["ok"] else "red",
+            )
     console.print(table)
     console.print(f"artifacts: {root}")
 
@@ -239,9 +279,17 @@ def variant_table(result: dict):
         table.add_column(col, overflow="fold")
     for v in result["variants"]:
         req = v["requests"]
-        table.add_row(v["name"], " | ".join(v["expected"]), _verdict_cell(v), "yes" if v["ok"] else "NO",
-                      _mechanism_cell(v), f"{req['succeeded']}/{req['sent']}", f"{v['seconds']:.1f}",
-                      _site_cell(v["first_divergence"]), style=None if v["ok"] else "red")
+        table.add_row(
+            v["name"],
+            " | ".join(v["expected"]),
+            _verdict_cell(v),
+            "yes" if v["ok"] else "NO",
+            _mechanism_cell(v),
+            f"{req['succeeded']}/{req['sent']}",
+            f"{v['seconds']:.1f}",
+            _site_cell(v["first_divergence"]),
+            style=None if v["ok"] else "red",
+        )
     return table
 
 
@@ -258,15 +306,25 @@ def _render(result: dict) -> None:
     for v in result["variants"]:
         sd = v.get("state_divergence")
         if sd:
-            console.print(Text(f"\n{v['name']}: replicated state first differs in {sd['field']} at tick {sd['tick']}"
-                               f" (differing: {', '.join(sd['differing_fields'])})", style="bold"))
+            console.print(
+                Text(
+                    f"\n{v['name']}: replicated state first differs in {sd['field']} at tick {sd['tick']}"
+                    f" (differing: {', '.join(sd['differing_fields'])})",
+                    style="bold",
+                )
+            )
             for rank, value in sd["ranks"].items():
                 console.print(f"  rank {rank}: {value}")
         if v["first_divergence"] or v["stacks"]:
             console.print(Text(f"\n{v['name']}: {v['verdict']}: {v.get('reason', '')}", style="bold"))
             fd = Divergence.from_json(v["first_divergence"]) if v["first_divergence"] else None
-            report = Report(Verdict.DIVERGED if fd else Verdict.HUNG, len(fd.ranks) if fd else 0, fd,
-                            _main_threads(v["stacks"]), v.get("counts", {}))
+            report = Report(
+                Verdict.DIVERGED if fd else Verdict.HUNG,
+                len(fd.ranks) if fd else 0,
+                fd,
+                _main_threads(v["stacks"]),
+                v.get("counts", {}),
+            )
             render(report, console, label=v["verdict"])
     console.print(f"artifacts: {result['artifacts']}")
 

@@ -11,7 +11,8 @@ Cross-site pairings (pattern) are never evidence by themselves (docs/consensus.m
 "Evidence, cause and culprit").
 
 Public API (light to import):
-  analyze_dir(path, exit_codes=None, stacks=None, command_exit=None, ended_at=None) -> consensus.model.Report (its to_json(): docs/contracts.md)
+  analyze_dir(path, exit_codes=None, stacks=None, command_exit=None, ended_at=None)
+                                   -> consensus.model.Report (its to_json(): docs/contracts.md)
   assert_same(label, value)        record a value that must agree across ranks (in a rank)
   @rank_consensus(same_params=..., same_results=...)
 """

@@ -61,12 +61,12 @@ class Channel:
         self.seqs: dict[int, deque] = {}
         self.base = 0
         self.last_arrival = 0.0
-        self.prev: dict[int, dict] = {}    # last dropped event per rank (the context of the window's first call)
-        self.seen_sites: set = set()       # call sites of the agreed prefix (bounded by the program's sites)
-        self.history = blame.History()     # what the dropped prefix did, per place (the pattern blame reads)
-        self.pattern = Pattern()           # cross-site pairings of the dropped prefix
-        self.window_pairings: dict = {}    # cross-site pairings the last look at the window saw
-        self.agreed = 0                    # leading window positions known to agree (prune's look-ahead)
+        self.prev: dict[int, dict] = {}  # last dropped event per rank (the context of the window's first call)
+        self.seen_sites: set = set()  # call sites of the agreed prefix (bounded by the program's sites)
+        self.history = blame.History()  # what the dropped prefix did, per place (the pattern blame reads)
+        self.pattern = Pattern()  # cross-site pairings of the dropped prefix
+        self.window_pairings: dict = {}  # cross-site pairings the last look at the window saw
+        self.agreed = 0  # leading window positions known to agree (prune's look-ahead)
 
     def add(self, ev: dict, now: float) -> None:
         self.seqs.setdefault(ev["rank"], deque()).append(ev)
@@ -131,16 +131,34 @@ def route(ev: dict, groups: dict[str, list[int]]) -> str | None:
     return ev["g"]
 
 
-def find_divergence(ch: Channel, all_ranks: list[int], ended: dict[int, str | None], now: float,
-                    hang_after: float | None, final: bool, settle: float = 0.5,
-                    waits: Waits | None = None, sources: SourceMap | None = None,
-                    traced: set[int] | None = None) -> dict | None:
+def find_divergence(
+    ch: Channel,
+    all_ranks: list[int],
+    ended: dict[int, str | None],
+    now: float,
+    hang_after: float | None,
+    final: bool,
+    settle: float = 0.5,
+    waits: Waits | None = None,
+    sources: SourceMap | None = None,
+    traced: set[int] | None = None,
+) -> dict | None:
     """The channel's first divergence as an internal finding, or None (agreeing so far, or live
     data not yet conclusive). Evidence first (a mismatch the transport paired, an absence that is
     conclusive), then the cause: the alignment of the ranks' sequences (blame.py).
     waits: which ranks are inside a collective elsewhere and which wait in a cycle."""
-    look = _Look(ch, list(ch.member_ranks(all_ranks)), ended, now, hang_after, final, settle,
-                 waits or Waits({}, set()), sources or SourceMap(), traced)
+    look = _Look(
+        ch,
+        list(ch.member_ranks(all_ranks)),
+        ended,
+        now,
+        hang_after,
+        final,
+        settle,
+        waits or Waits({}, set()),
+        sources or SourceMap(),
+        traced,
+    )
     if len(look.ranks) < 2:
         return None
     seqs = look.seqs
@@ -165,8 +183,19 @@ def find_divergence(ch: Channel, all_ranks: list[int], ended: dict[int, str | No
 class _Look:
     """One look at a channel's window (the arguments of find_divergence)."""
 
-    def __init__(self, ch: Channel, ranks: list[int], ended: dict, now: float, hang_after: float | None,
-                 final: bool, settle: float, waits: Waits, sources: SourceMap, traced: set[int] | None = None):
+    def __init__(
+        self,
+        ch: Channel,
+        ranks: list[int],
+        ended: dict,
+        now: float,
+        hang_after: float | None,
+        final: bool,
+        settle: float,
+        waits: Waits,
+        sources: SourceMap,
+        traced: set[int] | None = None,
+    ):
         self.ch, self.ranks, self.ended, self.now, self.hang_after = ch, ranks, ended, now, hang_after
         self.final, self.settle, self.waits, self.sources, self.traced = final, settle, waits, sources, traced
         self.seqs = {r: list(ch.seqs.get(r, ())) for r in ranks}
@@ -180,45 +209,90 @@ class _Look:
         """Some members have not (yet) made the call the others made at i."""
         ch, ended, waits = self.ch, self.ended, self.waits
         absent = [r for r in self.ranks if at[r] is None]
-        waiting_long = any(e["state"] == "blocked" and self.hang_after is not None
-                           and self.now - (e["t"] or self.now) > self.hang_after for e in present.values())
+        waiting_long = any(
+            e["state"] == "blocked"
+            and self.hang_after is not None
+            and self.now - (e["t"] or self.now) > self.hang_after
+            for e in present.values()
+        )
         # A wait cycle across groups can never resolve: report it now, not after hang_after.
         if not (self.final or waiting_long or self.stuck or all(ended.get(r) for r in absent)):
             return None
         untraced = [r for r in absent if self.traced is not None and r not in self.traced and ended.get(r) is None]
-        if untraced and not (self.final or self.stuck) and not any(
+        if (
+            untraced
+            and not (self.final or self.stuck)
+            and not any(
                 e["state"] == "blocked" and self.now - (e["t"] or self.now) > 3 * (self.hang_after or 0)
-                for e in present.values()):
+                for e in present.values()
+            )
+        ):
             return None  # no trace yet (still importing torch, joining the group): late, not absent
         earlier = self.explain(i)
         if earlier is not None and earlier["seq"] < ch.base + i and earlier.get("cause_seq", ch.base + i) < ch.base + i:
             return earlier  # an unmatched call before the absence explains it (an inserted call that paired silently)
         dead = [r for r in absent if ended.get(r) not in (None, "clean")]
         if dead and len(absent) <= len(present):
-            return self.finding(i, at, "missing", dead, cause=(min(present), i), confidence="high", waiting_on=True,
-                                basis=f"rank(s) {_ranks(dead)} ended ({ended[dead[0]]}) without making the call "
-                                      f"rank(s) {_ranks(sorted(present))} made")
+            return self.finding(
+                i,
+                at,
+                "missing",
+                dead,
+                cause=(min(present), i),
+                confidence="high",
+                waiting_on=True,
+                basis=f"rank(s) {_ranks(dead)} ended ({ended[dead[0]]}) without making the call "
+                f"rank(s) {_ranks(sorted(present))} made",
+            )
         elsewhere = all(waits.busy.get(r, set()) - {ch.key} for r in absent)
-        if len(self.ranks) == 2 and ch.seen_sites and elsewhere and not self.stuck and _novel(ch, self.seqs, i, present):
+        if (
+            len(self.ranks) == 2
+            and ch.seen_sites
+            and elsewhere
+            and not self.stuck
+            and _novel(ch, self.seqs, i, present)
+        ):
             # The present rank waits in a call from a place this group never used before, while
             # its peer waits in a collective of another group: that call is the inserted one (an
             # extra call in one group deadlocks another). A peer outside any collective is `missing`.
             # (When the two wait for each other, a cycle, analyze.py weighs both waiting calls.)
             (r,) = present
-            return self.finding(i, at, "extra", [r], cause=(r, i), confidence="high",
-                                basis=f"rank {r} waits in a call from a place this group never used, while its peer "
-                                      f"waits in another group")
+            return self.finding(
+                i,
+                at,
+                "extra",
+                [r],
+                cause=(r, i),
+                confidence="high",
+                basis=f"rank {r} waits in a call from a place this group never used, while its peer "
+                f"waits in another group",
+            )
         if all(r in waits.stuck for r in absent):
             # Nobody is short: the absent ranks wait in another group for these (analyze.py names the cycle).
-            return self.finding(i, at, "wait_cycle", sorted(waits.stuck), cause=(min(present), i),
-                                confidence="high", basis="the ranks wait for each other across groups")
+            return self.finding(
+                i,
+                at,
+                "wait_cycle",
+                sorted(waits.stuck),
+                cause=(min(present), i),
+                confidence="high",
+                basis="the ranks wait for each other across groups",
+            )
         still_here = [r for r in absent if ended.get(r) is None]
         if still_here and not self.stuck and len(self.ranks) == 2:
             # alive, outside any collective of this group, while its peer waits: missing (its stack says where)
             if not (waits.busy.get(still_here[0], set()) - {ch.key}):
-                return self.finding(i, at, "missing", still_here, cause=(min(present), i), confidence="high",
-                                    waiting_on=True, basis=f"rank {still_here[0]} is alive but not in any collective while rank "
-                                          f"{min(present)} waits for it")
+                return self.finding(
+                    i,
+                    at,
+                    "missing",
+                    still_here,
+                    cause=(min(present), i),
+                    confidence="high",
+                    waiting_on=True,
+                    basis=f"rank {still_here[0]} is alive but not in any collective while rank "
+                    f"{min(present)} waits for it",
+                )
         return self.explain(i)
 
     def mismatch(self, i: int, at: dict) -> dict | None:
@@ -230,7 +304,7 @@ class _Look:
         if len(ranks) == 2:
             ra, rb = ranks
             off = max(0, i - blame.MAX_ALIGN * 3 // 4)  # bounded work: the calls around the evidence
-            a, b = seqs[ra][off:i + blame.MAX_ALIGN // 4], seqs[rb][off:i + blame.MAX_ALIGN // 4]
+            a, b = seqs[ra][off : i + blame.MAX_ALIGN // 4], seqs[rb][off : i + blame.MAX_ALIGN // 4]
             closed_a = self.closed(ra) or (_stopped(a) and len(a) == len(seqs[ra]) - off)
             closed_b = self.closed(rb) or (_stopped(b) and len(b) == len(seqs[rb]) - off)
             ops = blame.align(a, b, closed_a, closed_b)
@@ -240,7 +314,12 @@ class _Look:
             v = blame.explain_pair(view, ops, self.stuck)
             if v is None:
                 return None
-            if v.confidence == "low" and not self.final and not self.stuck and self.now - self.ch.last_arrival < self.settle:
+            if (
+                v.confidence == "low"
+                and not self.final
+                and not self.stuck
+                and self.now - self.ch.last_arrival < self.settle
+            ):
                 return None  # more events may settle which rank deviated (not in a deadlock)
             rare = self.rare_pairing(v, a if v.cause_rank == ra else b, v.cause_index)
             return rare if rare is not None else self.verdict(v, off)
@@ -269,13 +348,21 @@ class _Look:
                 if ev is None:
                     continue
                 out = _finding(self.ch, 0, p["events"], "extra", [culprit], self.waits)
-                out.update(seq=p["seq"], cause_rank=culprit, cause_seq=p["seq"], cause_event=ev, confidence="medium",
-                           basis=f"rank {culprit} made one call from {ev.get('site')} that no other rank ever made, "
-                                 f"{self.ch.base + ci - p['seq']} calls before the evidence; it paired silently with "
-                                 f"rank {others[0]}'s call at {p['events'][others[0]].get('site')}, and rank {culprit} "
-                                 f"has been one call ahead since",
-                           alternative=v.basis, after=None, waiting_on=False,
-                           time=ev.get("w") or 0.0)
+                out.update(
+                    seq=p["seq"],
+                    cause_rank=culprit,
+                    cause_seq=p["seq"],
+                    cause_event=ev,
+                    confidence="medium",
+                    basis=f"rank {culprit} made one call from {ev.get('site')} that no other rank ever made, "
+                    f"{self.ch.base + ci - p['seq']} calls before the evidence; it paired silently with "
+                    f"rank {others[0]}'s call at {p['events'][others[0]].get('site')}, and rank {culprit} "
+                    f"has been one call ahead since",
+                    alternative=v.basis,
+                    after=None,
+                    waiting_on=False,
+                    time=ev.get("w") or 0.0,
+                )
                 return out
         return None
 
@@ -295,8 +382,9 @@ class _Look:
         for r in culprits:
             a, b = self.seqs[r], self.seqs[ref]
             ops = blame.align(a, b, self.closed(r) or _stopped(a), self.closed(ref) or _stopped(b))
-            view = blame.PairView(r, ref, a, b, self.ch.prev.get(r), self.ch.prev.get(ref), self.ended,
-                                  self.ch.history, self.sources)
+            view = blame.PairView(
+                r, ref, a, b, self.ch.prev.get(r), self.ch.prev.get(ref), self.ended, self.ch.history, self.sources
+            )
             got = blame.explain_against(view, ops)
             if got is None:
                 continue
@@ -311,33 +399,71 @@ class _Look:
         if kind == "extra" and culprits == [cause[0]]:
             # the odd rank's surplus call here may be the tail of a silent shift that began with a
             # pairing long gone from the window: the same test as for two ranks
-            v = blame.Verdict("extra", culprits, cause[0], cause[1], idx, "high",
-                              f"{len(majority)} of {len(self.ranks)} ranks agree; rank {cause[0]} made a call the "
-                              f"others did not")
+            v = blame.Verdict(
+                "extra",
+                culprits,
+                cause[0],
+                cause[1],
+                idx,
+                "high",
+                f"{len(majority)} of {len(self.ranks)} ranks agree; rank {cause[0]} made a call the others did not",
+            )
             rare = self.rare_pairing(v, self.seqs[cause[0]], cause[1])
             if rare is not None:
                 return rare
         what = {"extra": "made a call the others did not", "missing": "lacks a call the others made"}.get(
-            kind, f"differs in {kind.replace('_', ' ')}")
-        return self.finding(idx, {r: (s[idx] if idx < len(s) else None) for r, s in self.seqs.items()}, kind,
-                            culprits, cause=cause, confidence="high" if strict else "medium",
-                            basis=f"{len(majority)} of {len(self.ranks)} ranks agree; rank(s) {_ranks(culprits)} "
-                                  f"{what}")
+            kind, f"differs in {kind.replace('_', ' ')}"
+        )
+        return self.finding(
+            idx,
+            {r: (s[idx] if idx < len(s) else None) for r, s in self.seqs.items()},
+            kind,
+            culprits,
+            cause=cause,
+            confidence="high" if strict else "medium",
+            basis=f"{len(majority)} of {len(self.ranks)} ranks agree; rank(s) {_ranks(culprits)} {what}",
+        )
 
     def verdict(self, v: blame.Verdict, off: int) -> dict:
         idx = v.index + off
         at = {r: (s[idx] if idx < len(s) else None) for r, s in self.seqs.items()}
-        return self.finding(idx, at, v.kind, v.culprits, cause=(v.cause_rank, v.cause_index + off),
-                            confidence=v.confidence, basis=v.basis, alternative=v.alternative)
+        return self.finding(
+            idx,
+            at,
+            v.kind,
+            v.culprits,
+            cause=(v.cause_rank, v.cause_index + off),
+            confidence=v.confidence,
+            basis=v.basis,
+            alternative=v.alternative,
+        )
 
-    def finding(self, i: int, at: dict, kind: str, culprits: list[int], cause: tuple[int, int],
-                confidence: str, basis: str, alternative: str | None = None, waiting_on: bool = False) -> dict:
+    def finding(
+        self,
+        i: int,
+        at: dict,
+        kind: str,
+        culprits: list[int],
+        cause: tuple[int, int],
+        confidence: str,
+        basis: str,
+        alternative: str | None = None,
+        waiting_on: bool = False,
+    ) -> dict:
         r, ci = cause
         seq = self.seqs.get(r, [])
         cause_ev = seq[ci] if 0 <= ci < len(seq) else None
         out = _finding(self.ch, i, at, kind, culprits, self.waits)
-        out.update(cause_rank=r, cause_seq=self.ch.base + ci, cause_event=cause_ev, confidence=confidence,
-                   basis=basis, alternative=alternative, after=_after(self.ch, r, seq, ci), waiting_on=waiting_on)
+        out.update(
+            cause_rank=r,
+            cause_seq=self.ch.base + ci,
+            cause_event=cause_ev,
+            confidence=confidence,
+            basis=basis,
+            alternative=alternative,
+            after=_after(self.ch, r, seq, ci),
+            waiting_on=waiting_on,
+        )
         if cause_ev is not None and cause_ev.get("w") is not None:
             out["time"] = cause_ev["w"]
         return out
@@ -369,15 +495,21 @@ def _stopped(seq: list) -> bool:
 
 def _novel(ch: Channel, seqs: dict, i: int, present: dict) -> bool:
     seen = set(ch.seen_sites)
-    for r, seq in seqs.items():
+    for _r, seq in seqs.items():
         seen.update(site_key(e) for e in seq[:i])
     return all(site_key(e) not in seen for e in present.values())
 
 
 def _finding(ch: Channel, i: int, at: dict, kind: str, culprits: list[int], waits: Waits | None = None) -> dict:
     times = [e["w"] for e in at.values() if e is not None and e.get("w") is not None]
-    out = {"channel": ch.key, "seq": ch.base + i, "kind": kind, "culprits": sorted(culprits),
-           "events": at, "time": min(times) if times else 0.0}
+    out = {
+        "channel": ch.key,
+        "seq": ch.base + i,
+        "kind": kind,
+        "culprits": sorted(culprits),
+        "events": at,
+        "time": min(times) if times else 0.0,
+    }
     if waits is not None and waits.cycle and any(r in waits.stuck for r in at):
         out["deadlock"] = waits.cycle
         out["cycle"] = list(waits.calls)

@@ -9,15 +9,26 @@ from hctool.consensus import blame, probes, truncation
 from hctool.consensus.align import Channel, channel_members, find_divergence, route
 from hctool.consensus.classes import ranges
 from hctool.consensus.flight_recorder import is_flight_recorder_dir
-from hctool.consensus.model import Call, Cause, Confidence, Coverage, Divergence, Kind, RankCall, Report, Symptom, Verdict
+from hctool.consensus.model import (
+    Call,
+    Cause,
+    Confidence,
+    Coverage,
+    Divergence,
+    Kind,
+    RankCall,
+    Report,
+    Symptom,
+    Verdict,
+)
 from hctool.consensus.pattern import HOLD, caller_text, pairings_of, pattern_key, site_key
 from hctool.consensus.structure import SourceMap
 from hctool.consensus.trace import TraceDirReader, TraceError, trace_files
 from hctool.consensus.waits import wait_state
 
-GROUPS = "groups"              # the pseudo-group of new_group calls (every rank, one order)
-MAX_MISSING_RANKS = 1024      # ranks a header may claim beyond the trace files present
-MAX_PENDING = 1_000_000       # unagreed events held before the analysis stops reading
+GROUPS = "groups"  # the pseudo-group of new_group calls (every rank, one order)
+MAX_MISSING_RANKS = 1024  # ranks a header may claim beyond the trace files present
+MAX_PENDING = 1_000_000  # unagreed events held before the analysis stops reading
 
 
 class Tracker:
@@ -30,11 +41,11 @@ class Tracker:
         self.world_size: int | None = None
         self.last_event: dict[int, dict] = {}
         self.thread_last: dict[tuple, dict] = {}  # (rank, thread) -> latest event (align.wait_state)
-        self.counts: dict[int, dict[str, int]] = {}   # rank -> op -> calls seen (evidence of what was checked)
-        self.last_blocking: dict[int, dict] = {}      # rank -> its latest call that has not (yet) completed
-        self.sources = SourceMap()                    # the program's source, for its structure (blame.py)
-        self.traced: set[int] | None = None           # ranks with a trace file (None: not known, FR dumps)
-        self.capped: set[tuple] = set()                # (rank, channel) whose later calls were only counted
+        self.counts: dict[int, dict[str, int]] = {}  # rank -> op -> calls seen (evidence of what was checked)
+        self.last_blocking: dict[int, dict] = {}  # rank -> its latest call that has not (yet) completed
+        self.sources = SourceMap()  # the program's source, for its structure (blame.py)
+        self.traced: set[int] | None = None  # ranks with a trace file (None: not known, FR dumps)
+        self.capped: set[tuple] = set()  # (rank, channel) whose later calls were only counted
 
     def add(self, ev: dict, now: float) -> None:
         per_op = self.counts.setdefault(ev["rank"], {})
@@ -94,14 +105,18 @@ class Tracker:
                         used[r] = k
                 ch.prune(self.all_ranks())
             rest = {r: got[r].tail(used[r]) for r in got}
-            if (len(members) >= 2 and set(rest) >= set(members) and any(ch.seqs.get(r) for r in members)
-                    and len({len(ch.seqs.get(r, ())) for r in members}) == 1
-                    and agreed_prefix([rest[r] for r in members], 0)[0] >= HOLD):
+            if (
+                len(members) >= 2
+                and set(rest) >= set(members)
+                and any(ch.seqs.get(r) for r in members)
+                and len({len(ch.seqs.get(r, ())) for r in members}) == 1
+                and agreed_prefix([rest[r] for r in members], 0)[0] >= HOLD
+            ):
                 # the window is level and waits only on its look-ahead (a stretch of cross-site
                 # pairings: a rank one call ahead since a silent extra call), which the blocks give
                 ch.prune(self.all_ranks(), ahead_agreed=True)
             b = 0
-            if (len(members) >= 2 and set(rest) >= set(members) and all(not ch.seqs.get(r) for r in members)):
+            if len(members) >= 2 and set(rest) >= set(members) and all(not ch.seqs.get(r) for r in members):
                 b, cross = agreed_prefix([rest[r] for r in members], HOLD)
                 if len(cross):
                     self._commit_pairings(ch, members, {r: rest[r] for r in members}, cross, interner)
@@ -130,9 +145,8 @@ class Tracker:
     def _commit_pairings(self, ch: Channel, members: list[int], blocks: dict, cross, interner) -> None:
         """Cross-site pairings in a folded prefix go into the channel's pattern, as prune() commits them."""
 
-        from hctool.consensus.pattern import MAX_PAIRINGS
-
         from hctool.consensus.columns import unique_rows
+        from hctool.consensus.pattern import MAX_PAIRINGS
 
         combos, first, counts = unique_rows([blocks[r].key[cross] for r in members], counts=True, index=True)
         for combo, i, c in zip(combos.tolist(), first.tolist(), counts.tolist()):
@@ -142,8 +156,11 @@ class Tracker:
                 mine["count"] += c
             elif len(ch.pattern.pairings) < MAX_PAIRINGS:
                 pos = int(cross[i])
-                ch.pattern.pairings[key] = {"seq": ch.base + pos, "count": c,
-                                            "events": {r: blocks[r].make(pos) for r in members}}
+                ch.pattern.pairings[key] = {
+                    "seq": ch.base + pos,
+                    "count": c,
+                    "events": {r: blocks[r].make(pos) for r in members},
+                }
 
     def _fold(self, ch: Channel, blocks: dict, b: int, interner, now: float) -> None:
         """The first b calls of every member's block agree: into the channel's history, not its window."""
@@ -179,26 +196,43 @@ class Tracker:
         for ch in self.channels.values():
             ch.prune(ranks)
 
-    def first_divergence(self, ended: dict[int, str | None], now: float, hang_after: float | None,
-                         final: bool) -> dict | None:
+    def first_divergence(
+        self, ended: dict[int, str | None], now: float, hang_after: float | None, final: bool
+    ) -> dict | None:
         ranks = self.all_ranks()
         waits = wait_state(self.channels, ranks, ended, self.thread_last)
-        found = [f for ch in self.channels.values()
-                 if (f := find_divergence(ch, ranks, ended, now, hang_after, final, waits=waits,
-                                          sources=self.sources, traced=self.traced)) is not None]
+        found = [
+            f
+            for ch in self.channels.values()
+            if (
+                f := find_divergence(
+                    ch, ranks, ended, now, hang_after, final, waits=waits, sources=self.sources, traced=self.traced
+                )
+            )
+            is not None
+        ]
         # A rank missing from one group is often a consequence of its own divergent
         # call in another group: prefer a finding that names a call over a missing one;
         # a wait cycle that no inserted call explains is its own finding.
-        best = min(found, key=lambda f: (f["kind"] == "wait_cycle", bool(f.get("waiting_on")), f["time"]),
-                   default=None)
+        best = min(found, key=lambda f: (f["kind"] == "wait_cycle", bool(f.get("waiting_on")), f["time"]), default=None)
         if best is not None and best["kind"] == "wait_cycle" and waits.calls:
             head = waits.calls[0]
             times = [e["w"] for e in waits.events.values() if e.get("w") is not None]
-            best = {"channel": head["group"], "seq": head["seq"], "kind": "wait_cycle",
-                    "culprits": sorted(waits.events), "events": dict(waits.events),
-                    "time": min(times) if times else 0.0, "deadlock": waits.cycle, "cycle": list(waits.calls),
-                    "cause_rank": head["rank"], "cause_seq": head["seq"], "cause_event": waits.events.get(head["rank"]),
-                    "confidence": "high", "basis": "the ranks wait for each other across groups: " + waits.cycle}
+            best = {
+                "channel": head["group"],
+                "seq": head["seq"],
+                "kind": "wait_cycle",
+                "culprits": sorted(waits.events),
+                "events": dict(waits.events),
+                "time": min(times) if times else 0.0,
+                "deadlock": waits.cycle,
+                "cycle": list(waits.calls),
+                "cause_rank": head["rank"],
+                "cause_seq": head["seq"],
+                "cause_event": waits.events.get(head["rank"]),
+                "confidence": "high",
+                "basis": "the ranks wait for each other across groups: " + waits.cycle,
+            }
             if len(waits.calls) == 2:
                 best = self._cycle_of_two(best, waits)
         return best
@@ -221,11 +255,15 @@ class Tracker:
                 seq = list(ch.seqs.get(r, ())) if ch is not None else []
                 upto = next((i for i, e in enumerate(seq) if e is ev), len(seq))
                 counts[r] = (ch.history.calls(r, key) if ch is not None else 0) + sum(
-                    1 for e in seq[:upto] if pattern_key(e) == key)
+                    1 for e in seq[:upto] if pattern_key(e) == key
+                )
             # a place the channel never used, in a channel that was used before (a fresh group says nothing)
             used = ch is not None and (ch.seen_sites or any(e is not ev for s in ch.seqs.values() for e in s))
-            novel = bool(used) and site_key(ev) not in ch.seen_sites and not any(
-                site_key(e) == site_key(ev) and e is not ev for s in ch.seqs.values() for e in s)
+            novel = (
+                bool(used)
+                and site_key(ev) not in ch.seen_sites
+                and not any(site_key(e) == site_key(ev) and e is not ev for s in ch.seqs.values() for e in s)
+            )
             if "dir" in ev:  # a send and its receive are one flow from two places: no per-place counts
                 counts = {c["rank"]: 0, other: 0}
             made.append((counts[c["rank"]], counts[other], novel))
@@ -237,10 +275,20 @@ class Tracker:
         culprit = c["rank"] if kind == "extra" else other["rank"]
         if c["group"] == GROUPS:
             kind = "group"
-        best = dict(best, kind=kind, culprits=[culprit], cause_rank=c["rank"], cause_seq=c["seq"], cause_event=evs[side],
-                    channel=c["group"], seq=c["seq"], confidence="medium", waiting_on=False,
-                    basis=f"{why}; the ranks wait for each other ({waits.cycle})",
-                    events={r: (waits.events[r] if r == c["rank"] else None) for r in waits.events})
+        best = dict(
+            best,
+            kind=kind,
+            culprits=[culprit],
+            cause_rank=c["rank"],
+            cause_seq=c["seq"],
+            cause_event=evs[side],
+            channel=c["group"],
+            seq=c["seq"],
+            confidence="medium",
+            waiting_on=False,
+            basis=f"{why}; the ranks wait for each other ({waits.cycle})",
+            events={r: (waits.events[r] if r == c["rank"] else None) for r in waits.events},
+        )
         return best
 
     def cross_site_pairings(self, finding: dict | None, limit: int = 100) -> list[dict]:
@@ -250,10 +298,13 @@ class Tracker:
         for ch in self.channels.values():
             for combo, p in pairings_of(ch.pattern, ch.window_pairings).items():
                 after = finding is not None and finding["channel"] == ch.key and p["seq"] >= finding["seq"]
-                ranks = {str(r): {"site": e.get("site"), "caller": caller_text(k)}
-                         for (r, e), k in zip(sorted(p["events"].items()), combo)}
-                out.append({"group": ch.key, "seq": p["seq"], "count": p["count"], "ranks": ranks,
-                            "legitimate": not after})
+                ranks = {
+                    str(r): {"site": e.get("site"), "caller": caller_text(k)}
+                    for (r, e), k in zip(sorted(p["events"].items()), combo)
+                }
+                out.append(
+                    {"group": ch.key, "seq": p["seq"], "count": p["count"], "ranks": ranks, "legitimate": not after}
+                )
         return sorted(out, key=lambda e: (e["group"], e["seq"]))[:limit]
 
     def blocked(self) -> dict[int, dict]:
@@ -271,40 +322,69 @@ def _call(ev: dict | None) -> Call:
     """A recorded call as the report names it."""
     if ev is None:
         return Call(None)
-    return Call(ev["op"], ev.get("site"), ev.get("fn"), ev.get("g"), ev.get("sh", []), ev.get("dt", []), ev.get("ro"),
-                ev.get("root") if "dir" not in ev else ev.get("peer"), ev.get("label"),
-                [s.rsplit("/", 1)[-1] for s in ev.get("stack", [])])
+    return Call(
+        ev["op"],
+        ev.get("site"),
+        ev.get("fn"),
+        ev.get("g"),
+        ev.get("sh", []),
+        ev.get("dt", []),
+        ev.get("ro"),
+        ev.get("root") if "dir" not in ev else ev.get("peer"),
+        ev.get("label"),
+        [s.rsplit("/", 1)[-1] for s in ev.get("stack", [])],
+    )
 
 
 def _rank_entry(ev: dict | None, last: dict | None) -> RankCall:
     if ev is None:
-        return RankCall(None, state="absent",
-                        last_seen=f"{last['op']} at {last.get('site')} ({last['g']})" if last is not None else None)
+        return RankCall(
+            None,
+            state="absent",
+            last_seen=f"{last['op']} at {last.get('site')} ({last['g']})" if last is not None else None,
+        )
     c = _call(ev)
-    return RankCall(c.op, c.site, c.function, None, c.shapes, c.dtypes, c.reduce_op, c.root, c.label, c.stack,
-                    state="completed" if ev["state"] == "completed" else "blocked")
+    return RankCall(
+        c.op,
+        c.site,
+        c.function,
+        None,
+        c.shapes,
+        c.dtypes,
+        c.reduce_op,
+        c.root,
+        c.label,
+        c.stack,
+        state="completed" if ev["state"] == "completed" else "blocked",
+    )
 
 
-def symptoms(tracker: Tracker, ended: dict[int, str | None], errors: dict[int, str] | None = None) -> dict[int, Symptom]:
+def symptoms(
+    tracker: Tracker, ended: dict[int, str | None], errors: dict[int, str] | None = None
+) -> dict[int, Symptom]:
     """Where each rank was when the run ended: the call it blocked or failed in (its latest
     one), else its last call and how it ended."""
     open_calls: dict[int, dict] = {}
     for ch in tracker.channels.values():
         for r, seq in ch.seqs.items():
             for ev in seq:
-                if ev["state"] != "completed" and (r not in open_calls or (ev.get("t") or 0) >= (open_calls[r].get("t") or 0)):
+                if ev["state"] != "completed" and (
+                    r not in open_calls or (ev.get("t") or 0) >= (open_calls[r].get("t") or 0)
+                ):
                     open_calls[r] = ev
     out = {}
     for r in tracker.all_ranks():
         ev = open_calls.get(r)
         state = ended.get(r)
         if ev is not None:
-            sym = Symptom("failed" if ev["state"] == "failed" else "blocked", _call(ev), _seq_of(tracker, ev),
-                          ev.get("err"))
+            sym = Symptom(
+                "failed" if ev["state"] == "failed" else "blocked", _call(ev), _seq_of(tracker, ev), ev.get("err")
+            )
         else:
             last = tracker.last_event.get(r)
-            sym = Symptom({"clean": "ended", "crashed": "crashed"}.get(state or "", "running" if last else "absent"),
-                          _call(last))
+            sym = Symptom(
+                {"clean": "ended", "crashed": "crashed"}.get(state or "", "running" if last else "absent"), _call(last)
+            )
         if state == "crashed" and errors and errors.get(r) and not sym.error:
             sym.error = errors[r]
         out[r] = sym
@@ -328,17 +408,39 @@ def divergence(tracker: Tracker, ended: dict[int, str | None], finding: dict, er
     kind = Kind(finding["kind"])
     cause = None
     if finding.get("cause_event") is not None:
-        cause = Cause(finding["cause_rank"], finding["cause_seq"], kind, finding["culprits"],
-                      _call(finding["cause_event"]), finding.get("after"))
-    return Divergence(finding["channel"], finding["seq"], kind, finding["culprits"],
-                      {r: _rank_entry(e, tracker.last_event.get(r)) for r, e in sorted(finding["events"].items())},
-                      cause, symptoms(tracker, ended, errors), Confidence(finding.get("confidence", "high")),
-                      finding.get("basis"), finding.get("alternative"), finding.get("deadlock"),
-                      list(finding.get("cycle", [])), bool(finding.get("waiting_on")))
+        cause = Cause(
+            finding["cause_rank"],
+            finding["cause_seq"],
+            kind,
+            finding["culprits"],
+            _call(finding["cause_event"]),
+            finding.get("after"),
+        )
+    return Divergence(
+        finding["channel"],
+        finding["seq"],
+        kind,
+        finding["culprits"],
+        {r: _rank_entry(e, tracker.last_event.get(r)) for r, e in sorted(finding["events"].items())},
+        cause,
+        symptoms(tracker, ended, errors),
+        Confidence(finding.get("confidence", "high")),
+        finding.get("basis"),
+        finding.get("alternative"),
+        finding.get("deadlock"),
+        list(finding.get("cycle", [])),
+        bool(finding.get("waiting_on")),
+    )
 
 
-def build_report(tracker: Tracker, ended: dict[int, str | None], finding: dict | None,
-                 stacks: dict[str, str] | None, final: bool, seen: dict | None = None) -> Report:
+def build_report(
+    tracker: Tracker,
+    ended: dict[int, str | None],
+    finding: dict | None,
+    stacks: dict[str, str] | None,
+    final: bool,
+    seen: dict | None = None,
+) -> Report:
     """The report (docs/contracts.md). seen: what the analysis saw of the run (coverage):
     {"ranks": ranks with a trace of this run, "foreign": trace files of anything else,
     "errors": rank -> how it ended, "timed_out": hctool ended ranks still running}."""
@@ -353,8 +455,11 @@ def build_report(tracker: Tracker, ended: dict[int, str | None], finding: dict |
             verdict = Verdict.HUNG
         elif first.kind is Kind.MISSING and finding.get("waiting_on"):
             culprit_states = {ended.get(r) for r in first.culprit_ranks}
-            verdict = Verdict.CRASHED if "crashed" in culprit_states else (
-                Verdict.HUNG if None in culprit_states else Verdict.DIVERGED)
+            verdict = (
+                Verdict.CRASHED
+                if "crashed" in culprit_states
+                else (Verdict.HUNG if None in culprit_states else Verdict.DIVERGED)
+            )
         else:
             verdict = Verdict.DIVERGED
     elif crashed:
@@ -365,17 +470,28 @@ def build_report(tracker: Tracker, ended: dict[int, str | None], finding: dict |
     else:
         verdict, reason = earned(tracker, ended, final, seen)
     counts = {str(r): dict(sorted(tracker.counts.get(r, {}).items())) for r in ranks}
-    return Report(verdict, tracker.world_size or len(ranks), first, dict(stacks or {}), counts, reason,
-                  coverage(tracker, ended, seen), tracker.cross_site_pairings(finding))
+    return Report(
+        verdict,
+        tracker.world_size or len(ranks),
+        first,
+        dict(stacks or {}),
+        counts,
+        reason,
+        coverage(tracker, ended, seen),
+        tracker.cross_site_pairings(finding),
+    )
 
 
 def coverage(tracker: Tracker, ended: dict[int, str | None], seen: dict) -> Coverage:
     """What the verdict rests on: the ranks expected, those whose trace of this run was read,
     those that recorded calls, and how each ended."""
-    return Coverage(tracker.world_size or 0, sorted(seen.get("ranks", tracker.ranks)),
-                    sorted(r for r, ops in tracker.counts.items() if ops),
-                    {r: ended.get(r) or "running" for r in tracker.all_ranks()},
-                    sorted(seen.get("foreign") or [])[:20])
+    return Coverage(
+        tracker.world_size or 0,
+        sorted(seen.get("ranks", tracker.ranks)),
+        sorted(r for r, ops in tracker.counts.items() if ops),
+        {r: ended.get(r) or "running" for r in tracker.all_ranks()},
+        sorted(seen.get("foreign") or [])[:20],
+    )
 
 
 def earned(tracker: Tracker, ended: dict[int, str | None], final: bool, seen: dict) -> tuple[Verdict, str | None]:
@@ -385,32 +501,41 @@ def earned(tracker: Tracker, ended: dict[int, str | None], final: bool, seen: di
     traced = set(seen.get("ranks", tracker.ranks))
     foreign = seen.get("foreign") or []
     expected = tracker.world_size or 0
-    dropped = f"; {len(foreign)} trace file(s) in the folder were not written by this run and were not read" \
-        if foreign else ""
+    dropped = (
+        f"; {len(foreign)} trace file(s) in the folder were not written by this run and were not read"
+        if foreign
+        else ""
+    )
     if not traced:
         if seen.get("timed_out"):
-            return Verdict.NO_PROCESS_GROUP, ("the run was ended by --timeout before any rank formed a process "
-                                              "group" + dropped)
-        return Verdict.NO_PROCESS_GROUP, ("no rank recorded anything: no process group was formed (the program "
-                                          "never called init_process_group, or is not a torch.distributed program)"
-                                          + dropped)
+            return Verdict.NO_PROCESS_GROUP, (
+                "the run was ended by --timeout before any rank formed a process group" + dropped
+            )
+        return Verdict.NO_PROCESS_GROUP, (
+            "no rank recorded anything: no process group was formed (the program "
+            "never called init_process_group, or is not a torch.distributed program)" + dropped
+        )
     missing = sorted(set(range(expected)) - traced) if expected else []
     if missing:
-        return Verdict.INCOMPLETE, (f"rank(s) {', '.join(map(str, missing[:16]))} of {expected} left no trace of "
-                                    f"this run" + dropped)
+        return Verdict.INCOMPLETE, (
+            f"rank(s) {', '.join(map(str, missing[:16]))} of {expected} left no trace of this run" + dropped
+        )
     if not any(tracker.counts.get(r) for r in traced):
         if seen.get("timed_out") or any(ended.get(r) is None for r in traced):
             return Verdict.INCOMPLETE, "the run was ended before any rank made a collective call" + dropped
         return Verdict.NO_COLLECTIVES, "the ranks formed their process group and ended without any collective call"
     running = sorted(r for r in tracker.all_ranks() if ended.get(r) is None)
     if running and final:
-        return Verdict.INCOMPLETE, (f"rank(s) {', '.join(map(str, running[:16]))} were still running, outside any "
-                                    f"collective, when the run was ended")
+        return Verdict.INCOMPLETE, (
+            f"rank(s) {', '.join(map(str, running[:16]))} were still running, outside any "
+            f"collective, when the run was ended"
+        )
     return Verdict.CONSISTENT, None
 
 
-def ended_states(reader_ranks: dict, exit_codes: dict[int, int | None] | None, ranks: list[int],
-                 ended_at: float | None = None) -> dict[int, str | None]:
+def ended_states(
+    reader_ranks: dict, exit_codes: dict[int, int | None] | None, ranks: list[int], ended_at: float | None = None
+) -> dict[int, str | None]:
     """Per rank: None (running or killed by hctool), "clean" or "crashed".
     Exit codes, when the caller knows them, win over the traces' end records.
     ended_at: when hctool began ending the job (monotonic); an end record a rank
@@ -419,8 +544,15 @@ def ended_states(reader_ranks: dict, exit_codes: dict[int, int | None] | None, r
     for r in ranks:
         rt = reader_ranks.get(r)
         out[r] = rt.ended if rt is not None else None
-        if (ended_at is not None and rt is not None and rt.end_t is not None and rt.end_t > ended_at
-                and exit_codes and r in exit_codes and exit_codes[r] is None):
+        if (
+            ended_at is not None
+            and rt is not None
+            and rt.end_t is not None
+            and rt.end_t > ended_at
+            and exit_codes
+            and r in exit_codes
+            and exit_codes[r] is None
+        ):
             out[r] = None
         if exit_codes and r in exit_codes:
             code = exit_codes[r]
@@ -437,8 +569,7 @@ def _check_world(reader: TraceDirReader, known: set[int]) -> None:
     if beyond:
         raise TraceError(f"{reader.path}: rank {beyond[0]} has a trace but the headers say world_size {ws}")
     if ws - len(known) > MAX_MISSING_RANKS:
-        raise TraceError(f"{reader.path}: a header claims world_size {ws} but only {len(known)} rank(s) "
-                         f"have traces")
+        raise TraceError(f"{reader.path}: a header claims world_size {ws} but only {len(known)} rank(s) have traces")
 
 
 class AnalysisSession:
@@ -491,12 +622,22 @@ class AnalysisSession:
 
     def seen(self, timed_out: bool = False) -> dict:
         """What this session saw of the run (the verdict's coverage)."""
-        return {"ranks": set(self.reader.ranks), "foreign": sorted(self.reader.foreign),
-                "errors": {r: rt.end_error for r, rt in self.reader.ranks.items() if rt.end_error},
-                "timed_out": timed_out}
+        return {
+            "ranks": set(self.reader.ranks),
+            "foreign": sorted(self.reader.foreign),
+            "errors": {r: rt.end_error for r, rt in self.reader.ranks.items() if rt.end_error},
+            "timed_out": timed_out,
+        }
 
-    def report(self, ended: dict[int, str | None], now: float, hang_after: float | None, final: bool,
-               stacks: dict[str, str] | None = None, timed_out: bool = False) -> tuple[Report, dict | None]:
+    def report(
+        self,
+        ended: dict[int, str | None],
+        now: float,
+        hang_after: float | None,
+        final: bool,
+        stacks: dict[str, str] | None = None,
+        timed_out: bool = False,
+    ) -> tuple[Report, dict | None]:
         """(report, finding): the first divergence given what ended, with probes annotated."""
         finding = self.tracker.first_divergence(ended, now, hang_after=hang_after, final=final)
         report = build_report(self.tracker, ended, finding, stacks, final=final, seen=self.seen(timed_out))
@@ -560,20 +701,28 @@ def feed_flight_recorder(tracker: Tracker, path: str, now: float):
             def make(i, kinds=kinds, ts=ts, done=done, what=what, g=g, d=d):
                 k, ti, c = int(kinds[i]), float(ts[i]), bool(done[i])
                 return fr.event(d, g, k, ti, c) if what == "c" else fr.p2p_event(d, plan, g, k, ti, c)
+
             lead = int(np.argmin(done)) if len(done) and not done.all() else len(done)  # the completed run first
             if lead:
                 ids = table[kinds[:lead]]
-                blocks.append((d.rank, ch_key, Block(d.rank, ids[:, 0], ids[:, 1], ids[:, 2], make, ts[:lead],
-                                                     np.zeros(lead, dtype=np.int64))))
+                blocks.append(
+                    (
+                        d.rank,
+                        ch_key,
+                        Block(d.rank, ids[:, 0], ids[:, 1], ids[:, 2], make, ts[:lead], np.zeros(lead, dtype=np.int64)),
+                    )
+                )
             later += [make(i) for i in range(lead, len(kinds))]
-    for rank, channel, block in blocks:  # p2p channels take their two ranks as members
+    for _rank, channel, _block in blocks:  # p2p channels take their two ranks as members
         if " p2p " in channel and channel not in tracker.channels:
             src, dst = channel.rsplit(" ", 1)[1].split("->")
             tracker.channels[channel] = Channel(channel, sorted({int(src), int(dst)}))
     tracker.add_blocks(blocks, interner, now, final=True)
     for ev in sorted(later, key=lambda e: e["t"]):
         if (ev["rank"], route(ev, tracker.groups)) in tracker.capped:
-            tracker.counts.setdefault(ev["rank"], {})[ev["op"]] = tracker.counts.get(ev["rank"], {}).get(ev["op"], 0) + 1
+            tracker.counts.setdefault(ev["rank"], {})[ev["op"]] = (
+                tracker.counts.get(ev["rank"], {}).get(ev["op"], 0) + 1
+            )
             tracker._note(ev)  # beyond what is compared: only where the rank was
         else:
             tracker.add(ev, now)
@@ -606,29 +755,51 @@ def _no_dump(report: Report, plan, tracker: Tracker, ended: dict) -> None:
     if report.first_divergence is not None:
         report.reason = words + (f"; {report.reason}" if report.reason else "")
         return
-    waiting = [(ch, ev) for ch in tracker.channels.values() for seq in ch.seqs.values() for ev in seq
-               if ev["state"] == "blocked" and set(plan.members.get(ev["g"], ())) & set(missing)]
+    waiting = [
+        (ch, ev)
+        for ch in tracker.channels.values()
+        for seq in ch.seqs.values()
+        for ev in seq
+        if ev["state"] == "blocked" and set(plan.members.get(ev["g"], ())) & set(missing)
+    ]
     if not waiting:
         report.verdict = Verdict.INCOMPLETE
-        report.reason = (f"{words} (the process died, or never dumped); the {len(plan.dumps)} dumps there agree "
-                         f"as far as every rank's buffer goes")
+        report.reason = (
+            f"{words} (the process died, or never dumped); the {len(plan.dumps)} dumps there agree "
+            f"as far as every rank's buffer goes"
+        )
         return
     ch, ev = min(waiting, key=lambda w: w[1].get("t") or 0.0)
     absent = sorted(set(plan.members.get(ev["g"], ())) & set(missing))
     seq = next(ch.base + i for i, e in enumerate(ch.seqs[ev["rank"]]) if e is ev)
     waiters = sorted({e["rank"] for _, e in waiting})
-    finding = {"channel": ch.key, "seq": seq, "kind": "missing", "culprits": absent, "time": ev.get("t") or 0.0,
-               "events": {ev["rank"]: ev, **{r: None for r in absent}}, "cause_rank": ev["rank"], "cause_seq": seq,
-               "cause_event": ev, "confidence": "high", "waiting_on": True,
-               "basis": f"{words}, while rank(s) {ranges(waiters)} wait in calls of groups with it "
-                        f"(their last entries are still scheduled): it never reached them"}
+    finding = {
+        "channel": ch.key,
+        "seq": seq,
+        "kind": "missing",
+        "culprits": absent,
+        "time": ev.get("t") or 0.0,
+        "events": {ev["rank"]: ev, **{r: None for r in absent}},
+        "cause_rank": ev["rank"],
+        "cause_seq": seq,
+        "cause_event": ev,
+        "confidence": "high",
+        "waiting_on": True,
+        "basis": f"{words}, while rank(s) {ranges(waiters)} wait in calls of groups with it "
+        f"(their last entries are still scheduled): it never reached them",
+    }
     report.first_divergence = divergence(tracker, ended, finding, None)
     report.verdict = Verdict.HUNG
     report.reason = None
 
 
-def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: dict[str, str] | None = None,
-                command_exit: int | None = None, ended_at: float | None = None) -> Report:
+def analyze_dir(
+    path,
+    exit_codes: dict[int, int | None] | None = None,
+    stacks: dict[str, str] | None = None,
+    command_exit: int | None = None,
+    ended_at: float | None = None,
+) -> Report:
     """The report for a trace folder (or Flight Recorder dumps). exit_codes: what
     the caller knows of each rank's exit (None: still running when it was ended);
     command_exit: the exit code of a wrapper command (torchrun ...); ended_at: when
@@ -646,8 +817,12 @@ def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: d
         if exit_codes:
             ended.update({r: None if c is None else ("clean" if c == 0 else "crashed") for r, c in exit_codes.items()})
         if not stacks:  # each rank's "stack": the frames of its last entry (what the job was doing when it dumped)
-            stacks = {str(d.rank): "(Flight Recorder: the frames of its last entry)\nThread 0 (dumped): \"MainThread\"\n"
-                      + "\n".join(f"    {f}" for f in d.last_frames) for d in fr_plan.dumps if d.last_frames}
+            stacks = {
+                str(d.rank): '(Flight Recorder: the frames of its last entry)\nThread 0 (dumped): "MainThread"\n'
+                + "\n".join(f"    {f}" for f in d.last_frames)
+                for d in fr_plan.dumps
+                if d.last_frames
+            }
     else:
         session = AnalysisSession(path, strict=True)
         tracker = session.tracker
@@ -674,8 +849,14 @@ def analyze_dir(path, exit_codes: dict[int, int | None] | None = None, stacks: d
         timed_out = ended_at is not None and any(c is None for c in (exit_codes or {}).values())
         report, _ = session.report(ended, now, None, final=True, stacks=stacks, timed_out=timed_out)
     else:
-        report = build_report(tracker, ended, tracker.first_divergence(ended, now, hang_after=None, final=True),
-                              stacks, final=True, seen={"ranks": set(tracker.ranks)})
+        report = build_report(
+            tracker,
+            ended,
+            tracker.first_divergence(ended, now, hang_after=None, final=True),
+            stacks,
+            final=True,
+            seen={"ranks": set(tracker.ranks)},
+        )
         if fr_plan is not None and fr_plan.missing:
             _no_dump(report, fr_plan, tracker, ended)
     if exit_codes is not None:

@@ -38,30 +38,32 @@ from hctool.consensus.pattern import ROOTED, hard_signature, pattern_key
 from hctool.consensus.structure import SourceMap, common_level, frames_of
 
 GAP, CROSS, MISMATCH, UNRELATED = 1.0, 0.5, 1.0, 2.5
-BAND = 32           # diagonals beyond the length difference searched (insertions per window)
-MAX_ALIGN = 2048    # calls per rank aligned around the evidence (bounded work on long windows)
-END = ("<end>",)    # a rank that ended: the pattern key of "no more calls"
+BAND = 32  # diagonals beyond the length difference searched (insertions per window)
+MAX_ALIGN = 2048  # calls per rank aligned around the evidence (bounded work on long windows)
+END = ("<end>",)  # a rank that ended: the pattern key of "no more calls"
 
 
 class Op(NamedTuple):
-    kind: str           # "match" | "cross" | "gap_a" (a's call unmatched) | "gap_b" | "mismatch" | "pending"
-    i: int | None       # index in a
-    j: int | None       # index in b
+    kind: str  # "match" | "cross" | "gap_a" (a's call unmatched) | "gap_b" | "mismatch" | "pending"
+    i: int | None  # index in a
+    j: int | None  # index in b
 
 
 class Verdict(NamedTuple):
     """Who deviated at the first unmatched call, and why we think so."""
-    kind: str                   # extra | missing | op | shape | dtype | reduce_op | root | label
+
+    kind: str  # extra | missing | op | shape | dtype | reduce_op | root | label
     culprits: list[int]
-    cause_rank: int             # the rank holding the call with no counterpart (or both's: the culprit)
-    cause_index: int            # that call's index in the cause rank's window
-    index: int                  # window index whose calls each rank made at the divergence (transport pairing)
-    confidence: str             # "high" | "medium" | "low"
-    basis: str                  # what decided it, in words
+    cause_rank: int  # the rank holding the call with no counterpart (or both's: the culprit)
+    cause_index: int  # that call's index in the cause rank's window
+    index: int  # window index whose calls each rank made at the divergence (transport pairing)
+    confidence: str  # "high" | "medium" | "low"
+    basis: str  # what decided it, in words
     alternative: str | None = None  # the other reading, where the evidence is symmetric
 
 
 # ------------------------------------------------------------------ alignment
+
 
 def _cost(p: dict, q: dict) -> float:
     if hard_signature(p) == hard_signature(q):
@@ -103,7 +105,9 @@ def align(a: list, b: list, a_closed: bool, b_closed: bool) -> list[Op]:
     if not a_closed and not b_closed:
         ends = [(i, j) for i in range(n + 1) for j in dp[i] if i == n or j == m]
     end = min(ends, key=lambda ij: (dp[ij[0]][ij[1]][0], -(ij[0] + ij[1])))
-    ops: list[Op] = [Op("pending", i, None) for i in range(end[0], n)] + [Op("pending", None, j) for j in range(end[1], m)]
+    ops: list[Op] = [Op("pending", i, None) for i in range(end[0], n)] + [
+        Op("pending", None, j) for j in range(end[1], m)
+    ]
     i, j = end
     while i > 0 or j > 0:
         cost, move = dp[i][j]
@@ -135,6 +139,7 @@ def first_break(ops: list[Op]) -> tuple[int, Op] | None:
 
 # ------------------------------------------------------------------ the pattern
 
+
 class History:
     """What a channel's calls did so far, per place (pattern key): how often each call followed
     each other (both ranks summed), how long each run of one call lasted before the next one
@@ -144,12 +149,12 @@ class History:
     LIMIT = 4096
 
     def __init__(self) -> None:
-        self.pairs: Counter = Counter()          # (key, next key) -> times
-        self.out: Counter = Counter()            # key -> times followed by anything
-        self.runs: dict[tuple, Counter] = {}     # (key, next key) -> run length of key before it -> times
-        self.counts: dict[int, Counter] = {}     # rank -> key -> calls
-        self.current: dict[int, tuple] = {}      # rank -> (key, run length so far)
-        self.sigs: dict = {}                     # key -> hard signatures its calls had (what "usual" is here)
+        self.pairs: Counter = Counter()  # (key, next key) -> times
+        self.out: Counter = Counter()  # key -> times followed by anything
+        self.runs: dict[tuple, Counter] = {}  # (key, next key) -> run length of key before it -> times
+        self.counts: dict[int, Counter] = {}  # rank -> key -> calls
+        self.current: dict[int, tuple] = {}  # rank -> (key, run length so far)
+        self.sigs: dict = {}  # key -> hard signatures its calls had (what "usual" is here)
 
     def copy(self) -> History:
         h = History()
@@ -177,7 +182,11 @@ class History:
                 self.pairs[pair] += 1
                 self.out[cur[0]] += 1
             if key != cur[0]:
-                runs = self.runs.setdefault(pair, Counter()) if (pair in self.runs or len(self.runs) < self.LIMIT) else None
+                runs = (
+                    self.runs.setdefault(pair, Counter())
+                    if (pair in self.runs or len(self.runs) < self.LIMIT)
+                    else None
+                )
                 if runs is not None and (cur[1] in runs or len(runs) < 8):
                     runs[cur[1]] += 1
         self.current[rank] = (key, cur[1] + 1 if cur is not None and cur[0] == key else 1)
@@ -263,18 +272,20 @@ def _where(ev: dict | None) -> str:
 
 # ------------------------------------------------------------------ who deviated
 
+
 class PairView:
     """Two ranks' window sequences in one channel and what is known around them."""
 
-    def __init__(self, ra: int, rb: int, a: list, b: list, prev_a, prev_b, ended: dict, history: History,
-                 sources: SourceMap):
+    def __init__(
+        self, ra: int, rb: int, a: list, b: list, prev_a, prev_b, ended: dict, history: History, sources: SourceMap
+    ):
         self.r = (ra, rb)
         self.seq = (a, b)
         self.prev = (prev_a, prev_b)
         self.ended = ended
         self.sources = sources
-        self.committed = history       # the dropped prefix's (each rank's calls before the window)
-        self.trans = history.copy()    # plus the window's calls before the divergence
+        self.committed = history  # the dropped prefix's (each rank's calls before the window)
+        self.trans = history.copy()  # plus the window's calls before the divergence
 
     def learn_until(self, ia: int, ib: int) -> None:
         """Add the window's calls before the divergence to the channel's history."""
@@ -327,12 +338,15 @@ def explain_pair(view: PairView, ops: list[Op], stuck: bool) -> Verdict | None:
         return orphan
     view.learn_until(ia, ib)
     nxt = ops[k + 1] if k + 1 < len(ops) else None
-    both = nxt is not None and {op.kind, nxt.kind} == {"gap_a", "gap_b"} and (
-        (op.kind == "gap_a" and nxt.j == ib) or (op.kind == "gap_b" and nxt.i == ia))
+    both = (
+        nxt is not None
+        and {op.kind, nxt.kind} == {"gap_a", "gap_b"}
+        and ((op.kind == "gap_a" and nxt.j == ib) or (op.kind == "gap_b" and nxt.i == ia))
+    )
     if both:
         return _both_unmatched(view, ia, ib)
     holder = 0 if op.kind == "gap_a" else 1
-    resynced = sum(1 for o in ops[k + 1:] if o.kind in ("match", "cross"))
+    resynced = sum(1 for o in ops[k + 1 :] if o.kind in ("match", "cross"))
     return _one_unmatched(view, holder, ia if holder == 0 else ib, ib if holder == 0 else ia, resynced)
 
 
@@ -351,15 +365,19 @@ def explain_against(view: PairView, ops: list[Op]) -> tuple[str, int, int] | Non
         ia, jb = (op.i, nxt.j) if op.kind == "gap_a" else (nxt.i, op.j)
         view.learn_until(ia, jb)
         if _trip(view, 1, jb, 0, ia) is not None:
-            return "missing", 1, jb     # the odd rank left the loop the majority still repeats in
+            return "missing", 1, jb  # the odd rank left the loop the majority still repeats in
         if _trip(view, 0, ia, 1, jb) is not None:
-            return "extra", 0, ia       # the odd rank took a turn more
+            return "extra", 0, ia  # the odd rank took a turn more
         return diff_kind(a[ia], b[jb]), 0, ia
     if op.kind == "gap_a":
         return "extra", 0, op.i
     ia = _next_index(ops, k, "i", len(a))
-    if ia < len(a) and op.j + 1 < len(b) and hard_signature(a[ia]) == hard_signature(b[op.j + 1]) \
-            and pattern_key(a[ia]) != pattern_key(b[op.j + 1]):
+    if (
+        ia < len(a)
+        and op.j + 1 < len(b)
+        and hard_signature(a[ia]) == hard_signature(b[op.j + 1])
+        and pattern_key(a[ia]) != pattern_key(b[op.j + 1])
+    ):
         # the odd rank made, from another place, the call the others make next: it took two calls in
         # the other order (a flag that flips the order on one rank), its first one is the cause
         return diff_kind(a[ia], b[op.j]), 0, ia
@@ -394,11 +412,18 @@ def _orphan_place(view: PairView, ops: list[Op], k: int, op: Op) -> Verdict | No
     fx = first.i if side == 0 else first.j
     peer = view.seq[other][first.j if side == 0 else first.i]
     rs, ro = view.r[side], view.r[other]
-    return Verdict("extra", [rs], rs, fx, fx, "medium",
-                   f"rank {rs}'s {_where(seq[fx])} has no counterpart from there on rank {ro}, which made no call from "
-                   f"that place: it paired with rank {ro}'s {_where(peer)}, and every later call from there did the "
-                   f"same until the ranks parted",
-                   alternative=f"rank {ro} skipped every call from {seq[fx].get('site') or '?'}")
+    return Verdict(
+        "extra",
+        [rs],
+        rs,
+        fx,
+        fx,
+        "medium",
+        f"rank {rs}'s {_where(seq[fx])} has no counterpart from there on rank {ro}, which made no call from "
+        f"that place: it paired with rank {ro}'s {_where(peer)}, and every later call from there did the "
+        f"same until the ranks parted",
+        alternative=f"rank {ro} skipped every call from {seq[fx].get('site') or '?'}",
+    )
 
 
 def _next_index(ops: list[Op], k: int, field: str, default: int) -> int:
@@ -421,20 +446,40 @@ def _mismatch(view: PairView, ia: int, ib: int) -> Verdict:
         # a rooted call: what the root sends (or gathers into) is what the others must match
         culprit = rb if root == ra else ra
         side = 1 if culprit == rb else 0
-        return Verdict(kind, [culprit], culprit, ib if side else ia, ia, "high",
-                       f"rank {culprit}'s {_where(eb if side else ea)} differs in {kind.replace('_', ' ')} from "
-                       f"what its root, rank {root}, made")
+        return Verdict(
+            kind,
+            [culprit],
+            culprit,
+            ib if side else ia,
+            ia,
+            "high",
+            f"rank {culprit}'s {_where(eb if side else ea)} differs in {kind.replace('_', ' ')} from "
+            f"what its root, rank {root}, made",
+        )
     view.learn_until(ia, ib)
     seen = view.trans.sigs.get(pattern_key(ea), set())
     known_a, known_b = hard_signature(ea) in seen, hard_signature(eb) in seen
     if known_a != known_b:
         culprit, side = (rb, 1) if known_a else (ra, 0)
-        return Verdict(kind, [culprit], culprit, ib if side else ia, ia,
-                       "medium", f"rank {culprit}'s {kind.replace('_', ' ')} at {_where(eb if side else ea)} differs from "
-                                 f"what this call had on every rank before")
-    return Verdict(kind, sorted(view.r), ra, ia, ia, "low",
-                   f"both ranks made this call with a different {kind.replace('_', ' ')}; which one is right is not "
-                   f"in the traces")
+        return Verdict(
+            kind,
+            [culprit],
+            culprit,
+            ib if side else ia,
+            ia,
+            "medium",
+            f"rank {culprit}'s {kind.replace('_', ' ')} at {_where(eb if side else ea)} differs from "
+            f"what this call had on every rank before",
+        )
+    return Verdict(
+        kind,
+        sorted(view.r),
+        ra,
+        ia,
+        ia,
+        "low",
+        f"both ranks made this call with a different {kind.replace('_', ' ')}; which one is right is not in the traces",
+    )
 
 
 def diff_kind(a: dict, b: dict) -> str:
@@ -461,38 +506,79 @@ def _one_unmatched(view: PairView, holder: int, ix: int, iy: int, resynced: int)
     kx, ky = _key(x), _key(y)
     if y is None and view.ended.get(ro) not in (None, "clean"):
         # the other rank died on its own before making the call: its exit is the cause
-        return Verdict("missing", [ro], rh, ix, ix, "high",
-                       f"rank {ro} ended ({view.ended.get(ro)}) without making the call rank {rh} made")
+        return Verdict(
+            "missing",
+            [ro],
+            rh,
+            ix,
+            ix,
+            "high",
+            f"rank {ro} ended ({view.ended.get(ro)}) without making the call rank {rh} made",
+        )
     trip = _trip(view, holder, ix, other, iy)
     if trip is not None:
         return trip
-    t_ins = view.trans.count(_key(px), kx)     # the holder's path: px -> x
-    t_skip = view.trans.count(_key(py), ky)    # the other's path: py -> y, past x
-    t_succ = view.trans.count(kx, ky)          # x is usually followed by y
+    t_ins = view.trans.count(_key(px), kx)  # the holder's path: px -> x
+    t_skip = view.trans.count(_key(py), ky)  # the other's path: py -> y, past x
+    t_succ = view.trans.count(kx, ky)  # x is usually followed by y
     if t_ins == 0 and t_skip > 0:
         conf = "high" if resynced and t_skip >= 2 else "medium"
-        return Verdict("extra", [rh], rh, ix, ix, conf,
-                       f"rank {rh}'s {_where(x)} has no counterpart on rank {ro}: no call from there had followed "
-                       f"the {_where(px)} before, while the call rank {ro} made next had, {t_skip} time(s)"
-                       + (f"; without it the rest lines up again ({resynced} calls)" if resynced else ""))
+        return Verdict(
+            "extra",
+            [rh],
+            rh,
+            ix,
+            ix,
+            conf,
+            f"rank {rh}'s {_where(x)} has no counterpart on rank {ro}: no call from there had followed "
+            f"the {_where(px)} before, while the call rank {ro} made next had, {t_skip} time(s)"
+            + (f"; without it the rest lines up again ({resynced} calls)" if resynced else ""),
+        )
     if t_skip == 0 and t_ins > 0 and (t_succ > 0 or y is None):
-        return Verdict("missing", [ro], rh, ix, ix, "high" if t_ins >= 2 else "medium",
-                       f"rank {ro} skipped the {_where(x)} that rank {rh} made: it always followed "
-                       f"{_where(px)} before ({t_ins} time(s)), and rank {ro} went on to {_where(y)}")
+        return Verdict(
+            "missing",
+            [ro],
+            rh,
+            ix,
+            ix,
+            "high" if t_ins >= 2 else "medium",
+            f"rank {ro} skipped the {_where(x)} that rank {rh} made: it always followed "
+            f"{_where(px)} before ({t_ins} time(s)), and rank {ro} went on to {_where(y)}",
+        )
     # the pattern does not decide: the program's structure
     region = _conditional_region(view, holder, ix, other, iy)
     if region is not None:
-        return Verdict("extra", [rh], rh, ix, ix, "medium",
-                       f"rank {rh}'s {_where(x)} sits in a branch (line {region.start}) that rank {ro}'s path "
-                       f"does not enter")
+        return Verdict(
+            "extra",
+            [rh],
+            rh,
+            ix,
+            ix,
+            "medium",
+            f"rank {rh}'s {_where(x)} sits in a branch (line {region.start}) that rank {ro}'s path does not enter",
+        )
     skip = _skip_path(view, holder, ix)
     if skip is not None:
-        return Verdict("missing", [ro], rh, ix, ix, "medium",
-                       f"rank {ro} skipped the {_where(x)} that rank {rh} made: the loop's {skip.how} at line "
-                       f"{skip.line} ({skip.why}) can skip it on one rank")
-    return Verdict("extra", [rh], rh, ix, ix, "low",
-                   f"rank {rh}'s {_where(x)} has no counterpart on rank {ro}",
-                   alternative=f"rank {ro} skipped that call")
+        return Verdict(
+            "missing",
+            [ro],
+            rh,
+            ix,
+            ix,
+            "medium",
+            f"rank {ro} skipped the {_where(x)} that rank {rh} made: the loop's {skip.how} at line "
+            f"{skip.line} ({skip.why}) can skip it on one rank",
+        )
+    return Verdict(
+        "extra",
+        [rh],
+        rh,
+        ix,
+        ix,
+        "low",
+        f"rank {rh}'s {_where(x)} has no counterpart on rank {ro}",
+        alternative=f"rank {ro} skipped that call",
+    )
 
 
 def _both_unmatched(view: PairView, ia: int, ib: int) -> Verdict:
@@ -519,11 +605,21 @@ def _both_unmatched(view: PairView, ia: int, ib: int) -> Verdict:
         ed, eo = (ea, eb) if dev == 0 else (eb, ea)
         td, to = (ta, tb) if dev == 0 else (tb, ta)
         idx = ia if dev == 0 else ib
-        return Verdict("extra", [rd], rd, idx, idx, "high" if td == 0 and to >= 2 else "medium",
-                       f"rank {rd}'s {_where(ed)} broke the pattern this group kept: "
-                       + (f"no call from there had followed the {_where(view.before(dev, idx))} before" if td == 0
-                          else f"a call from there had followed the {_where(view.before(dev, idx))} {td} time(s)")
-                       + f", while rank {ro}'s next call ({_where(eo)}) had, {to} time(s)")
+        return Verdict(
+            "extra",
+            [rd],
+            rd,
+            idx,
+            idx,
+            "high" if td == 0 and to >= 2 else "medium",
+            f"rank {rd}'s {_where(ed)} broke the pattern this group kept: "
+            + (
+                f"no call from there had followed the {_where(view.before(dev, idx))} before"
+                if td == 0
+                else f"a call from there had followed the {_where(view.before(dev, idx))} {td} time(s)"
+            )
+            + f", while rank {ro}'s next call ({_where(eo)}) had, {to} time(s)",
+        )
     for side in (0, 1):
         other = 1 - side
         i_s, i_o = (ia, ib) if side == 0 else (ib, ia)
@@ -531,10 +627,17 @@ def _both_unmatched(view: PairView, ia: int, ib: int) -> Verdict:
         region_o = _conditional_region(view, other, i_o, side, i_s)
         if region is not None and region_o is None:
             r = view.r[side]
-            return Verdict("extra", [r], r, i_s, i_s, "medium",
-                           f"rank {r}'s {_where(view.at(side, i_s))} sits in a branch (line {region.start}) that "
-                           f"rank {view.r[other]}'s path does not enter; rank {view.r[other]} went on to "
-                           f"{_where(view.at(other, i_o))}")
+            return Verdict(
+                "extra",
+                [r],
+                r,
+                i_s,
+                i_s,
+                "medium",
+                f"rank {r}'s {_where(view.at(side, i_s))} sits in a branch (line {region.start}) that "
+                f"rank {view.r[other]}'s path does not enter; rank {view.r[other]} went on to "
+                f"{_where(view.at(other, i_o))}",
+            )
     # two arms of one if/else: which comes first in the file says nothing about which rank deviated
     arms = [_conditional_region(view, 0, ia, 1, ib), _conditional_region(view, 1, ib, 0, ia)]
     exclusive = all(arms) and arms[0].node is not None and arms[0].node is arms[1].node and arms[0].kind != arms[1].kind
@@ -543,17 +646,37 @@ def _both_unmatched(view: PairView, ia: int, ib: int) -> Verdict:
         r = view.r[earlier]
         idx = ia if earlier == 0 else ib
         o = view.r[1 - earlier]
-        return Verdict("extra", [r], r, idx, idx, "low",
-                       f"rank {r}'s {_where(view.at(earlier, idx))} comes first in their common function; rank {o} "
-                       f"went past it to {_where(view.at(1 - earlier, ib if earlier == 0 else ia))}",
-                       alternative=f"rank {o} made an extra call at {_where(view.at(1 - earlier, ib if earlier == 0 else ia))}")
+        return Verdict(
+            "extra",
+            [r],
+            r,
+            idx,
+            idx,
+            "low",
+            f"rank {r}'s {_where(view.at(earlier, idx))} comes first in their common function; rank {o} "
+            f"went past it to {_where(view.at(1 - earlier, ib if earlier == 0 else ia))}",
+            alternative=f"rank {o} made an extra call at {_where(view.at(1 - earlier, ib if earlier == 0 else ia))}",
+        )
     if exclusive:
-        return Verdict(diff_kind(ea, eb), sorted(view.r), ra, ia, ia, "low",
-                       f"the ranks took the two arms of one if/else (line {arms[0].node.lineno}): rank {ra} "
-                       f"{_where(ea)}, rank {rb} {_where(eb)}; which arm was right is not in the traces")
-    return Verdict(diff_kind(ea, eb), sorted(view.r), ra, ia, ia, "low",
-                   "each rank made a call the other did not; nothing in the traces or the source says which "
-                   "one deviated")
+        return Verdict(
+            diff_kind(ea, eb),
+            sorted(view.r),
+            ra,
+            ia,
+            ia,
+            "low",
+            f"the ranks took the two arms of one if/else (line {arms[0].node.lineno}): rank {ra} "
+            f"{_where(ea)}, rank {rb} {_where(eb)}; which arm was right is not in the traces",
+        )
+    return Verdict(
+        diff_kind(ea, eb),
+        sorted(view.r),
+        ra,
+        ia,
+        ia,
+        "low",
+        "each rank made a call the other did not; nothing in the traces or the source says which one deviated",
+    )
 
 
 def explain_cycle(ea: dict, eb: dict, sources: SourceMap, made=None) -> tuple[int, str, str] | None:
@@ -577,20 +700,38 @@ def explain_cycle(ea: dict, eb: dict, sources: SourceMap, made=None) -> tuple[in
     usual = [m[0] >= 1 and m[0] == m[1] for m in made]
     for side in (0, 1):
         if new[side] and usual[1 - side]:
-            return side, "extra", (f"neither rank had made the {_where(evs[side])} before, while both had made the "
-                                   f"{_where(evs[1 - side])} {made[1 - side][0]} time(s)")
+            return (
+                side,
+                "extra",
+                (
+                    f"neither rank had made the {_where(evs[side])} before, while both had made the "
+                    f"{_where(evs[1 - side])} {made[1 - side][0]} time(s)"
+                ),
+            )
     if all(usual) and lvl is not None:
         side = 0 if fa[lvl[0]].line < fb[lvl[1]].line else 1
-        return side, "missing", (f"both ranks always made both calls before ({made[side][0]} time(s)); the "
-                                 f"{_where(evs[side])} comes first in their common function, and the other rank is "
-                                 f"past it, at {_where(evs[1 - side])}")
+        return (
+            side,
+            "missing",
+            (
+                f"both ranks always made both calls before ({made[side][0]} time(s)); the "
+                f"{_where(evs[side])} comes first in their common function, and the other rank is "
+                f"past it, at {_where(evs[1 - side])}"
+            ),
+        )
     if lvl is not None:
         ra = sources.conditional(fa, lvl[0], fb[lvl[1]].line)
         rb = sources.conditional(fb, lvl[1], fa[lvl[0]].line)
         if (ra is None) != (rb is None):
             side, region = (0, ra) if ra is not None else (1, rb)
-            return side, "extra", (f"the {_where(evs[side])} sits in a branch (line {region.start}) that the other "
-                                   f"rank's path does not enter")
+            return (
+                side,
+                "extra",
+                (
+                    f"the {_where(evs[side])} sits in a branch (line {region.start}) that the other "
+                    f"rank's path does not enter"
+                ),
+            )
     if made[0][2] != made[1][2]:
         side = 0 if made[0][2] else 1
         return side, "extra", f"the {_where(evs[side])} comes from a place its group never used before"
@@ -622,33 +763,61 @@ def _trip(view: PairView, rep: int, irep: int, dev: int, idev: int) -> Verdict |
         (usual,) = runs
         now_rep, now_dev = view.run_before(rep, irep, kx) + 1, view.run_before(dev, idev, kx)
         if now_dev == usual < now_rep:
-            return Verdict("extra", [rr], rr, irep, irep, "high",
-                           f"rank {rr} made {now_rep} calls of {_where(x)} in a row where every earlier run made "
-                           f"{usual} before {_where(y)} ({sum(runs.values())} runs), as rank {rd} did now")
+            return Verdict(
+                "extra",
+                [rr],
+                rr,
+                irep,
+                irep,
+                "high",
+                f"rank {rr} made {now_rep} calls of {_where(x)} in a row where every earlier run made "
+                f"{usual} before {_where(y)} ({sum(runs.values())} runs), as rank {rd} did now",
+            )
         if now_dev < usual:
-            return Verdict("missing", [rd], rr, irep, irep, "high",
-                           f"rank {rd} went on to {_where(y)} after {now_dev} calls of {_where(x)} where every "
-                           f"earlier run made {usual} ({sum(runs.values())} runs); rank {rr} made its call a "
-                           f"{now_rep}th time")
+            return Verdict(
+                "missing",
+                [rd],
+                rr,
+                irep,
+                irep,
+                "high",
+                f"rank {rd} went on to {_where(y)} after {now_dev} calls of {_where(x)} where every "
+                f"earlier run made {usual} ({sum(runs.values())} runs); rank {rr} made its call a "
+                f"{now_rep}th time",
+            )
     path = fx[li].path
     # ways one rank's turn can end early or skip the call: the loops' own exits, and early returns
     # of the functions on the call's path below the loop (a poll that returns without voting)
     exits = [e for lp in loops for e in view.sources.exits(lp) if e.rank_local]
-    exits += [e for f in fx[li + 1:] for e in view.sources.early_returns(f) if e.rank_local]
+    exits += [e for f in fx[li + 1 :] for e in view.sources.early_returns(f) if e.rank_local]
     exits += [e for f in fx[li:] for e in view.sources.caught(f)]
     name = f"{path.rsplit('/', 1)[-1]}:{loop.start}"
     if exits:
         e = exits[0]
-        return Verdict("missing", [rd], rr, irep, irep, "medium",
-                       f"rank {rd} left the loop at {name} early or skipped a turn's call ({turns} vs {turns + 1} "
-                       f"calls of {_where(x)}) and went on to {_where(y)}: the loop can end or skip on one rank, "
-                       f"{e.how} at line {e.line} ({e.why})",
-                       alternative=f"rank {rr} took one turn more than rank {rd}")
-    return Verdict("extra", [rr], rr, irep, irep, "medium",
-                   f"rank {rr} took one more turn of the loop at {name} ({turns + 1} vs {turns} calls of {_where(x)}); "
-                   f"rank {rd} went on to {_where(y)}. Nothing in the loop ends or skips it on one rank, so the ranks "
-                   f"had different amounts of work (data)",
-                   alternative=f"rank {rd} left the loop early")
+        return Verdict(
+            "missing",
+            [rd],
+            rr,
+            irep,
+            irep,
+            "medium",
+            f"rank {rd} left the loop at {name} early or skipped a turn's call ({turns} vs {turns + 1} "
+            f"calls of {_where(x)}) and went on to {_where(y)}: the loop can end or skip on one rank, "
+            f"{e.how} at line {e.line} ({e.why})",
+            alternative=f"rank {rr} took one turn more than rank {rd}",
+        )
+    return Verdict(
+        "extra",
+        [rr],
+        rr,
+        irep,
+        irep,
+        "medium",
+        f"rank {rr} took one more turn of the loop at {name} ({turns + 1} vs {turns} calls of {_where(x)}); "
+        f"rank {rd} went on to {_where(y)}. Nothing in the loop ends or skips it on one rank, so the ranks "
+        f"had different amounts of work (data)",
+        alternative=f"rank {rd} left the loop early",
+    )
 
 
 def _conditional_region(view: PairView, side: int, i_s: int, other: int, i_o: int):

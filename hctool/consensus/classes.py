@@ -64,7 +64,7 @@ def main_thread_frames(text: str) -> list[str]:
 @dataclass
 class StackClass:
     ranks: list[int]
-    frames: list[str]            # innermost first
+    frames: list[str]  # innermost first
 
     def to_json(self) -> dict:
         return {"ranks": ranges(self.ranks), "size": len(self.ranks), "frames": self.frames}
@@ -78,13 +78,13 @@ class StackClass:
 @dataclass
 class Node:
     """A frame of the merged tree (outermost at the root) and the ranks that passed it."""
+
     frame: str
     ranks: list[int] = field(default_factory=list)
     children: list[Node] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"frame": self.frame, "ranks": ranges(self.ranks),
-                "children": [c.to_json() for c in self.children]}
+        return {"frame": self.frame, "ranks": ranges(self.ranks), "children": [c.to_json() for c in self.children]}
 
 
 def stack_classes(stacks: dict[int, list[str]]) -> list[StackClass]:

@@ -16,37 +16,60 @@ call (docs/performance.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 from hctool.consensus.pattern import hard_signature, pattern_key, site_key
 from hctool.protocol.records import KIND_CALL, STATE_COMPLETED
 
-RECORD_DTYPE = np.dtype([("kind", "u1"), ("state", "u1"), ("flags", "<u2"), ("op", "<u4"), ("group", "<u4"),
-                         ("site", "<u4"), ("desc", "<u4"), ("th", "<u4"), ("ro", "<u4"), ("root", "<i4"),
-                         ("seq", "<i8"), ("t", "<f8"), ("t_done", "<f8"), ("pad", "V8")])
+RECORD_DTYPE = np.dtype(
+    [
+        ("kind", "u1"),
+        ("state", "u1"),
+        ("flags", "<u2"),
+        ("op", "<u4"),
+        ("group", "<u4"),
+        ("site", "<u4"),
+        ("desc", "<u4"),
+        ("th", "<u4"),
+        ("ro", "<u4"),
+        ("root", "<i4"),
+        ("seq", "<i8"),
+        ("t", "<f8"),
+        ("t_done", "<f8"),
+        ("pad", "V8"),
+    ]
+)
 P2P_OPS = {"send", "isend", "send_object_list", "recv", "irecv", "recv_object_list", "batch_isend_irecv"}
 
 
 @dataclass
 class Block:
     """One rank's calls in one channel, in order, as columns (global ids)."""
+
     rank: int
-    hard: np.ndarray      # hard signature id per call
-    key: np.ndarray       # call-site key id per call
-    op: np.ndarray        # op id per call (for the counts)
-    make: Callable[[int], dict]   # row i as the event dict the ordinary path uses
-    t: np.ndarray         # entry time per call
-    th: np.ndarray        # the file's thread id per call
+    hard: np.ndarray  # hard signature id per call
+    key: np.ndarray  # call-site key id per call
+    op: np.ndarray  # op id per call (for the counts)
+    make: Callable[[int], dict]  # row i as the event dict the ordinary path uses
+    t: np.ndarray  # entry time per call
+    th: np.ndarray  # the file's thread id per call
 
     def __len__(self) -> int:
         return len(self.hard)
 
     def tail(self, start: int) -> Block:
-        return Block(self.rank, self.hard[start:], self.key[start:], self.op[start:],
-                     lambda i, m=self.make, s=start: m(i + s), self.t[start:], self.th[start:])
+        return Block(
+            self.rank,
+            self.hard[start:],
+            self.key[start:],
+            self.op[start:],
+            lambda i, m=self.make, s=start: m(i + s),
+            self.t[start:],
+            self.th[start:],
+        )
 
 
 def concat(blocks: list[Block]) -> Block:
@@ -58,9 +81,16 @@ def concat(blocks: list[Block]) -> Block:
     def make(i: int) -> dict:
         k = int(np.searchsorted(offsets, i, side="right")) - 1
         return blocks[k].make(i - int(offsets[k]))
-    return Block(blocks[0].rank, np.concatenate([b.hard for b in blocks]), np.concatenate([b.key for b in blocks]),
-                 np.concatenate([b.op for b in blocks]), make, np.concatenate([b.t for b in blocks]),
-                 np.concatenate([b.th for b in blocks]))
+
+    return Block(
+        blocks[0].rank,
+        np.concatenate([b.hard for b in blocks]),
+        np.concatenate([b.key for b in blocks]),
+        np.concatenate([b.op for b in blocks]),
+        make,
+        np.concatenate([b.t for b in blocks]),
+        np.concatenate([b.th for b in blocks]),
+    )
 
 
 class Interner:
@@ -118,14 +148,15 @@ def unique_rows(cols: list[np.ndarray], counts: bool = False, index: bool = Fals
     Returns (rows as an (n, k) array, then counts, first index, inverse as asked)."""
     cols = [np.asarray(c, dtype=np.int64) for c in cols]
     dims = [int(c.max()) + 1 if len(c) else 1 for c in cols]
-    if float(np.prod([float(d) for d in dims])) < 2 ** 62:
+    if float(np.prod([float(d) for d in dims])) < 2**62:
         code = np.ravel_multi_index(cols, dims)
         got = np.unique(code, return_index=index, return_inverse=inverse, return_counts=counts)
         uniq = got[0] if isinstance(got, tuple) else got
         rows = np.stack(np.unravel_index(uniq, dims), axis=1) if len(uniq) else np.empty((0, len(cols)), np.int64)
     else:  # ids too large to pack: the slow, general way
-        got = np.unique(np.stack(cols, axis=1), axis=0, return_index=index, return_inverse=inverse,
-                        return_counts=counts)
+        got = np.unique(
+            np.stack(cols, axis=1), axis=0, return_index=index, return_inverse=inverse, return_counts=counts
+        )
         rows = got[0] if isinstance(got, tuple) else got
     rest = list(got[1:]) if isinstance(got, tuple) else []
     if inverse:  # np.unique's order of extras: index, inverse, counts
@@ -151,7 +182,7 @@ class FileColumns:
 
     def __init__(self, interner: Interner, tables: dict, groups: dict):
         self.interner, self.tables, self.groups = interner, tables, groups
-        self._combo: dict = {}   # (op, desc, ro, root, site) local -> (hard id, key id, op id, p2p)
+        self._combo: dict = {}  # (op, desc, ro, root, site) local -> (hard id, key id, op id, p2p)
 
     def _ids(self, combo: tuple) -> tuple[int, int, int, bool]:
         got = self._combo.get(combo)
@@ -160,21 +191,34 @@ class FileColumns:
             name = self.tables["op"][op_l]
             d = self.tables["desc"][desc_l]
             s = self.tables["site"].get(site_l) if site_l else None
-            ev = {"op": name, "sh": d.get("sh", []), "dt": d.get("dt", []),
-                  "ro": self.tables["ro"][ro_l] if ro_l else None, "label": None, "digest": None,
-                  "site": s.site if s else None, "fn": s.fn if s else None, "stack": list(s.stack) if s else []}
+            ev = {
+                "op": name,
+                "sh": d.get("sh", []),
+                "dt": d.get("dt", []),
+                "ro": self.tables["ro"][ro_l] if ro_l else None,
+                "label": None,
+                "digest": None,
+                "site": s.site if s else None,
+                "fn": s.fn if s else None,
+                "stack": list(s.stack) if s else [],
+            }
             if root != -1:
                 ev["root"] = root
             p2p = name in P2P_OPS or "p2p" in d
             it = self.interner
-            got = self._combo[combo] = (it.hard_id(ev) if not p2p else -1, it.key_id(ev) if not p2p else -1,
-                                        it.op_id(name), p2p)
+            got = self._combo[combo] = (
+                it.hard_id(ev) if not p2p else -1,
+                it.key_id(ev) if not p2p else -1,
+                it.op_id(name),
+                p2p,
+            )
         return got
 
     def columns(self, rows: np.ndarray):
         """(hard, key, op, p2p mask) for rows of this file."""
-        uniq, inverse = unique_rows([rows["op"], rows["desc"], rows["ro"], rows["root"].astype(np.int64) + 1,
-                                     rows["site"]], inverse=True)
+        uniq, inverse = unique_rows(
+            [rows["op"], rows["desc"], rows["ro"], rows["root"].astype(np.int64) + 1, rows["site"]], inverse=True
+        )
         got = [self._ids((int(o), int(d), int(r), int(root) - 1, int(site))) for o, d, r, root, site in uniq.tolist()]
         hard = np.array([g[0] for g in got], dtype=np.int64)[inverse]
         key = np.array([g[1] for g in got], dtype=np.int64)[inverse]

@@ -24,8 +24,8 @@ class JobController:
         self.rng = random.Random(f"hctool-control/{seed}")
         self.t0 = self.t0_wall = None
         self.pending = sorted(self.controller, key=lambda f: f.start_s)
-        self.paused: dict[int, float] = {}   # pid -> when to continue (seconds after t0)
-        self.killed: list[int] = []          # ranks
+        self.paused: dict[int, float] = {}  # pid -> when to continue (seconds after t0)
+        self.killed: list[int] = []  # ranks
         self.fired: dict[str, dict[str, int]] = {f.spec(): {} for f in self.controller}
         self.healed = False
 
@@ -58,7 +58,7 @@ class JobController:
                 self._note("rank-continue", pid=pid, at_s=round(now, 2))
 
     def _act(self, f: Fault, now: float, pids: dict[int, int]) -> None:
-        for rank in ([f.rank] if f.rank is not None else sorted(pids)):
+        for rank in [f.rank] if f.rank is not None else sorted(pids):
             pid = pids.get(rank)
             if pid is None:
                 continue

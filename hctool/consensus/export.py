@@ -31,7 +31,7 @@ from hctool.consensus.model import Divergence, Report
 from hctool.consensus.timeline import Call, Timeline, wall_end
 
 FORMAT = "hctool-chrome-trace/1"
-MIN_DUR_US = 1.0   # a call that took no measurable time still shows (and can hold a flow)
+MIN_DUR_US = 1.0  # a call that took no measurable time still shows (and can hold a flow)
 
 
 def _us(t: float, t0: float) -> float:
@@ -48,7 +48,10 @@ class _Tracks:
 
     def __init__(self):
         self.names: dict[int, str] = {1: "events", 2: "labels"}
-        self.lanes: dict[str, list[tuple[int, float]]] = {"events": [(1, float("-inf"))], "labels": [(2, float("-inf"))]}
+        self.lanes: dict[str, list[tuple[int, float]]] = {
+            "events": [(1, float("-inf"))],
+            "labels": [(2, float("-inf"))],
+        }
         self.order: dict[int, tuple] = {1: (-2,), 2: (-1,)}
         self._next = 3
 
@@ -71,8 +74,17 @@ class _Tracks:
 
 def _call_args(c: Call, divergence: Divergence | None) -> dict:
     ev = c.ev
-    args = {"op": ev["op"], "group": ev["g"], "seq": c.seq, "shapes": ev.get("sh", []), "dtypes": ev.get("dt", []),
-            "site": ev.get("site"), "function": ev.get("fn"), "thread": ev.get("th"), "state": ev.get("state")}
+    args = {
+        "op": ev["op"],
+        "group": ev["g"],
+        "seq": c.seq,
+        "shapes": ev.get("sh", []),
+        "dtypes": ev.get("dt", []),
+        "site": ev.get("site"),
+        "function": ev.get("fn"),
+        "thread": ev.get("th"),
+        "state": ev.get("state"),
+    }
     if c.divergent or ev.get("state") != "completed":  # the stack where it matters; elsewhere it would triple the file
         args["stack"] = ev.get("stack", [])
     if ev.get("ro"):
@@ -106,7 +118,7 @@ def to_chrome(tl: Timeline, report: Report, marks: list[Mark] = ()) -> dict:
     end = max(filter(None, [tl.end_wall, *(m.ts + (m.dur or 0) for m in marks)]), default=t0)
     events: list[dict] = []
     tracks: dict[int, _Tracks] = {}
-    placed: dict[tuple[str, int], list[tuple[int, int, float, Call]]] = {}   # (channel, seq) -> [(rank, tid, ts, call)]
+    placed: dict[tuple[str, int], list[tuple[int, int, float, Call]]] = {}  # (channel, seq) -> [(rank, tid, ts, call)]
     for r in tl.ranks:
         tr = tracks[r] = _Tracks()
         pid = r + 1
@@ -116,17 +128,39 @@ def to_chrome(tl: Timeline, report: Report, marks: list[Mark] = ()) -> dict:
                 continue
             ts = _us(ev["w"], t0)
             if ev["g"] == "labels":
-                events.append({"ph": "i", "s": "t", "name": f"{ev.get('label')}", "cat": "label", "pid": pid,
-                               "tid": 2, "ts": ts, "args": {**_call_args(c, divergence), "label": ev.get("label"),
-                                                            "digest": ev.get("digest"), "value": ev.get("value")}})
+                events.append(
+                    {
+                        "ph": "i",
+                        "s": "t",
+                        "name": f"{ev.get('label')}",
+                        "cat": "label",
+                        "pid": pid,
+                        "tid": 2,
+                        "ts": ts,
+                        "args": {
+                            **_call_args(c, divergence),
+                            "label": ev.get("label"),
+                            "digest": ev.get("digest"),
+                            "value": ev.get("value"),
+                        },
+                    }
+                )
                 if c.divergent:
                     events.append(_marker(divergence, r, pid, 2, ts))
                 continue
             dur = max(MIN_DUR_US, _us(wall_end(ev, end), t0) - ts)
             track = f"group {ev['g']}"
             tid = tr.lane(track, ts, ts + dur, _group_order(ev["g"]))
-            slice_ = {"ph": "X", "name": ev["op"], "cat": "p2p" if "dir" in ev else "collective", "pid": pid,
-                      "tid": tid, "ts": ts, "dur": round(dur, 3), "args": _call_args(c, divergence)}
+            slice_ = {
+                "ph": "X",
+                "name": ev["op"],
+                "cat": "p2p" if "dir" in ev else "collective",
+                "pid": pid,
+                "tid": tid,
+                "ts": ts,
+                "dur": round(dur, 3),
+                "args": _call_args(c, divergence),
+            }
             if c.divergent:
                 slice_["cname"] = "terrible"
                 events.append(_marker(divergence, r, pid, tid, ts))
@@ -140,30 +174,62 @@ def to_chrome(tl: Timeline, report: Report, marks: list[Mark] = ()) -> dict:
     events += _marks(marks, tl.ranks, tracks, t0, end)
     meta = _metadata(tl.ranks, tracks, {(e["pid"], e["tid"]) for e in events})
     if tl.thinned:
-        meta.append({"ph": "i", "s": "g", "name": "hctool: calls thinned to fit the limit", "pid": 0, "tid": 0,
-                     "ts": 0, "args": {"rule": tl.rule(), "stride": tl.stride}})
+        meta.append(
+            {
+                "ph": "i",
+                "s": "g",
+                "name": "hctool: calls thinned to fit the limit",
+                "pid": 0,
+                "tid": 0,
+                "ts": 0,
+                "args": {"rule": tl.rule(), "stride": tl.stride},
+            }
+        )
     events.sort(key=lambda e: e["ts"])
-    return {"traceEvents": meta + events, "displayTimeUnit": "ms",
-            "otherData": {"hctool": {"format": FORMAT, "source": tl.source, "verdict": report.verdict.value,
-                                     "cause": divergence.cause_line() if divergence else None,
-                                     "first_divergence": _brief(divergence), "t0_wall": t0,
-                                     "limit_per_rank": tl.limit, "rule": tl.rule(), "stride": tl.stride,
-                                     "calls_seen": {str(r): n for r, n in sorted(tl.seen.items())},
-                                     "calls_kept": {str(r): len(cs) for r, cs in sorted(tl.calls.items())}}}}
+    return {
+        "traceEvents": meta + events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "hctool": {
+                "format": FORMAT,
+                "source": tl.source,
+                "verdict": report.verdict.value,
+                "cause": divergence.cause_line() if divergence else None,
+                "first_divergence": _brief(divergence),
+                "t0_wall": t0,
+                "limit_per_rank": tl.limit,
+                "rule": tl.rule(),
+                "stride": tl.stride,
+                "calls_seen": {str(r): n for r, n in sorted(tl.seen.items())},
+                "calls_kept": {str(r): len(cs) for r, cs in sorted(tl.calls.items())},
+            }
+        },
+    }
 
 
 def _brief(divergence: Divergence | None) -> dict | None:
     if not divergence:
         return None
-    return {"group": divergence.group, "seq": divergence.seq, "kind": divergence.kind.value,
-            "culprit_ranks": divergence.culprit_ranks}
+    return {
+        "group": divergence.group,
+        "seq": divergence.seq,
+        "kind": divergence.kind.value,
+        "culprit_ranks": divergence.culprit_ranks,
+    }
 
 
 def _marker(divergence: Divergence, rank: int, pid: int, tid: int, ts: float) -> dict:
     entry = divergence.ranks.get(rank)
-    return {"ph": "i", "s": "t", "name": _marker_name(divergence, rank), "cat": "divergence", "pid": pid,
-            "tid": tid, "ts": ts, "args": {**_brief(divergence), "rank": rank,
-                                           "site": entry.site if entry is not None else None}}
+    return {
+        "ph": "i",
+        "s": "t",
+        "name": _marker_name(divergence, rank),
+        "cat": "divergence",
+        "pid": pid,
+        "tid": tid,
+        "ts": ts,
+        "args": {**_brief(divergence), "rank": rank, "site": entry.site if entry is not None else None},
+    }
 
 
 def _absent_markers(tl: Timeline, divergence: Divergence, tracks: dict, report: Report, t0: float) -> list[dict]:
@@ -191,8 +257,9 @@ def _flows(placed: dict) -> list[dict]:
             fid += 1
             _, name = pair_label(ca.ev, cb.ev)
             out.append({"ph": "s", "id": fid, "name": name, "cat": "pair", "pid": ra + 1, "tid": ta, "ts": tsa})
-            out.append({"ph": "f", "bp": "e", "id": fid, "name": name, "cat": "pair", "pid": rb + 1, "tid": tb,
-                        "ts": tsb})
+            out.append(
+                {"ph": "f", "bp": "e", "id": fid, "name": name, "cat": "pair", "pid": rb + 1, "tid": tb, "ts": tsb}
+            )
     return out
 
 
@@ -206,17 +273,28 @@ def _marks(marks, ranks: list[int], tracks: dict, t0: float, end: float) -> list
         if m.dur is None and m.rank is None:
             out.append({"ph": "i", "s": "g", "name": m.name, "cat": m.kind, "pid": 0, "tid": 0, "ts": ts, "args": args})
             continue
-        for r in ([m.rank] if m.rank is not None else ranks):
+        for r in [m.rank] if m.rank is not None else ranks:
             if r not in tracks:
                 continue
             if m.dur is None:
-                out.append({"ph": "i", "s": "t", "name": m.name, "cat": m.kind, "pid": r + 1, "tid": 1, "ts": ts,
-                            "args": args})
+                out.append(
+                    {"ph": "i", "s": "t", "name": m.name, "cat": m.kind, "pid": r + 1, "tid": 1, "ts": ts, "args": args}
+                )
             else:
                 dur = max(MIN_DUR_US, m.dur * 1e6)
                 tid = tracks[r].lane("events", ts, ts + dur, (-2,)) if m.dur else 1
-                out.append({"ph": "X", "name": m.name, "cat": m.kind, "pid": r + 1, "tid": tid, "ts": ts,
-                            "dur": round(dur, 3), "args": args})
+                out.append(
+                    {
+                        "ph": "X",
+                        "name": m.name,
+                        "cat": m.kind,
+                        "pid": r + 1,
+                        "tid": tid,
+                        "ts": ts,
+                        "dur": round(dur, 3),
+                        "args": args,
+                    }
+                )
     return out
 
 
@@ -228,10 +306,12 @@ def _metadata(ranks: list[int], tracks: dict, used: set) -> list[dict]:
         out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "ts": 0, "args": {"sort_index": r}})
         tr = tracks[r]
         for i, tid in enumerate(sorted((t for t in tr.names if (pid, t) in used), key=lambda t: tr.order[t])):
-            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "ts": 0,
-                        "args": {"name": tr.names[tid]}})
-            out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "ts": 0,
-                        "args": {"sort_index": i}})
+            out.append(
+                {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "ts": 0, "args": {"name": tr.names[tid]}}
+            )
+            out.append(
+                {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "ts": 0, "args": {"sort_index": i}}
+            )
     return out
 
 

@@ -81,13 +81,14 @@ def is_flight_recorder_dir(path: str) -> bool:
 @dataclass
 class DumpCalls:
     """One rank's dump, compact: per group, its calls as small ids; one template event per kind."""
+
     rank: int
     path: str
-    groups: dict[str, dict] = field(default_factory=dict)   # key -> {"ranks": [int] | None, "desc": str}
-    calls: dict[str, list] = field(default_factory=dict)    # key -> [(kind, seq, t, completed)] in order
-    p2p: list = field(default_factory=list)                 # [(group key, kind, seq, t, completed)]
-    kinds: list[dict] = field(default_factory=list)         # kind -> template event (no rank, time, state)
-    last_frames: list[str] = field(default_factory=list)    # the frames of its last entry, innermost first
+    groups: dict[str, dict] = field(default_factory=dict)  # key -> {"ranks": [int] | None, "desc": str}
+    calls: dict[str, list] = field(default_factory=dict)  # key -> [(kind, seq, t, completed)] in order
+    p2p: list = field(default_factory=list)  # [(group key, kind, seq, t, completed)]
+    kinds: list[dict] = field(default_factory=list)  # kind -> template event (no rank, time, state)
+    last_frames: list[str] = field(default_factory=list)  # the frames of its last entry, innermost first
     entries: int = 0
 
     def compact(self) -> None:
@@ -95,8 +96,13 @@ class DumpCalls:
         import numpy as np
 
         def cols(rows):
-            return (np.array([r[0] for r in rows], dtype=np.int32), np.array([r[1] for r in rows], dtype=np.int64),
-                    np.array([r[2] for r in rows], dtype=np.float64), np.array([r[3] for r in rows], dtype=bool))
+            return (
+                np.array([r[0] for r in rows], dtype=np.int32),
+                np.array([r[1] for r in rows], dtype=np.int64),
+                np.array([r[2] for r in rows], dtype=np.float64),
+                np.array([r[3] for r in rows], dtype=bool),
+            )
+
         self.calls = {g: cols(rows) for g, rows in self.calls.items()}
         groups = sorted({p[0] for p in self.p2p})
         index = {g: i for i, g in enumerate(groups)}
@@ -105,8 +111,10 @@ class DumpCalls:
     def p2p_rows(self):
         """(group, kind, seq, time, completed) per p2p op, in order."""
         groups, gi, kinds, seqs, ts, done = self.p2p
-        return [(groups[g], k, q, t, c) for g, k, q, t, c in zip(gi.tolist(), kinds.tolist(), seqs.tolist(),
-                                                                  ts.tolist(), done.tolist())]
+        return [
+            (groups[g], k, q, t, c)
+            for g, k, q, t, c in zip(gi.tolist(), kinds.tolist(), seqs.tolist(), ts.tolist(), done.tolist())
+        ]
 
 
 def _ranks(text) -> list[int] | None:
@@ -139,14 +147,16 @@ def read_dump(path: str) -> DumpCalls | None:
         entries = sorted((e for e in data["entries"] if isinstance(e, dict)), key=lambda e: int(e.get("record_id", 0)))
         tracked = any(e.get("state") == "completed" for e in entries)
         kinds: dict[str, int] = {}
-        pending: list = []   # a coalesced group being read: its member entries
+        pending: list = []  # a coalesced group being read: its member entries
         for e in entries:
             pg = e.get("process_group") or ("", "")
             gkey = f"fr{e.get('pg_id', pg[0] if pg else '?')}"
             if gkey not in out.groups:
                 conf = config.get(str(pg[0])) or config.get(pg[0]) or {}
-                out.groups[gkey] = {"ranks": _ranks(conf.get("ranks")) if isinstance(conf, dict) else None,
-                                    "desc": str(pg[1]) if len(pg) > 1 else ""}
+                out.groups[gkey] = {
+                    "ranks": _ranks(conf.get("ranks")) if isinstance(conf, dict) else None,
+                    "desc": str(pg[1]) if len(pg) > 1 else "",
+                }
             name = str(e.get("profiling_name", "")).split(":", 1)[-1]
             is_p2p = bool(e.get("is_p2p"))
             seq = int(e.get("p2p_seq_id") if is_p2p else e.get("collective_seq_id") or 0)
@@ -159,8 +169,10 @@ def read_dump(path: str) -> DumpCalls | None:
         out.entries = len(entries)
         out.compact()
         if entries:
-            out.last_frames = [f"{f.get('name')} ({os.path.basename(str(f.get('filename')))}:{f.get('line')})"
-                               for f in _user_frames(entries[-1].get("frames") or [])]
+            out.last_frames = [
+                f"{f.get('name')} ({os.path.basename(str(f.get('filename')))}:{f.get('line')})"
+                for f in _user_frames(entries[-1].get("frames") or [])
+            ]
         json.dumps(out.kinds)  # plain data only, or the aligner would trip on it later
     except (TypeError, ValueError, AttributeError, RecursionError, KeyError) as exc:
         raise TraceError(f"{path}: not a Flight Recorder dump ({exc})") from None
@@ -184,22 +196,34 @@ def _flush(out: DumpCalls, pending: list, kinds: dict, tracked: bool) -> None:
                 continue
             op, a, arrow, b = m.group(1), int(m.group(2)), m.group(3), int(m.group(4))
             src, dst = (a, b) if arrow == "->" else (b, a)
-            k = _kind(out, kinds, (name, _sizes(e)), lambda: _template(
-                op, e, extra={"dir": "send" if op == "send" else "recv", "src": src, "dst": dst}), e)
+            k = _kind(
+                out,
+                kinds,
+                (name, _sizes(e)),
+                lambda: _template(op, e, extra={"dir": "send" if op == "send" else "recv", "src": src, "dst": dst}),  # noqa: B023  (called here, inside _kind, before the loop moves on)
+                e,
+            )
             out.p2p.append((gkey, k, seq, t, completed))
         pending.clear()
         return
     if len(members) == 1:
         name = members[0][4]
-        k = _kind(out, kinds, (name, _sizes(members[0][1])), lambda: _template(name.split(" ", 1)[0], members[0][1]),
-                  members[0][1])
+        k = _kind(
+            out,
+            kinds,
+            (name, _sizes(members[0][1])),
+            lambda: _template(name.split(" ", 1)[0], members[0][1]),
+            members[0][1],
+        )
     else:  # coalesced: one call of every member, in order
+
         def make() -> dict:
             ev = _template("coalesced", members[0][1])
             ev["sh"] = [list(s) for _, e, _, _, _ in members for s in e.get("input_sizes") or []]
             ev["dt"] = [str(d) for _, e, _, _, _ in members for d in e.get("input_dtypes") or []]
             ev["op"] = "coalesced:" + ",".join(p[4].split(" ", 1)[0] for p in members)
             return ev
+
         k = _kind(out, kinds, tuple((p[4], _sizes(p[1])) for p in members), make, members[0][1])
     out.calls.setdefault(gkey, []).append((k, seq, t, completed))
     pending.clear()
@@ -213,12 +237,21 @@ def _template(op: str, e: dict, extra: dict | None = None) -> dict:
     frames = _user_frames(e.get("frames") or [])
     top = frames[0] if frames else {}
     op = op.replace("allreduce", "all_reduce").replace("allgather", "all_gather")
-    ev = {"op": op, "sh": [list(s) for s in e.get("input_sizes") or []],
-          "dt": [str(d).replace("torch.", "") for d in e.get("input_dtypes") or []],
-          "ro": None, "root": None, "label": None, "digest": None, "value": None,
-          "site": f"{os.path.basename(str(top.get('filename', '?')))}:{top.get('line', 0)}" if top else None,
-          "fn": top.get("name"), "stack": [f"{f.get('filename')}:{f.get('line')} {f.get('name')}" for f in frames[:8]],
-          "th": e.get("thread_name"), "async": False}
+    ev = {
+        "op": op,
+        "sh": [list(s) for s in e.get("input_sizes") or []],
+        "dt": [str(d).replace("torch.", "") for d in e.get("input_dtypes") or []],
+        "ro": None,
+        "root": None,
+        "label": None,
+        "digest": None,
+        "value": None,
+        "site": f"{os.path.basename(str(top.get('filename', '?')))}:{top.get('line', 0)}" if top else None,
+        "fn": top.get("name"),
+        "stack": [f"{f.get('filename')}:{f.get('line')} {f.get('name')}" for f in frames[:8]],
+        "th": e.get("thread_name"),
+        "async": False,
+    }
     if extra:
         ev.update(extra)
     return ev
@@ -271,12 +304,13 @@ def read_all(path: str, jobs: int | None = None) -> list[DumpCalls]:
 class Plan:
     """What the analysis takes from a folder of dumps: each group's members and the sequence id
     from which every member still holds its calls."""
+
     dumps: list[DumpCalls]
     members: dict[str, list[int]]
     start: dict[str, int]
-    p2p_start: dict[str, int]      # per group: the p2p sequence id from which every member holds its p2p ops
-    expected: list[int]            # ranks the groups name (or that have dumps)
-    missing: list[int]             # expected ranks without a dump
+    p2p_start: dict[str, int]  # per group: the p2p sequence id from which every member holds its p2p ops
+    expected: list[int]  # ranks the groups name (or that have dumps)
+    missing: list[int]  # expected ranks without a dump
 
 
 def plan(dumps: list[DumpCalls]) -> Plan:
@@ -309,8 +343,11 @@ def events_of(d: DumpCalls, p: Plan) -> dict[str, list[dict]]:
     the export (the analysis itself folds columns, analyze.py)."""
     out: dict[str, list[dict]] = {}
     for g, (kinds, seqs, ts, done) in d.calls.items():
-        out[g] = [event(d, g, k, t, c) for k, q, t, c in zip(kinds.tolist(), seqs.tolist(), ts.tolist(), done.tolist())
-                  if q >= p.start.get(g, 0)]
+        out[g] = [
+            event(d, g, k, t, c)
+            for k, q, t, c in zip(kinds.tolist(), seqs.tolist(), ts.tolist(), done.tolist())
+            if q >= p.start.get(g, 0)
+        ]
     return out
 
 
@@ -336,7 +373,10 @@ def read_flight_recorder(path: str) -> tuple[dict[int, list[dict]], dict[str, li
     per_rank: dict[int, list[dict]] = {}
     for d in dumps:
         evs = [ev for calls in events_of(d, p).values() for ev in calls]
-        evs += [e for g, k, seq, t, done in d.p2p_rows()
-                if seq >= p.p2p_start.get(g, 0) and (e := p2p_event(d, p, g, k, t, done)) is not None]
+        evs += [
+            e
+            for g, k, seq, t, done in d.p2p_rows()
+            if seq >= p.p2p_start.get(g, 0) and (e := p2p_event(d, p, g, k, t, done)) is not None
+        ]
         per_rank[d.rank] = sorted(evs, key=lambda e: e["t"])
     return per_rank, p.members

@@ -109,9 +109,14 @@ def ensure_built(log=None, timeout: float | None = None) -> tuple[Path | None, s
     fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".so.tmp")
     os.close(fd)
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "hctool.consensus.kernel_build", str(out), tmp],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                                env=procs.inject_env(dict(os.environ)))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hctool.consensus.kernel_build", str(out), tmp],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            env=procs.inject_env(dict(os.environ)),
+        )
         try:
             stdout, stderr = proc.communicate(timeout=limit)
         except subprocess.TimeoutExpired:
@@ -124,8 +129,11 @@ def ensure_built(log=None, timeout: float | None = None) -> tuple[Path | None, s
         with contextlib.suppress(OSError):
             os.unlink(tmp)
     if proc.returncode != 0 or not out.exists():
-        lines = [ln for ln in (stderr + stdout).splitlines() if "error" in ln.lower()] or \
-            (stderr + stdout).strip().splitlines() or ["no output"]
+        lines = (
+            [ln for ln in (stderr + stdout).splitlines() if "error" in ln.lower()]
+            or (stderr + stdout).strip().splitlines()
+            or ["no output"]
+        )
         return None, f"the build failed: {lines[0][:300]}"
     return out, ""
 
@@ -152,11 +160,29 @@ def build(out: Path, tmp: Path) -> None:
     except Exception:
         abi_flags = []
     version = torch.__version__.split("+")[0]
-    base = [compiler(), "-O2", "-shared", "-fPIC", "-w", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-            f'-DHCTOOL_TORCH_VERSION="{version}"', *abi_flags,
-            "-I", str(torch_dir / "include"), "-I", str(torch_dir / "include" / "torch" / "csrc" / "api" / "include"),
-            "-I", sysconfig.get_paths()["include"], str(SOURCE),
-            "-L", str(lib), "-lc10", "-ltorch_cpu", "-ltorch_python", f"-Wl,-rpath,{lib}"]
+    base = [
+        compiler(),
+        "-O2",
+        "-shared",
+        "-fPIC",
+        "-w",
+        f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+        f'-DHCTOOL_TORCH_VERSION="{version}"',
+        *abi_flags,
+        "-I",
+        str(torch_dir / "include"),
+        "-I",
+        str(torch_dir / "include" / "torch" / "csrc" / "api" / "include"),
+        "-I",
+        sysconfig.get_paths()["include"],
+        str(SOURCE),
+        "-L",
+        str(lib),
+        "-lc10",
+        "-ltorch_cpu",
+        "-ltorch_python",
+        f"-Wl,-rpath,{lib}",
+    ]
     for std in ("-std=c++17", "-std=c++20"):  # what this torch's headers need
         proc = subprocess.run([*base, std, "-o", str(tmp)], capture_output=True, text=True)
         if proc.returncode == 0:

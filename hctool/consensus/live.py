@@ -41,8 +41,10 @@ class LiveWatcher:
         report, finding = self.session.report(ended, now, self.hang_after, final=False)
         if finding is None:
             return None
-        self.detection = {"divergent_call_wall": finding.get("evidence_time", finding["time"]),
-                          "detected_wall": time.time()}
+        self.detection = {
+            "divergent_call_wall": finding.get("evidence_time", finding["time"]),
+            "detected_wall": time.time(),
+        }
         return report
 
     def latency_s(self) -> float | None:

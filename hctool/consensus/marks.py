@@ -20,18 +20,18 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-MAX_RECORD_BYTES = 64 << 20   # a history or run record bigger than this is not read
+MAX_RECORD_BYTES = 64 << 20  # a history or run record bigger than this is not read
 
 
 @dataclass(frozen=True)
 class Mark:
     name: str
-    rank: int | None            # None: the whole job (drawn on every rank, or as a global instant)
-    ts: float                   # wall clock, seconds (time.time())
+    rank: int | None  # None: the whole job (drawn on every rank, or as a global instant)
+    ts: float  # wall clock, seconds (time.time())
     args: dict = field(default_factory=dict, hash=False, compare=False)
-    dur: float | None = None    # seconds: a window (a fault that was on) rather than an instant
-    kind: str = "event"         # "fault", "controller", "probe", "event": the track and colour
-    until_end: bool = False     # a window that lasted until the run ended (dur unknown here)
+    dur: float | None = None  # seconds: a window (a fault that was on) rather than an instant
+    kind: str = "event"  # "fault", "controller", "probe", "event": the track and colour
+    until_end: bool = False  # a window that lasted until the run ended (dur unknown here)
 
 
 def run_marks(run_dir, headers: dict[int, dict] | None = None) -> list[Mark]:
@@ -70,6 +70,7 @@ def _chaos_t0(run_dir: Path) -> float | None:
 
 def _fault_rank(spec: str) -> int | None:
     from hctool.protocol.faults import parse_fault
+
     try:
         return parse_fault(spec).rank
     except ValueError:
@@ -103,16 +104,35 @@ def _history_marks(run_dir: Path, t0: float) -> list[Mark]:
         elif what == "fault-off" and at is not None and ev.get("fault") in open_faults:
             spec = ev["fault"]
             start = open_faults.pop(spec)
-            marks.append(Mark(f"fault {spec}", _fault_rank(spec), start, {"spec": spec, "source": "chaos history"},
-                              dur=at - start, kind="fault"))
+            marks.append(
+                Mark(
+                    f"fault {spec}",
+                    _fault_rank(spec),
+                    start,
+                    {"spec": spec, "source": "chaos history"},
+                    dur=at - start,
+                    kind="fault",
+                )
+            )
         elif what in ("heal", "rank-continue") and at is not None:
-            marks.append(Mark(what, None, at, {k: v for k, v in ev.items() if k not in ("t", "event")}, kind="controller"))
+            marks.append(
+                Mark(what, None, at, {k: v for k, v in ev.items() if k not in ("t", "event")}, kind="controller")
+            )
             end = at if what == "heal" else end
         elif what == "verdict":
             break
     for spec, start in open_faults.items():  # on until the heal (or a one-shot action)
-        marks.append(Mark(f"fault {spec}", _fault_rank(spec), start, {"spec": spec, "source": "chaos history"},
-                          dur=(end - start) if end and end > start else None, kind="fault", until_end=not end))
+        marks.append(
+            Mark(
+                f"fault {spec}",
+                _fault_rank(spec),
+                start,
+                {"spec": spec, "source": "chaos history"},
+                dur=(end - start) if end and end > start else None,
+                kind="fault",
+                until_end=not end,
+            )
+        )
     marks.append(Mark("workload start", None, t0, {"source": "chaos/t0"}, kind="controller"))
     return marks
 
@@ -131,6 +151,7 @@ def _commands_faults(run_dir: Path) -> list[str]:
 
 def _window_marks(spec: str, t0: float | None, headers: dict[int, dict], fired=None) -> list[Mark]:
     from hctool.protocol.faults import parse_fault
+
     try:
         f = parse_fault(spec)
     except ValueError:
@@ -144,8 +165,17 @@ def _window_marks(spec: str, t0: float | None, headers: dict[int, dict], fired=N
         start = t0 if t0 is not None else _rank_start(headers.get(r) if r is not None else None, headers)
         if start is None:
             continue
-        out.append(Mark(f"fault {spec}", r, start + f.start_s, args, dur=f.duration_s, kind="fault",
-                        until_end=f.duration_s is None))
+        out.append(
+            Mark(
+                f"fault {spec}",
+                r,
+                start + f.start_s,
+                args,
+                dur=f.duration_s,
+                kind="fault",
+                until_end=f.duration_s is None,
+            )
+        )
     return out
 
 

@@ -18,12 +18,12 @@ class ReportError(ValueError):
 
 
 class Verdict(str, Enum):
-    CONSISTENT = "consistent"              # every expected rank seen whole, agreeing, ended cleanly
+    CONSISTENT = "consistent"  # every expected rank seen whole, agreeing, ended cleanly
     DIVERGED = "diverged"
     HUNG = "hung"
     CRASHED = "crashed"
-    INCOMPLETE = "incomplete"              # ranks seen, but not the whole run (docs/consensus.md "Verdicts")
-    NO_COLLECTIVES = "no_collectives"      # process groups formed, no collective call recorded
+    INCOMPLETE = "incomplete"  # ranks seen, but not the whole run (docs/consensus.md "Verdicts")
+    NO_COLLECTIVES = "no_collectives"  # process groups formed, no collective call recorded
     NO_PROCESS_GROUP = "no_process_group"  # no rank of this run recorded anything
 
     @property
@@ -38,15 +38,15 @@ class Verdict(str, Enum):
 
 
 class Kind(str, Enum):
-    EXTRA = "extra"          # the culprit made a call its peers did not
-    MISSING = "missing"      # the culprit did not make a call its peers made (skipped it, left a loop, died)
+    EXTRA = "extra"  # the culprit made a call its peers did not
+    MISSING = "missing"  # the culprit did not make a call its peers made (skipped it, left a loop, died)
     OP = "op"
     SHAPE = "shape"
     DTYPE = "dtype"
     REDUCE_OP = "reduce_op"
     ROOT = "root"
     LABEL = "label"
-    GROUP = "group"          # the ranks created other process groups, or in another order
+    GROUP = "group"  # the ranks created other process groups, or in another order
     WAIT_CYCLE = "wait_cycle"
     SITE = "site"
 
@@ -87,6 +87,7 @@ def _list(d: dict, key: str, what: str) -> list:
 @dataclass
 class Call:
     """One call as the report names it."""
+
     op: str | None
     site: str | None = None
     function: str | None = None
@@ -96,7 +97,7 @@ class Call:
     reduce_op: str | None = None
     root: int | None = None
     label: str | None = None
-    stack: list[str] = field(default_factory=list)   # "file.py:LINE function", innermost first
+    stack: list[str] = field(default_factory=list)  # "file.py:LINE function", innermost first
 
     def describe(self) -> str:
         """`all_reduce [[4]] float32 op=MAX root/peer=0`"""
@@ -117,8 +118,16 @@ class Call:
         return f"{self.op} at {self.site or '?'}{fn}"
 
     def _json(self) -> dict:
-        return {"op": self.op, "site": self.site, "function": self.function, "shapes": self.shapes,
-                "dtypes": self.dtypes, "reduce_op": self.reduce_op, "root": self.root, "label": self.label}
+        return {
+            "op": self.op,
+            "site": self.site,
+            "function": self.function,
+            "shapes": self.shapes,
+            "dtypes": self.dtypes,
+            "reduce_op": self.reduce_op,
+            "root": self.root,
+            "label": self.label,
+        }
 
     @classmethod
     def _read(cls, d: dict, what: str) -> dict:
@@ -126,19 +135,27 @@ class Call:
         stack = _list(d, "stack", what)
         if not all(isinstance(s, str) for s in stack):
             raise ReportError(f"{what}.stack must be a list of strings")
-        return {"op": _str_or_none(d, "op", what), "site": _str_or_none(d, "site", what),
-                "function": _str_or_none(d, "function", what), "shapes": _list(d, "shapes", what),
-                "dtypes": [str(x) for x in _list(d, "dtypes", what)], "reduce_op": _str_or_none(d, "reduce_op", what),
-                "root": _int_or_none(d, "root", what), "label": _str_or_none(d, "label", what), "stack": stack}
+        return {
+            "op": _str_or_none(d, "op", what),
+            "site": _str_or_none(d, "site", what),
+            "function": _str_or_none(d, "function", what),
+            "shapes": _list(d, "shapes", what),
+            "dtypes": [str(x) for x in _list(d, "dtypes", what)],
+            "reduce_op": _str_or_none(d, "reduce_op", what),
+            "root": _int_or_none(d, "root", what),
+            "label": _str_or_none(d, "label", what),
+            "stack": stack,
+        }
 
 
 @dataclass
 class RankCall(Call):
     """A rank's call at the divergence (the contract's per-rank entry)."""
-    state: str = "completed"            # "completed" | "blocked" | "absent"
-    last_seen: str | None = None        # for an absent rank: its last recorded call
-    probed: bool = False                # the run recorded probes: `probe` is said (None: none before this call)
-    probe: dict | None = None           # the last probed function it entered before this call
+
+    state: str = "completed"  # "completed" | "blocked" | "absent"
+    last_seen: str | None = None  # for an absent rank: its last recorded call
+    probed: bool = False  # the run recorded probes: `probe` is said (None: none before this call)
+    probe: dict | None = None  # the last probed function it entered before this call
 
     def to_json(self) -> dict:
         out = dict(self._json(), state=self.state)
@@ -165,16 +182,25 @@ class RankCall(Call):
 @dataclass
 class Cause:
     """The first call with no counterpart (or the call that differs), and whose path deviated."""
-    rank: int                           # the rank that holds the call (for a skip: the peer that made it)
+
+    rank: int  # the rank that holds the call (for a skip: the peer that made it)
     seq: int
     kind: Kind
     culprit_ranks: list[int]
     call: Call
-    after: dict | None = None           # {"op", "site", "count"}: the run of calls right before it
+    after: dict | None = None  # {"op", "site", "count"}: the run of calls right before it
 
     def to_json(self) -> dict:
-        return dict(self.call._json(), group=self.call.group, stack=self.call.stack, rank=self.rank, seq=self.seq,
-                    kind=self.kind.value, culprit_ranks=self.culprit_ranks, after=self.after)
+        return dict(
+            self.call._json(),
+            group=self.call.group,
+            stack=self.call.stack,
+            rank=self.rank,
+            seq=self.seq,
+            kind=self.kind.value,
+            culprit_ranks=self.culprit_ranks,
+            after=self.after,
+        )
 
     @classmethod
     def from_json(cls, d: dict, what: str = "cause") -> Cause:
@@ -186,14 +212,21 @@ class Cause:
         after = d.get("after")
         if after is not None and not isinstance(after, dict):
             raise ReportError(f"{what}.after must be an object")
-        return cls(rank, seq, _kind(d.get("kind"), what), _int_list(d.get("culprit_ranks"), f"{what}.culprit_ranks"),
-                   Call(**base), after)
+        return cls(
+            rank,
+            seq,
+            _kind(d.get("kind"), what),
+            _int_list(d.get("culprit_ranks"), f"{what}.culprit_ranks"),
+            Call(**base),
+            after,
+        )
 
 
 @dataclass
 class Symptom:
     """Where a rank was when the run ended: the call it blocked or failed in, or how it ended."""
-    state: str                          # "blocked" | "failed" | "ended" | "crashed" | "running" | "absent"
+
+    state: str  # "blocked" | "failed" | "ended" | "crashed" | "running" | "absent"
     call: Call = field(default_factory=lambda: Call(None))
     seq: int | None = None
     error: str | None = None
@@ -223,8 +256,11 @@ class Symptom:
         if self.state == "ended":
             return "ended" + (f" after {self.call.where()}" if self.call.op else " with no call")
         if self.state == "crashed":
-            return "crashed" + (f": {self.error}" if self.error else "") + (
-                f" after {self.call.where()}" if self.call.op else "")
+            return (
+                "crashed"
+                + (f": {self.error}" if self.error else "")
+                + (f" after {self.call.where()}" if self.call.op else "")
+            )
         return {"running": "still running", "absent": "never seen"}.get(self.state, self.state)
 
 
@@ -242,12 +278,16 @@ class Divergence:
     alternative: str | None = None
     deadlock: str | None = None
     cycle: list[dict] = field(default_factory=list)
-    never_reached: bool = False   # missing: the culprits never got to the call (alive elsewhere, or dead), not a skip
+    never_reached: bool = False  # missing: the culprits never got to the call (alive elsewhere, or dead), not a skip
 
     def to_json(self) -> dict:
-        out: dict[str, Any] = {"group": self.group, "seq": self.seq, "kind": self.kind.value,
-                               "culprit_ranks": self.culprit_ranks,
-                               "ranks": {str(r): e.to_json() for r, e in sorted(self.ranks.items())}}
+        out: dict[str, Any] = {
+            "group": self.group,
+            "seq": self.seq,
+            "kind": self.kind.value,
+            "culprit_ranks": self.culprit_ranks,
+            "ranks": {str(r): e.to_json() for r, e in sorted(self.ranks.items())},
+        }
         if self.cause is not None:
             out["cause"] = self.cause.to_json()
         out["symptom"] = {str(r): s.to_json() for r, s in sorted(self.symptom.items())}
@@ -269,11 +309,16 @@ class Divergence:
         group, seq = d.get("group"), d.get("seq")
         if not isinstance(group, str) or not isinstance(seq, int) or isinstance(seq, bool):
             raise ReportError(f"{what} needs a group (string) and a seq (integer)")
-        ranks = {_rank(r, f"{what}.ranks"): RankCall.from_json(_ranks_dict(e, f"{what}.ranks[{r}]"), f"{what}.ranks[{r}]")
-                 for r, e in _ranks_dict(d.get("ranks") or {}, f"{what}.ranks").items()}
-        symptom = {_rank(r, f"{what}.symptom"): Symptom.from_json(_ranks_dict(e, f"{what}.symptom[{r}]"),
-                                                                 f"{what}.symptom[{r}]")
-                   for r, e in _ranks_dict(d.get("symptom") or {}, f"{what}.symptom").items()}
+        ranks = {
+            _rank(r, f"{what}.ranks"): RankCall.from_json(_ranks_dict(e, f"{what}.ranks[{r}]"), f"{what}.ranks[{r}]")
+            for r, e in _ranks_dict(d.get("ranks") or {}, f"{what}.ranks").items()
+        }
+        symptom = {
+            _rank(r, f"{what}.symptom"): Symptom.from_json(
+                _ranks_dict(e, f"{what}.symptom[{r}]"), f"{what}.symptom[{r}]"
+            )
+            for r, e in _ranks_dict(d.get("symptom") or {}, f"{what}.symptom").items()
+        }
         cause = Cause.from_json(d["cause"]) if d.get("cause") else None
         conf = d.get("confidence", "high")
         try:
@@ -281,10 +326,21 @@ class Divergence:
         except ValueError:
             raise ReportError(f"{what}.confidence {conf!r} is not high, medium or low") from None
         cycle = _list(d, "cycle", what)
-        return cls(group, seq, _kind(d.get("kind"), what), _int_list(d.get("culprit_ranks"), f"{what}.culprit_ranks"),
-                   ranks, cause, symptom, confidence, _str_or_none(d, "basis", what), _str_or_none(d, "alternative", what),
-                   _str_or_none(d, "deadlock", what), [c for c in cycle if isinstance(c, dict)],
-                   bool(d.get("never_reached")))
+        return cls(
+            group,
+            seq,
+            _kind(d.get("kind"), what),
+            _int_list(d.get("culprit_ranks"), f"{what}.culprit_ranks"),
+            ranks,
+            cause,
+            symptom,
+            confidence,
+            _str_or_none(d, "basis", what),
+            _str_or_none(d, "alternative", what),
+            _str_or_none(d, "deadlock", what),
+            [c for c in cycle if isinstance(c, dict)],
+            bool(d.get("never_reached")),
+        )
 
     def cause_line(self) -> str:
         """The headline: `cause: rank 1, extra all_reduce at train.py:6 (log_metric), after 7 calls of
@@ -327,6 +383,7 @@ class Divergence:
 @dataclass
 class Coverage:
     """What the verdict rests on."""
+
     expected_ranks: int = 0
     traced_ranks: list[int] = field(default_factory=list)
     ranks_with_calls: list[int] = field(default_factory=list)
@@ -334,8 +391,12 @@ class Coverage:
     foreign_traces: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        out = {"expected_ranks": self.expected_ranks, "traced_ranks": self.traced_ranks,
-               "ranks_with_calls": self.ranks_with_calls, "ended": {str(r): s for r, s in sorted(self.ended.items())}}
+        out = {
+            "expected_ranks": self.expected_ranks,
+            "traced_ranks": self.traced_ranks,
+            "ranks_with_calls": self.ranks_with_calls,
+            "ended": {str(r): s for r, s in sorted(self.ended.items())},
+        }
         if self.foreign_traces:
             out["foreign_traces"] = self.foreign_traces
         return out
@@ -343,10 +404,16 @@ class Coverage:
     @classmethod
     def from_json(cls, d: Any) -> Coverage:
         _ranks_dict(d, "coverage")
-        ended = {_rank(r, "coverage.ended"): str(s) for r, s in _ranks_dict(d.get("ended") or {}, "coverage.ended").items()}
-        return cls(int(d.get("expected_ranks") or 0), _int_list(d.get("traced_ranks"), "coverage.traced_ranks"),
-                   _int_list(d.get("ranks_with_calls"), "coverage.ranks_with_calls"), ended,
-                   [str(x) for x in _list(d, "foreign_traces", "coverage")])
+        ended = {
+            _rank(r, "coverage.ended"): str(s) for r, s in _ranks_dict(d.get("ended") or {}, "coverage.ended").items()
+        }
+        return cls(
+            int(d.get("expected_ranks") or 0),
+            _int_list(d.get("traced_ranks"), "coverage.traced_ranks"),
+            _int_list(d.get("ranks_with_calls"), "coverage.ranks_with_calls"),
+            ended,
+            [str(x) for x in _list(d, "foreign_traces", "coverage")],
+        )
 
 
 @dataclass
@@ -364,7 +431,7 @@ class Report:
     command_exit_code: int | None = None
     faults: list[dict] | None = None
     probes: dict | None = None
-    extra: dict = field(default_factory=dict)   # fields a caller adds (repro's, chaos's), kept as they are
+    extra: dict = field(default_factory=dict)  # fields a caller adds (repro's, chaos's), kept as they are
 
     @property
     def exit_code(self) -> int:
@@ -389,9 +456,13 @@ class Report:
         return count_classes({r: ops for r, ops in self.counts.items() if str(r).isdigit()})
 
     def to_json(self) -> dict:
-        out: dict[str, Any] = {"verdict": self.verdict.value, "world_size": self.world_size,
-                               "first_divergence": self.first_divergence.to_json() if self.first_divergence else None,
-                               "stacks": dict(self.stacks), "counts": self.counts}
+        out: dict[str, Any] = {
+            "verdict": self.verdict.value,
+            "world_size": self.world_size,
+            "first_divergence": self.first_divergence.to_json() if self.first_divergence else None,
+            "stacks": dict(self.stacks),
+            "counts": self.counts,
+        }
         if self.stacks:
             out["stack_classes"] = [c.to_json() for c in self.stack_classes()]
         if self.counts:
@@ -432,21 +503,43 @@ class Report:
             if not isinstance(ops, dict) or not all(isinstance(n, int) for n in ops.values()):
                 raise ReportError(f"report.counts[{r}] must map ops to integers")
         codes = d.get("exit_codes")
-        if codes is not None and (not isinstance(codes, dict) or not all(c is None or isinstance(c, int)
-                                                                           for c in codes.values())):
+        if codes is not None and (
+            not isinstance(codes, dict) or not all(c is None or isinstance(c, int) for c in codes.values())
+        ):
             raise ReportError("report.exit_codes must map ranks to integers or null")
-        known = {"verdict", "world_size", "first_divergence", "stacks", "counts", "reason", "coverage",
-                 "cross_site_pairings", "incomplete", "exit_codes", "command_exit_code", "faults", "probes",
-                 "stack_classes", "count_classes"}  # the classes are derived again from stacks and counts
-        return cls(verdict, ws, Divergence.from_json(fd) if fd else None,
-                   {str(r): str(t) for r, t in stacks.items()}, counts, _str_or_none(d, "reason", "report"),
-                   Coverage.from_json(d["coverage"]) if d.get("coverage") else None,
-                   [p for p in _list(d, "cross_site_pairings", "report") if isinstance(p, dict)],
-                   [e for e in _list(d, "incomplete", "report") if isinstance(e, dict)], codes,
-                   _int_or_none(d, "command_exit_code", "report"),
-                   [f for f in _list(d, "faults", "report") if isinstance(f, dict)] if d.get("faults") is not None else None,
-                   d.get("probes") if isinstance(d.get("probes"), dict) else None,
-                   {k: v for k, v in d.items() if k not in known})
+        known = {
+            "verdict",
+            "world_size",
+            "first_divergence",
+            "stacks",
+            "counts",
+            "reason",
+            "coverage",
+            "cross_site_pairings",
+            "incomplete",
+            "exit_codes",
+            "command_exit_code",
+            "faults",
+            "probes",
+            "stack_classes",
+            "count_classes",
+        }  # the classes are derived again from stacks and counts
+        return cls(
+            verdict,
+            ws,
+            Divergence.from_json(fd) if fd else None,
+            {str(r): str(t) for r, t in stacks.items()},
+            counts,
+            _str_or_none(d, "reason", "report"),
+            Coverage.from_json(d["coverage"]) if d.get("coverage") else None,
+            [p for p in _list(d, "cross_site_pairings", "report") if isinstance(p, dict)],
+            [e for e in _list(d, "incomplete", "report") if isinstance(e, dict)],
+            codes,
+            _int_or_none(d, "command_exit_code", "report"),
+            [f for f in _list(d, "faults", "report") if isinstance(f, dict)] if d.get("faults") is not None else None,
+            d.get("probes") if isinstance(d.get("probes"), dict) else None,
+            {k: v for k, v in d.items() if k not in known},
+        )
 
 
 def _rank(r: Any, what: str) -> int:

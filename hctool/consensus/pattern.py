@@ -13,14 +13,20 @@ from __future__ import annotations
 
 import json
 
-ROOTED = {"broadcast", "reduce", "gather", "scatter", "broadcast_object_list", "gather_object",
-          "scatter_object_list"}
+ROOTED = {"broadcast", "reduce", "gather", "scatter", "broadcast_object_list", "gather_object", "scatter_object_list"}
 # What must agree for two calls to pair correctly; the call site is only location.
-HARD_FIELDS = (("op", "op"), ("sh", "shape"), ("dt", "dtype"), ("ro", "reduce_op"), ("root", "root"),
-               ("label", "label"), ("digest", "label"))
+HARD_FIELDS = (
+    ("op", "op"),
+    ("sh", "shape"),
+    ("dt", "dtype"),
+    ("ro", "reduce_op"),
+    ("root", "root"),
+    ("label", "label"),
+    ("digest", "label"),
+)
 FREE_FORM = {"gather_object"}  # what a rank contributes is any object: its length is not a shape
-HOLD = 256            # calls a cross-site pairing stays in the window, to locate a later divergence there
-MAX_PAIRINGS = 256    # distinct cross-site pairings remembered per channel
+HOLD = 256  # calls a cross-site pairing stays in the window, to locate a later divergence there
+MAX_PAIRINGS = 256  # distinct cross-site pairings remembered per channel
 
 
 def field(ev: dict, f: str):
@@ -92,8 +98,10 @@ class Scan:
             mine = self.pairings.get(combo)
             if mine is not None:
                 mine["count"] += 1
-            elif combo in self.pattern.pairings or len(self.pattern.pairings) + (
-                    0 if self.commit else len(self.pairings)) < MAX_PAIRINGS:
+            elif (
+                combo in self.pattern.pairings
+                or len(self.pattern.pairings) + (0 if self.commit else len(self.pairings)) < MAX_PAIRINGS
+            ):
                 self.pairings[combo] = {"seq": seq, "count": 1, "events": dict(events)}
         return what
 

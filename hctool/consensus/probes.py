@@ -26,6 +26,9 @@ def annotate(report, ranks: dict, finding: dict | None):
         i = len(times) if t is None else bisect.bisect_right(times, t)
         if i:
             _, name, site, fn = rt.probes[i - 1]
-            entry.probe = {"name": name, "caller": f"{fn}:{site.rsplit(':', 1)[-1]}" if fn and site else site,
-                              "site": site}
+            entry.probe = {
+                "name": name,
+                "caller": f"{fn}:{site.rsplit(':', 1)[-1]}" if fn and site else site,
+                "site": site,
+            }
     return report

@@ -9,8 +9,15 @@ from rich.text import Text
 from hctool.consensus.model import Call, Divergence, RankCall, Report
 from hctool.consensus.truncation import describe
 
-_VERDICT_STYLE = {"consistent": "bold green", "diverged": "bold red", "hung": "bold yellow", "crashed": "bold red",
-                  "incomplete": "bold yellow", "no_collectives": "bold yellow", "no_process_group": "bold yellow"}
+_VERDICT_STYLE = {
+    "consistent": "bold green",
+    "diverged": "bold red",
+    "hung": "bold yellow",
+    "crashed": "bold red",
+    "incomplete": "bold yellow",
+    "no_collectives": "bold yellow",
+    "no_process_group": "bold yellow",
+}
 
 
 def _chain(entry: Call) -> str:
@@ -19,7 +26,7 @@ def _chain(entry: Call) -> str:
     return " <- ".join(names)
 
 
-MANY = 8   # beyond this many ranks, the text shows classes of ranks, not every rank
+MANY = 8  # beyond this many ranks, the text shows classes of ranks, not every rank
 
 
 def classes_lines(report: Report) -> list[str]:
@@ -28,8 +35,11 @@ def classes_lines(report: Report) -> list[str]:
     cc = report.count_classes()
     # a class of one rank per rank says nothing the counts line does not
     if 1 < len(cc) < len(report.counts) or len(report.counts) > MANY:
-        out.append(f"count classes ({len(cc)}): " + "; ".join(c.words() for c in cc[:8])
-                   + (f"; {len(cc) - 8} more" if len(cc) > 8 else ""))
+        out.append(
+            f"count classes ({len(cc)}): "
+            + "; ".join(c.words() for c in cc[:8])
+            + (f"; {len(cc) - 8} more" if len(cc) > 8 else "")
+        )
     sc = report.stack_classes()
     if sc and (1 < len(sc) < len(report.stacks) or len(report.stacks) > MANY):
         from hctool.consensus.classes import tree, tree_lines
@@ -65,9 +75,14 @@ def pairings_line(report: Report | dict, shown: int = 3) -> str | None:
     if not pairings:
         return None
     legit = sum(p["legitimate"] for p in pairings)
-    parts = [f"{p['group']} seq {p['seq']}" + (f" (x{p['count']})" if p["count"] > 1 else "") + ": "
-             + " / ".join(f"rank {r} {e['site']}" for r, e in p["ranks"].items())
-             + ("" if p["legitimate"] else " [the divergence]") for p in pairings[:shown]]
+    parts = [
+        f"{p['group']} seq {p['seq']}"
+        + (f" (x{p['count']})" if p["count"] > 1 else "")
+        + ": "
+        + " / ".join(f"rank {r} {e['site']}" for r, e in p["ranks"].items())
+        + ("" if p["legitimate"] else " [the divergence]")
+        for p in pairings[:shown]
+    ]
     more = f"; {len(pairings) - shown} more" if len(pairings) > shown else ""
     return f"cross-site pairings: {len(pairings)}, {legit} legitimate: " + "; ".join(parts) + more
 
@@ -77,8 +92,9 @@ def cycle_line(first: Divergence | dict) -> str | None:
     cycle = first.cycle if isinstance(first, Divergence) else first.get("cycle") or []
     if not cycle:
         return None
-    return "ranks in the cycle: " + "; ".join(f"rank {e['rank']} in {e['group']} seq {e['seq']} at {e['site']}"
-                                               for e in cycle)
+    return "ranks in the cycle: " + "; ".join(
+        f"rank {e['rank']} in {e['group']} seq {e['seq']} at {e['site']}" for e in cycle
+    )
 
 
 def render(report: Report, console: Console, label: str | None = None) -> None:
@@ -98,12 +114,22 @@ def render(report: Report, console: Console, label: str | None = None) -> None:
     if first:
         if first.symptom_line():
             console.print(Text(first.symptom_line()), soft_wrap=True)
-        sure = f"confidence {first.confidence.value}: {first.basis}" if first.basis else f"confidence {first.confidence.value}"
+        sure = (
+            f"confidence {first.confidence.value}: {first.basis}"
+            if first.basis
+            else f"confidence {first.confidence.value}"
+        )
         if first.alternative:
             sure += f" (the other reading: {first.alternative})"
         console.print(Text(sure, style="dim"), soft_wrap=True)
-        console.print(Text(f"first divergence: group {first.group}, seq {first.seq}, kind {first.kind.value}, "
-                           f"culprit rank(s) {', '.join(map(str, first.culprit_ranks))}", style="dim"), soft_wrap=True)
+        console.print(
+            Text(
+                f"first divergence: group {first.group}, seq {first.seq}, kind {first.kind.value}, "
+                f"culprit rank(s) {', '.join(map(str, first.culprit_ranks))}",
+                style="dim",
+            ),
+            soft_wrap=True,
+        )
     if first and first.deadlock:
         console.print(Text(f"wait cycle across groups: {first.deadlock}", style="bold red"), soft_wrap=True)
         if cycle_line(first):
@@ -131,16 +157,29 @@ def render(report: Report, console: Console, label: str | None = None) -> None:
             style = "red" if rank in first.culprit_ranks else None
             probe = (probe_cell(e),) if probed else ()
             if e.state == "absent":
-                table.add_row(str(rank), "absent", "-", f"last: {e.last_seen}" if e.last_seen else "-", "-", *probe,
-                              style=style)
+                table.add_row(
+                    str(rank), "absent", "-", f"last: {e.last_seen}" if e.last_seen else "-", "-", *probe, style=style
+                )
                 continue
             table.add_row(str(rank), e.state, e.describe(), e.site or "-", _chain(e) or "-", *probe, style=style)
         console.print(table)
     if report.faults:
-        console.print(Text("faults: " + "; ".join(
-            f"{f['spec']} fired {f['total']}x" + (f" ({', '.join(f'rank {r}: {n}' for r, n in sorted(f['fired'].items()))})"
-                                                   if f["total"] else " (never fired)")
-            for f in report.faults), style="dim"), soft_wrap=True)
+        console.print(
+            Text(
+                "faults: "
+                + "; ".join(
+                    f"{f['spec']} fired {f['total']}x"
+                    + (
+                        f" ({', '.join(f'rank {r}: {n}' for r, n in sorted(f['fired'].items()))})"
+                        if f["total"]
+                        else " (never fired)"
+                    )
+                    for f in report.faults
+                ),
+                style="dim",
+            ),
+            soft_wrap=True,
+        )
     shown = report.stacks
     if len(shown) > MANY:  # one rank of each stack class: the classes above say which ranks share it
         reps = {str(c.ranks[0]) for c in report.stack_classes()}

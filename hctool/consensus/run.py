@@ -12,9 +12,9 @@ from pathlib import Path
 from hctool import log, procs
 from hctool.consensus import kernel_build
 from hctool.consensus.analyze import analyze_dir
+from hctool.consensus.control import JobController
 from hctool.consensus.live import LiveWatcher, _alive
 from hctool.consensus.model import Kind, Report, Verdict
-from hctool.consensus.control import JobController
 from hctool.protocol import env as protocol_env
 from hctool.protocol import faultcounts
 from hctool.protocol.faults import IN_RANK, Fault
@@ -33,11 +33,11 @@ class RunOptions:
     abort: bool
     trace_dir: Path
     script_mode: bool
-    faults: tuple[Fault, ...] = ()      # in-rank kinds go to the ranks (HCTOOL_FAULTS), controller kinds run here
-    probes: tuple[str, ...] = ()        # pkg.mod:Qual.name function probes (HCTOOL_PROBES)
+    faults: tuple[Fault, ...] = ()  # in-rank kinds go to the ranks (HCTOOL_FAULTS), controller kinds run here
+    probes: tuple[str, ...] = ()  # pkg.mod:Qual.name function probes (HCTOOL_PROBES)
     controller: JobController | None = None  # chaos passes its own (heal, history); else one is made for faults
-    split_stdout: bool = False          # stdout alone in stdout.log (rank{r}.stdout for a script), for --same-output
-    cwd: Path | None = None             # the job's working directory (default: hctool's)
+    split_stdout: bool = False  # stdout alone in stdout.log (rank{r}.stdout for a script), for --same-output
+    cwd: Path | None = None  # the job's working directory (default: hctool's)
 
 
 def _log(msg: str) -> None:
@@ -69,19 +69,28 @@ def _start(opts: RunOptions, ps: procs.ProcessSet, controller: JobController | N
     env = procs.inject_env(base, TRACE_DIR=str(opts.trace_dir.resolve()), **extra)
     env.setdefault("PYTHONUNBUFFERED", "1")
     if not opts.script_mode:
-        ps.start("cmd", opts.command, env=env, log_path=opts.trace_dir / "cmd.log",
-                 stdout_path=opts.trace_dir / "stdout.log" if opts.split_stdout else None,
-                 cwd=str(opts.cwd) if opts.cwd else None)
+        ps.start(
+            "cmd",
+            opts.command,
+            env=env,
+            log_path=opts.trace_dir / "cmd.log",
+            stdout_path=opts.trace_dir / "stdout.log" if opts.split_stdout else None,
+            cwd=str(opts.cwd) if opts.cwd else None,
+        )
         _log(f"started {' '.join(opts.command)} (output in {opts.trace_dir / 'cmd.log'})")
         return {}
     port = procs.free_port()
     ranks = {}
     for r in range(opts.nproc):
         renv = dict(env, **procs.torchrun_env(r, opts.nproc, "127.0.0.1", port))
-        ranks[r] = ps.start(f"rank{r}", procs.python_cmd(*opts.command), env=renv,
-                            log_path=opts.trace_dir / f"rank{r}.log",
-                            stdout_path=opts.trace_dir / f"rank{r}.stdout" if opts.split_stdout else None,
-                            cwd=str(opts.cwd) if opts.cwd else None)
+        ranks[r] = ps.start(
+            f"rank{r}",
+            procs.python_cmd(*opts.command),
+            env=renv,
+            log_path=opts.trace_dir / f"rank{r}.log",
+            stdout_path=opts.trace_dir / f"rank{r}.stdout" if opts.split_stdout else None,
+            cwd=str(opts.cwd) if opts.cwd else None,
+        )
     _log(f"started {opts.nproc} ranks of {opts.command[0]} (logs in {opts.trace_dir}/rank*.log)")
     return ranks
 

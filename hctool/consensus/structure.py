@@ -31,9 +31,28 @@ MAX_SOURCE = 4 << 20
 MAX_FILES = 256
 # Names and calls whose value differs between ranks (the linter's source vocabulary, hctool/lint/names.py):
 # a loop exit or a skip decided by one of them is a decision this rank made on its own.
-_RANK_LOCAL_CALLS = ({c.rsplit(".", 1)[-1] for c in N.CLOCK_CALLS} | set(N.RANK_CALLS) | set(N.RANK_LOCAL_METHODS)
-                     | {"is_set", "done", "poll", "empty", "exists", "isfile", "is_file", "random", "randint",
-                        "uniform", "choice", "getmtime", "stat", "gethostname", "getpid"})
+_RANK_LOCAL_CALLS = (
+    {c.rsplit(".", 1)[-1] for c in N.CLOCK_CALLS}
+    | set(N.RANK_CALLS)
+    | set(N.RANK_LOCAL_METHODS)
+    | {
+        "is_set",
+        "done",
+        "poll",
+        "empty",
+        "exists",
+        "isfile",
+        "is_file",
+        "random",
+        "randint",
+        "uniform",
+        "choice",
+        "getmtime",
+        "stat",
+        "gethostname",
+        "getpid",
+    }
+)
 _RANK_LOCAL_WORDS = ("deadline", "elapsed", "budget", "timeout", "time_left", "last_ckpt", "last_save")
 
 
@@ -44,9 +63,9 @@ class Frame(NamedTuple):
 
 
 class Block(NamedTuple):
-    kind: str          # "loop" | "while" | "if" | "else" | "try" | "except" | "def"
-    start: int         # first line of the block's own lines (a loop: its header)
-    end: int           # last line
+    kind: str  # "loop" | "while" | "if" | "else" | "try" | "except" | "def"
+    start: int  # first line of the block's own lines (a loop: its header)
+    end: int  # last line
     node: ast.AST | None = None
 
     def holds(self, line: int) -> bool:
@@ -54,10 +73,10 @@ class Block(NamedTuple):
 
 
 class Exit(NamedTuple):
-    how: str           # "break" | "continue" | "return" | "raise" | "test" (a while loop's own test)
+    how: str  # "break" | "continue" | "return" | "raise" | "test" (a while loop's own test)
     line: int
-    rank_local: bool   # what decides it looks rank-local (see _rank_local)
-    why: str           # the deciding condition, in source text ("except OSError", "time.monotonic() > t")
+    rank_local: bool  # what decides it looks rank-local (see _rank_local)
+    why: str  # the deciding condition, in source text ("except OSError", "time.monotonic() > t")
 
 
 def frames_of(ev: dict) -> list[Frame]:
@@ -114,7 +133,7 @@ class SourceMap:
             return None
         around = [b for b in blocks if b.holds(frame.line)]
         defs = [i for i, b in enumerate(around) if b.kind == "def"]
-        return around[defs[-1] + 1:] if defs else around
+        return around[defs[-1] + 1 :] if defs else around
 
     def innermost_loop(self, frames: list[Frame]) -> tuple[int, Block] | None:
         """(frame index, loop) of the innermost loop a call sits in, looking out through its callers."""
@@ -174,8 +193,9 @@ class SourceMap:
             if around is None:
                 return found
             for b in around:
-                if b.kind in ("if", "else", "except") and not (i == start and other_line is not None
-                                                               and b.holds(other_line)):
+                if b.kind in ("if", "else", "except") and not (
+                    i == start and other_line is not None and b.holds(other_line)
+                ):
                     found = b
         return found
 
@@ -185,8 +205,11 @@ class SourceMap:
         blocks = self.blocks(frame.path)
         if blocks is None:
             return []
-        defs = [b for b in blocks if b.kind == "def" and b.holds(frame.line) and b.node is not None
-                and not isinstance(b.node, ast.Lambda)]
+        defs = [
+            b
+            for b in blocks
+            if b.kind == "def" and b.holds(frame.line) and b.node is not None and not isinstance(b.node, ast.Lambda)
+        ]
         if not defs:
             return []
         fn = max(defs, key=lambda b: b.start).node
@@ -207,7 +230,9 @@ class SourceMap:
         for b in around:
             if b.kind == "try" and b.node is not None:
                 for h in b.node.handlers:
-                    if not (h.body and isinstance(h.body[-1], ast.Raise) and h.body[-1].exc is None and len(h.body) == 1):
+                    if not (
+                        h.body and isinstance(h.body[-1], ast.Raise) and h.body[-1].exc is None and len(h.body) == 1
+                    ):
                         out.append(Exit("except", h.lineno, True, f"except {_text(h.type)}".strip()))
         return out
 
@@ -220,15 +245,20 @@ class SourceMap:
         if isinstance(node, ast.While) and not (isinstance(node.test, ast.Constant) and node.test.value):
             out.append(Exit("test", node.lineno, not _uniform(node.test, set()), _text(node.test)))
         for stmt, guards in _walk_guarded(node.body, []):
-            how = {ast.Break: "break", ast.Continue: "continue", ast.Return: "return", ast.Raise: "raise"}.get(type(stmt))
+            how = {ast.Break: "break", ast.Continue: "continue", ast.Return: "return", ast.Raise: "raise"}.get(
+                type(stmt)
+            )
             if how is None:
                 continue
             if not guards:
                 continue  # unconditional: every rank takes it at the same point of the turn
             g = guards[-1]
             local = isinstance(g, ast.ExceptHandler) or not _uniform(g, _targets(node))
-            why = f"except {_text(g.type) if g.type is not None else ''}".strip() if isinstance(g, ast.ExceptHandler) \
+            why = (
+                f"except {_text(g.type) if g.type is not None else ''}".strip()
+                if isinstance(g, ast.ExceptHandler)
                 else _text(g)
+            )
             out.append(Exit(how, stmt.lineno, local, why))
         return out
 
@@ -237,8 +267,13 @@ class SourceMap:
 # their loops and early returns are not the program's decisions (dynamo's compile wrapper returns
 # early on every traced call).
 _STDLIB = tuple({sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib") if k in sysconfig.get_paths()})
-_LIBRARY_PARTS = (f"{os.sep}torch{os.sep}", f"{os.sep}hctool{os.sep}", f"{os.sep}triton{os.sep}",
-                  f"{os.sep}numpy{os.sep}", f"{os.sep}functorch{os.sep}")
+_LIBRARY_PARTS = (
+    f"{os.sep}torch{os.sep}",
+    f"{os.sep}hctool{os.sep}",
+    f"{os.sep}triton{os.sep}",
+    f"{os.sep}numpy{os.sep}",
+    f"{os.sep}functorch{os.sep}",
+)
 
 
 def _library(path: str) -> bool:
@@ -283,8 +318,29 @@ def _walk_guarded(body: list, guards: list, in_loop: bool = False):
                 yield from _walk_guarded(case.body, guards + [stmt.subject], in_loop)
 
 
-_COUNTERS = {"i", "j", "k", "n", "t", "it", "step", "steps", "epoch", "epochs", "iteration", "iterations", "iter",
-             "global_step", "n_iter", "batch_idx", "idx", "count", "turn", "round", "tick"}
+_COUNTERS = {
+    "i",
+    "j",
+    "k",
+    "n",
+    "t",
+    "it",
+    "step",
+    "steps",
+    "epoch",
+    "epochs",
+    "iteration",
+    "iterations",
+    "iter",
+    "global_step",
+    "n_iter",
+    "batch_idx",
+    "idx",
+    "count",
+    "turn",
+    "round",
+    "tick",
+}
 _CONFIG_ROOTS = {"args", "cfg", "config", "conf", "opt", "opts", "hparams", "settings", "params", "flags", "FLAGS"}
 _PURE_CALLS = {"int", "float", "bool", "min", "max", "abs", "round", "divmod"}
 
@@ -307,8 +363,15 @@ def _uniform(expr: ast.AST, targets: set[str]) -> bool:
             if not (isinstance(f, ast.Name) and f.id in _PURE_CALLS):
                 return False
         elif isinstance(node, ast.Name):
-            if not (node.id in targets or node.id in _COUNTERS or node.id.isupper() or node.id in _CONFIG_ROOTS or node.id == "self"
-                    or node.id.split("_", 1)[0] in ("max", "total", "min") or node.id in ("True", "False", "None")):
+            if not (
+                node.id in targets
+                or node.id in _COUNTERS
+                or node.id.isupper()
+                or node.id in _CONFIG_ROOTS
+                or node.id == "self"
+                or node.id.split("_", 1)[0] in ("max", "total", "min")
+                or node.id in ("True", "False", "None")
+            ):
                 return False
         elif isinstance(node, ast.Attribute):
             root = node

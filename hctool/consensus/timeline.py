@@ -25,34 +25,36 @@ from hctool.consensus.align import route
 from hctool.consensus.flight_recorder import is_flight_recorder_dir, read_flight_recorder
 from hctool.consensus.trace import TraceDirReader, trace_files
 
-MAX_TAIL_S = 600.0       # a run's end is trusted this long after its last recorded call
+MAX_TAIL_S = 600.0  # a run's end is trusted this long after its last recorded call
 MAX_PER_RANK, MIN_PER_RANK = 20_000, 2_000
-TOTAL_CALLS = 400_000    # the default limit spreads this over the ranks: an export stays a few hundred MB at most
-KEEP_RULE = ("per rank at most {limit} calls: the {window} before and after its call at the first divergence, "
-             "its last {tail}, and of the rest every call whose sequence number in its group is a multiple of "
-             "the stride (a power of two, the same on every rank, so kept calls still pair)")
+TOTAL_CALLS = 400_000  # the default limit spreads this over the ranks: an export stays a few hundred MB at most
+KEEP_RULE = (
+    "per rank at most {limit} calls: the {window} before and after its call at the first divergence, "
+    "its last {tail}, and of the rest every call whose sequence number in its group is a multiple of "
+    "the stride (a power of two, the same on every rank, so kept calls still pair)"
+)
 
 
 @dataclass
 class Call:
-    ev: dict            # the reader's event (its state may still change while reading goes on)
-    channel: str        # align.route's key
-    seq: int            # position in the channel on this rank
-    ordinal: int        # position among this rank's calls
+    ev: dict  # the reader's event (its state may still change while reading goes on)
+    channel: str  # align.route's key
+    seq: int  # position in the channel on this rank
+    ordinal: int  # position among this rank's calls
     divergent: bool = False
 
 
 @dataclass
 class Timeline:
-    source: str                         # "hctool" | "flight-recorder"
+    source: str  # "hctool" | "flight-recorder"
     ranks: list[int]
     groups: dict[str, list[int]]
-    calls: dict[int, list[Call]]        # per rank, in the rank's order
-    seen: dict[int, int]                # calls read per rank
+    calls: dict[int, list[Call]]  # per rank, in the rank's order
+    seen: dict[int, int]  # calls read per rank
     stride: int
     limit: int
     headers: dict[int, dict] = field(default_factory=dict)
-    end_wall: float | None = None       # where calls that never completed are drawn to
+    end_wall: float | None = None  # where calls that never completed are drawn to
 
     @property
     def thinned(self) -> bool:
@@ -145,8 +147,9 @@ def collect(path, divergence=None, limit: int | None = None, ended_at: float | N
                 keeper.add(ev)
         calls, seen = keeper.result()
         ranks = sorted(per_rank)
-        return Timeline("flight-recorder", ranks, groups, calls, seen, keeper.stride, limit,
-                        end_wall=_end(calls, ended_at))
+        return Timeline(
+            "flight-recorder", ranks, groups, calls, seen, keeper.stride, limit, end_wall=_end(calls, ended_at)
+        )
     reader = TraceDirReader(path, strict=True)
     keeper = None
     while True:
@@ -161,8 +164,9 @@ def collect(path, divergence=None, limit: int | None = None, ended_at: float | N
     calls, seen = keeper.result()
     ranks = sorted(set(calls) | set(range(reader.world_size or 0)))
     headers = {r: rt.header for r, rt in reader.ranks.items()}
-    return Timeline("hctool", ranks, dict(reader.groups), calls, seen, keeper.stride, limit, headers,
-                    end_wall=_end(calls, ended_at))
+    return Timeline(
+        "hctool", ranks, dict(reader.groups), calls, seen, keeper.stride, limit, headers, end_wall=_end(calls, ended_at)
+    )
 
 
 def wall_end(ev: dict, end: float | None) -> float:

@@ -14,29 +14,48 @@ import json
 import os
 import re
 import stat
+from dataclasses import dataclass, field
 
 import numpy as np
-from dataclasses import dataclass, field
 
 from hctool import log, runlock
 from hctool.consensus.columns import RECORD_DTYPE
-from hctool.protocol.records import (CALL, FLAG_ASYNC, INTERNED, KIND_CALL, KIND_EMPTY, KIND_VOID, NO_ROOT,
-                                      RECORD_SIZE, STATE_COMPLETED, STATE_ENTERED, STATE_FAILED, CallRecord,
-                                      Event, Site)
+from hctool.protocol.records import (
+    CALL,
+    FLAG_ASYNC,
+    INTERNED,
+    KIND_CALL,
+    KIND_EMPTY,
+    KIND_VOID,
+    NO_ROOT,
+    RECORD_SIZE,
+    STATE_COMPLETED,
+    STATE_ENTERED,
+    STATE_FAILED,
+    CallRecord,
+    Event,
+    Site,
+)
 
 TRACE_NAME = re.compile(r"^rank(\d{1,6}|X)-(\d{1,10})\.jsonl$")
 MAX_WORLD = 1 << 16
 # Limits for folders from elsewhere (strict); reading goes in rounds, so these
 # bound time, not memory. Live mode reads its own job's files without limits.
-MAX_SIDE_BYTES = 1 << 30       # one side table
-MAX_RING_BYTES = 16 << 30      # one ring file (256 M calls)
+MAX_SIDE_BYTES = 1 << 30  # one side table
+MAX_RING_BYTES = 16 << 30  # one ring file (256 M calls)
 MAX_LINE = 1 << 20
-MAX_INTERNED = 1 << 20         # values of one kind in one side table (real traces: thousands)
-MAX_PROBES = 200_000   # probe entries kept per rank process (counted beyond that)
-SIDE_CHUNK = 4 << 20           # read per file per poll: ranks advance together, the agreed prefix is dropped
-RING_CHUNK = 1 << 16           # records per file per poll
-P2P_DIR = {"send": "send", "isend": "send", "send_object_list": "send",
-           "recv": "recv", "irecv": "recv", "recv_object_list": "recv"}
+MAX_INTERNED = 1 << 20  # values of one kind in one side table (real traces: thousands)
+MAX_PROBES = 200_000  # probe entries kept per rank process (counted beyond that)
+SIDE_CHUNK = 4 << 20  # read per file per poll: ranks advance together, the agreed prefix is dropped
+RING_CHUNK = 1 << 16  # records per file per poll
+P2P_DIR = {
+    "send": "send",
+    "isend": "send",
+    "send_object_list": "send",
+    "recv": "recv",
+    "irecv": "recv",
+    "recv_object_list": "recv",
+}
 _NO_SITE = Site(None, None, ())
 _SAID: set = set()  # foreign trace files already named on stderr by this process
 _STATE = {STATE_ENTERED: "blocked", STATE_COMPLETED: "completed", STATE_FAILED: "failed"}
@@ -66,13 +85,13 @@ class RankTrace:
     rank: int
     pid: int
     header: dict = field(default_factory=dict)
-    ended: str | None = None          # None: no end record; "clean" or "crashed"
+    ended: str | None = None  # None: no end record; "clean" or "crashed"
     end_error: str | None = None
-    end_t: float | None = None        # monotonic time of the end record
+    end_t: float | None = None  # monotonic time of the end record
     last_event: dict | None = None
-    probes: list = field(default_factory=list)        # (t, name, caller site, caller function), in order
+    probes: list = field(default_factory=list)  # (t, name, caller site, caller function), in order
     probe_counts: dict = field(default_factory=dict)  # name -> entries recorded
-    truncated: dict | None = None     # the recorder stopped (its folder was full): {"why", "slot"}
+    truncated: dict | None = None  # the recorder stopped (its folder was full): {"why", "slot"}
 
 
 @dataclass
@@ -83,12 +102,12 @@ class _File:
     partial: bytes = b""
     line_no: int = 0
     next_slot: int = 0
-    wall_offset: float = 0.0                       # wall = monotonic + this
+    wall_offset: float = 0.0  # wall = monotonic + this
     tables: dict = field(default_factory=lambda: {k: {} for k in INTERNED})
-    groups: dict = field(default_factory=dict)     # ring group id -> key
-    errors: dict = field(default_factory=dict)     # token -> error text
-    open: dict = field(default_factory=dict)       # ring slot -> [events]
-    cols: object = None                            # columns.FileColumns, in column mode
+    groups: dict = field(default_factory=dict)  # ring group id -> key
+    errors: dict = field(default_factory=dict)  # token -> error text
+    open: dict = field(default_factory=dict)  # ring slot -> [events]
+    cols: object = None  # columns.FileColumns, in column mode
 
 
 def _check(cond: bool, what: str) -> None:
@@ -134,13 +153,13 @@ class TraceDirReader:
         # ring files as column blocks in `blocks` (rank, channel, Block) instead of event dicts.
         self.interner = interner
         self.blocks: list = []
-        self.ranks: dict[int, RankTrace] = {}   # newest process per rank
+        self.ranks: dict[int, RankTrace] = {}  # newest process per rank
         self.groups: dict[str, list[int]] = {}
         self.world_size: int | None = None
         self.more = False
         self._files: dict[str, _File] = {}
-        self.run_id: str | None = None          # the run that claimed the folder (hctool/runlock.py)
-        self.foreign: set[str] = set()          # trace files of anything else there: never read
+        self.run_id: str | None = None  # the run that claimed the folder (hctool/runlock.py)
+        self.foreign: set[str] = set()  # trace files of anything else there: never read
 
     def poll(self) -> list[Event]:
         new: list[Event] = []
@@ -195,12 +214,14 @@ class TraceDirReader:
         if said in _SAID:
             return False
         _SAID.add(said)  # once per file, however many readers (live, final, the page) look at the folder
-        log.info(f"hctool: ignoring {name}: written by {f'run {run}' if run else 'a process of no run'}, "
-                 f"not by the run that claimed the folder ({self.run_id})")
+        log.info(
+            f"hctool: ignoring {name}: written by {f'run {run}' if run else 'a process of no run'}, "
+            f"not by the run that claimed the folder ({self.run_id})"
+        )
         return False
 
     def _poll_file(self, f: _File, new: list) -> None:
-        base = os.path.join(self.path, f.name[:-len(".jsonl")])
+        base = os.path.join(self.path, f.name[: -len(".jsonl")])
         ended = f.rt.ended
         if self.interner is not None:
             rows, slots = self._read_ring_rows(f, base + ".ring")  # first: its ids are in the side table by now
@@ -222,7 +243,9 @@ class TraceDirReader:
                 new.extend(self._ring_event(f, rec))
             except (KeyError, TypeError, ValueError):
                 if self.strict:
-                    raise TraceError(f"{f.name[:-6]}.ring: record {rec.slot} refers to names its side table lacks") from None
+                    raise TraceError(
+                        f"{f.name[:-6]}.ring: record {rec.slot} refers to names its side table lacks"
+                    ) from None
         if f.open:
             self._recheck_open(f, base + ".ring")
 
@@ -264,14 +287,16 @@ class TraceDirReader:
         rows = np.frombuffer(data[:usable], dtype=RECORD_DTYPE)
         empty = np.flatnonzero(rows["kind"] == KIND_EMPTY)
         if len(empty):
-            rows = rows[:empty[0]]  # not written yet (or still being written)
+            rows = rows[: empty[0]]  # not written yet (or still being written)
         else:
             self.more = self.more or usable == RING_CHUNK * RECORD_SIZE
         if self.strict:
             bad = np.flatnonzero((rows["kind"] != KIND_CALL) & (rows["kind"] != KIND_VOID))
             if len(bad):
-                raise TraceError(f"{os.path.basename(path)}: record {f.next_slot + int(bad[0])} has unknown kind "
-                                 f"{int(rows['kind'][bad[0]])}")
+                raise TraceError(
+                    f"{os.path.basename(path)}: record {f.next_slot + int(bad[0])} has unknown kind "
+                    f"{int(rows['kind'][bad[0]])}"
+                )
         first = f.next_slot
         f.next_slot += len(rows)
         keep = rows["kind"] == KIND_CALL
@@ -313,20 +338,44 @@ class TraceDirReader:
                 def make(i, sub_rows=sub_rows, sub_slots=sub_slots, f=f):
                     evs = self._ring_event(f, CallRecord.unpack(int(sub_slots[i]), tuple(sub_rows[i].item())[:13]))
                     return evs[0]
+
                 from hctool.consensus.columns import Block
 
-                self.blocks.append((f.rt.rank, key_name, Block(f.rt.rank, hard[sel], key[sel], op[sel], make,
-                                                                sub_rows["t"], sub_rows["th"].astype(np.int64))))
+                self.blocks.append(
+                    (
+                        f.rt.rank,
+                        key_name,
+                        Block(
+                            f.rt.rank,
+                            hard[sel],
+                            key[sel],
+                            op[sel],
+                            make,
+                            sub_rows["t"],
+                            sub_rows["th"].astype(np.int64),
+                        ),
+                    )
+                )
         return records
 
     def _ring_event(self, f: _File, c: CallRecord) -> list[Event]:
         op_name = f.tables["op"][c.op]
         s = f.tables["site"][c.site] if c.site else _NO_SITE
         d = f.tables["desc"][c.desc]
-        rec = {"g": f.groups[c.group], "op": op_name, "sh": d.get("sh", []), "dt": d.get("dt", []),
-               "ro": f.tables["ro"][c.reduce_op] if c.reduce_op else None, "site": s.site, "fn": s.fn,
-               "stack": list(s.stack), "th": f.tables["th"].get(c.thread), "t": c.t, "w": c.t + f.wall_offset,
-               "async": bool(c.flags & FLAG_ASYNC)}
+        rec = {
+            "g": f.groups[c.group],
+            "op": op_name,
+            "sh": d.get("sh", []),
+            "dt": d.get("dt", []),
+            "ro": f.tables["ro"][c.reduce_op] if c.reduce_op else None,
+            "site": s.site,
+            "fn": s.fn,
+            "stack": list(s.stack),
+            "th": f.tables["th"].get(c.thread),
+            "t": c.t,
+            "w": c.t + f.wall_offset,
+            "async": bool(c.flags & FLAG_ASYNC),
+        }
         root = c.root
         if "p2p" in d:
             rec["p2p"] = d["p2p"]
@@ -400,14 +449,26 @@ class TraceDirReader:
             _check(kind in f.tables and _is_int(ident, 1), "bad interned id")
             _check(len(f.tables[kind]) < MAX_INTERNED, f"more than {MAX_INTERNED} interned {kind} values")
             if kind == "site":
-                _check(isinstance(v.get("site"), str) and isinstance(v.get("fn"), str) and _strs(v.get("stack")),
-                       "bad site")
+                _check(
+                    isinstance(v.get("site"), str) and isinstance(v.get("fn"), str) and _strs(v.get("stack")),
+                    "bad site",
+                )
                 v = Site(v["site"], v["fn"], tuple(v["stack"]))
             elif kind == "desc":
-                _check(isinstance(v, dict) and all(isinstance(v.get(k, []), list) for k in ("sh", "dt", "p2p")),
-                       "bad shapes")
-                _check(all(isinstance(p, list) and len(p) == 4 and p[0] in ("send", "recv")
-                           and (p[1] is None or _is_int(p[1], 0, MAX_WORLD)) for p in v.get("p2p", [])), "bad p2p")
+                _check(
+                    isinstance(v, dict) and all(isinstance(v.get(k, []), list) for k in ("sh", "dt", "p2p")),
+                    "bad shapes",
+                )
+                _check(
+                    all(
+                        isinstance(p, list)
+                        and len(p) == 4
+                        and p[0] in ("send", "recv")
+                        and (p[1] is None or _is_int(p[1], 0, MAX_WORLD))
+                        for p in v.get("p2p", [])
+                    ),
+                    "bad p2p",
+                )
             else:
                 _check(isinstance(v, str), f"bad {kind}")
             f.tables[kind][ident] = v
@@ -415,11 +476,16 @@ class TraceDirReader:
             _check(_is_int(rec["xr"], 1), "bad token")
             f.errors[rec["xr"]] = str(rec.get("err"))[:300]
         elif "e" in rec:  # a labelled event (or a call of a version-1 trace)
-            _check(isinstance(rec["g"], str) and isinstance(rec["op"], str) and _strs(rec.get("stack", []))
-                   and isinstance(rec.get("sh", []), list) and isinstance(rec.get("dt", []), list)
-                   and all(isinstance(rec.get(k, 0.0), (int, float)) for k in ("t", "w"))
-                   and all(isinstance(rec.get(k), (str, type(None))) for k in ("label", "digest", "site", "fn")),
-                   "bad event")
+            _check(
+                isinstance(rec["g"], str)
+                and isinstance(rec["op"], str)
+                and _strs(rec.get("stack", []))
+                and isinstance(rec.get("sh", []), list)
+                and isinstance(rec.get("dt", []), list)
+                and all(isinstance(rec.get(k, 0.0), (int, float)) for k in ("t", "w"))
+                and all(isinstance(rec.get(k), (str, type(None))) for k in ("label", "digest", "site", "fn")),
+                "bad event",
+            )
             evs = split_event(f.rt.rank, rec)
             if rec.get("st") != "c":
                 f.open[("j", rec["e"])] = evs
@@ -431,8 +497,13 @@ class TraceDirReader:
                 ev["t_done"] = rec.get("t")
         elif "grp" in rec:
             ranks = rec["ranks"]
-            _check(isinstance(rec["grp"], str) and isinstance(ranks, list) and len(ranks) <= MAX_WORLD
-                   and all(_is_int(r, 0, MAX_WORLD) for r in ranks), "bad group")
+            _check(
+                isinstance(rec["grp"], str)
+                and isinstance(ranks, list)
+                and len(ranks) <= MAX_WORLD
+                and all(_is_int(r, 0, MAX_WORLD) for r in ranks),
+                "bad group",
+            )
             _check(rec["grp"] in self.groups or len(self.groups) < MAX_WORLD, "too many groups")
             self.groups[rec["grp"]] = ranks
             if "id" in rec:
@@ -446,8 +517,12 @@ class TraceDirReader:
             if ws:
                 self.world_size = max(self.world_size or 0, ws)
         elif "pr" in rec:  # a probed function was entered (hctool/agent/probes.py)
-            _check(isinstance(rec["pr"], str) and isinstance(rec.get("t", 0.0), (int, float))
-                   and all(isinstance(rec.get(k), (str, type(None))) for k in ("site", "fn", "th")), "bad probe")
+            _check(
+                isinstance(rec["pr"], str)
+                and isinstance(rec.get("t", 0.0), (int, float))
+                and all(isinstance(rec.get(k), (str, type(None))) for k in ("site", "fn", "th")),
+                "bad probe",
+            )
             counts = f.rt.probe_counts
             _check(rec["pr"] in counts or len(counts) < MAX_INTERNED, "too many probe names")
             counts[rec["pr"]] = counts.get(rec["pr"], 0) + 1
@@ -457,8 +532,10 @@ class TraceDirReader:
             _check(isinstance(rec["trace_truncated"], str) and _is_int(rec.get("slot", 0)), "bad truncation mark")
             f.rt.truncated = {"why": rec["trace_truncated"], "slot": rec.get("slot", 0)}
         elif "end" in rec:
-            _check(isinstance(rec.get("error"), (str, type(None))) and isinstance(rec.get("t", 0.0), (int, float)),
-                   "bad end record")
+            _check(
+                isinstance(rec.get("error"), (str, type(None))) and isinstance(rec.get("t", 0.0), (int, float)),
+                "bad end record",
+            )
             f.rt.ended = "crashed" if rec.get("error") else "clean"
             f.rt.end_error = rec.get("error")
             f.rt.end_t = rec.get("t")
@@ -470,13 +547,31 @@ def split_event(rank: int, rec: dict) -> list[Event]:
     """One recorded call -> the events the aligner compares; a batch_isend_irecv
     becomes one p2p event per peer operation, all sharing the call's state."""
     state = "completed" if rec.get("st") == "c" else "blocked"
-    base = {"rank": rank, "g": rec["g"], "op": rec["op"], "sh": rec.get("sh", []), "dt": rec.get("dt", []),
-            "ro": rec.get("ro"), "root": rec.get("root"), "label": rec.get("label"), "digest": rec.get("digest"),
-            "value": rec.get("value"), "site": rec.get("site"), "fn": rec.get("fn"), "stack": rec.get("stack", []),
-            "th": rec.get("th"), "t": rec.get("t"), "w": rec.get("w"), "state": state, "async": rec.get("async", False)}
+    base = {
+        "rank": rank,
+        "g": rec["g"],
+        "op": rec["op"],
+        "sh": rec.get("sh", []),
+        "dt": rec.get("dt", []),
+        "ro": rec.get("ro"),
+        "root": rec.get("root"),
+        "label": rec.get("label"),
+        "digest": rec.get("digest"),
+        "value": rec.get("value"),
+        "site": rec.get("site"),
+        "fn": rec.get("fn"),
+        "stack": rec.get("stack", []),
+        "th": rec.get("th"),
+        "t": rec.get("t"),
+        "w": rec.get("w"),
+        "state": state,
+        "async": rec.get("async", False),
+    }
     if "p2p" in rec:
-        return [dict(base, dir=d, peer=peer, sh=sh, dt=dt, op="isend" if d == "send" else "irecv")
-                for d, peer, sh, dt in rec["p2p"]]
+        return [
+            dict(base, dir=d, peer=peer, sh=sh, dt=dt, op="isend" if d == "send" else "irecv")
+            for d, peer, sh, dt in rec["p2p"]
+        ]
     if "dir" in rec:
         base.update(dir=rec["dir"], peer=rec.get("peer"))
     return [base]

@@ -35,13 +35,22 @@ def cut(tracker, reader_ranks: dict) -> list[dict]:
     out = []
     for r, mark in sorted(truncated.items()):
         seq, group = where.get(r, (0, None))
-        out.append({"rank": r, "reason": REASONS.get(mark["why"], f"trace not writable ({mark['why']})"),
-                    "errno": mark["why"], "group": group, "seq": seq})
+        out.append(
+            {
+                "rank": r,
+                "reason": REASONS.get(mark["why"], f"trace not writable ({mark['why']})"),
+                "errno": mark["why"],
+                "group": group,
+                "seq": seq,
+            }
+        )
     return out
 
 
 def describe(entry: dict) -> str:
     """`incomplete: trace disk full at seq N ...`, the line the report prints."""
     where = f" of group {entry['group']}" if entry.get("group") else ""
-    return (f"incomplete: {entry['reason']} at seq {entry['seq']}{where} on rank {entry['rank']} "
-            f"(its later calls were not recorded, nor compared)")
+    return (
+        f"incomplete: {entry['reason']} at seq {entry['seq']}{where} on rank {entry['rank']} "
+        f"(its later calls were not recorded, nor compared)"
+    )

@@ -8,16 +8,17 @@ from typing import NamedTuple
 
 
 class Waits(NamedTuple):
-    busy: dict[int, set[str]]   # rank -> channels where one of its calls has not completed
-    stuck: set[int]             # ranks in a wait cycle: a deadlock that can never resolve
-    cycle: str = ""             # the cycle in words
-    calls: tuple = ()           # per rank of the first cycle's strongly connected set: {"rank", "group", "seq", "site"}
-    events: dict = {}           # rank -> the call it waits in (for those ranks)
+    busy: dict[int, set[str]]  # rank -> channels where one of its calls has not completed
+    stuck: set[int]  # ranks in a wait cycle: a deadlock that can never resolve
+    cycle: str = ""  # the cycle in words
+    calls: tuple = ()  # per rank of the first cycle's strongly connected set: {"rank", "group", "seq", "site"}
+    events: dict = {}  # rank -> the call it waits in (for those ranks)
     held: frozenset = frozenset()  # ranks whose every collective-issuing thread waits in a synchronous call
 
 
-def wait_state(channels: dict, all_ranks: list[int], ended: dict[int, str | None],
-               thread_last: dict[tuple, dict] | None = None) -> Waits:
+def wait_state(
+    channels: dict, all_ranks: list[int], ended: dict[int, str | None], thread_last: dict[tuple, dict] | None = None
+) -> Waits:
     """Who waits for whom. A rank is held when every thread that issued a
     collective sits in a synchronous call that has not completed (thread_last:
     (rank, thread) -> its latest event). A held rank blocked at index i of a
@@ -71,10 +72,18 @@ def wait_state(channels: dict, all_ranks: list[int], ended: dict[int, str | None
             if not words:
                 words = [edges[a][b] for a, b in zip(cycle, cycle[1:] + cycle[:1])]
                 ring = cycle + sorted(_strongly_connected(edges, start) - set(cycle))
-    calls = tuple({"rank": r, "group": waiting_in[r][0], "seq": waiting_in[r][1], "site": waiting_in[r][2].get("site")}
-                  for r in ring)
-    return Waits(busy, stuck, "; ".join(words), calls, {r: waiting_in[r][2] for r in ring},
-                 frozenset(r for r, h in held.items() if h))
+    calls = tuple(
+        {"rank": r, "group": waiting_in[r][0], "seq": waiting_in[r][1], "site": waiting_in[r][2].get("site")}
+        for r in ring
+    )
+    return Waits(
+        busy,
+        stuck,
+        "; ".join(words),
+        calls,
+        {r: waiting_in[r][2] for r in ring},
+        frozenset(r for r, h in held.items() if h),
+    )
 
 
 def _reach(edges: dict[int, dict[int, str]], start: int) -> set[int]:

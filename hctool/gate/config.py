@@ -54,8 +54,11 @@ class GateConfig:
             raise UsageError("[tool.hctool.gate] lint_baseline is set but lint lists no paths", HINT)
         for name, value in self.timeouts.items():
             if name not in STEPS:
-                raise UsageError(f"[tool.hctool.gate.timeouts] {name} = {value!r}: expected one of "
-                                 f"{', '.join(STEPS)} = positive seconds", HINT)
+                raise UsageError(
+                    f"[tool.hctool.gate.timeouts] {name} = {value!r}: expected one of "
+                    f"{', '.join(STEPS)} = positive seconds",
+                    HINT,
+                )
             try:  # nan passed `<= 0` and the step waited forever; inf likewise
                 bounded("gate timeout", value, f"[tool.hctool.gate.timeouts] {name}")
             except ValueError as exc:
@@ -63,8 +66,12 @@ class GateConfig:
 
     def steps(self) -> list[str]:
         """The configured steps, in the order they run (cheap first)."""
-        present = {"lint": bool(self.lint), "tests": bool(self.tests), "repro": bool(self.repro),
-                   "chaos": self.chaos is not None}
+        present = {
+            "lint": bool(self.lint),
+            "tests": bool(self.tests),
+            "repro": bool(self.repro),
+            "chaos": self.chaos is not None,
+        }
         return [s for s in STEPS if present[s]]
 
     def timeout(self, step: str) -> float:
@@ -88,8 +95,10 @@ def load_gate_config(pyproject: Path) -> GateConfig:
     try:  # the safe reader: a FIFO or a link to /dev/zero at pyproject.toml hung the gate
         data = tomllib.loads(read_named(pyproject, MAX_CONFIG_BYTES).decode("utf-8"))
     except OSError as exc:
-        raise UsageError(f"cannot read {pyproject}: {exc.strerror}" if not isinstance(exc, UnsafeFile) else why(exc, pyproject),
-                         "run hctool gate from the project root, or pass --config") from None
+        raise UsageError(
+            f"cannot read {pyproject}: {exc.strerror}" if not isinstance(exc, UnsafeFile) else why(exc, pyproject),
+            "run hctool gate from the project root, or pass --config",
+        ) from None
     except UnicodeDecodeError as exc:
         raise UsageError(f"{pyproject} is not UTF-8 (byte {exc.start})", "fix the file's encoding") from None
     except (tomllib.TOMLDecodeError, RecursionError) as exc:
@@ -99,14 +108,22 @@ def load_gate_config(pyproject: Path) -> GateConfig:
         raise UsageError(f"{pyproject} has no [tool.hctool.gate] table", HINT)
     unknown = sorted(set(table) - KEYS)
     if unknown:
-        raise UsageError(f"unknown key(s) in [tool.hctool.gate]: {', '.join(unknown)}", f"known: {', '.join(sorted(KEYS))}")
+        raise UsageError(
+            f"unknown key(s) in [tool.hctool.gate]: {', '.join(unknown)}", f"known: {', '.join(sorted(KEYS))}"
+        )
     chaos = table.get("chaos")
     if chaos is not None:
         if not isinstance(chaos, dict) or set(chaos) - {"target", "budget", "seed", "shard"}:
-            raise UsageError(f"[tool.hctool.gate] chaos must be a table of target, budget, seed, shard; got {chaos!r}", HINT)
+            raise UsageError(
+                f"[tool.hctool.gate] chaos must be a table of target, budget, seed, shard; got {chaos!r}", HINT
+            )
         try:
-            chaos = Chaos(str(chaos.get("target", "")), float(chaos.get("budget", 0)), int(chaos.get("seed", 0)),
-                          chaos.get("shard"))
+            chaos = Chaos(
+                str(chaos.get("target", "")),
+                float(chaos.get("budget", 0)),
+                int(chaos.get("seed", 0)),
+                chaos.get("shard"),
+            )
         except (TypeError, ValueError) as exc:
             raise UsageError(f"[tool.hctool.gate] chaos: {exc}", HINT) from None
     baseline = table.get("lint_baseline")
@@ -115,6 +132,13 @@ def load_gate_config(pyproject: Path) -> GateConfig:
     timeouts = table.get("timeouts", {})
     if not isinstance(timeouts, dict):
         raise UsageError(f"[tool.hctool.gate] timeouts must be a table, got {timeouts!r}", HINT)
-    return GateConfig(root=pyproject.parent.resolve(), lint=_strings(table, "lint"), lint_baseline=baseline,
-                      tests=_strings(table, "tests"), pytest_args=_strings(table, "pytest_args"),
-                      repro=_strings(table, "repro"), chaos=chaos, timeouts=dict(timeouts))
+    return GateConfig(
+        root=pyproject.parent.resolve(),
+        lint=_strings(table, "lint"),
+        lint_baseline=baseline,
+        tests=_strings(table, "tests"),
+        pytest_args=_strings(table, "pytest_args"),
+        repro=_strings(table, "repro"),
+        chaos=chaos,
+        timeouts=dict(timeouts),
+    )

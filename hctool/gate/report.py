@@ -8,7 +8,7 @@ import json
 import re
 import socket
 import xml.etree.ElementTree as ET
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from hctool import __version__
@@ -25,16 +25,27 @@ def _clean(text) -> str:
 
 
 def write_junit(steps: list[StepResult], path: Path) -> None:
-    stamp = datetime.now(timezone.utc).replace(tzinfo=None, microsecond=0).isoformat()
+    stamp = datetime.now(UTC).replace(tzinfo=None, microsecond=0).isoformat()
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     root = ET.Element("testsuites", name="hctool gate")
     for i, step in enumerate(steps):
-        counts = {"tests": len(step.cases), "failures": sum(c.status == FAILED for c in step.cases),
-                  "errors": sum(c.status == ERROR for c in step.cases),
-                  "skipped": sum(c.status == SKIPPED for c in step.cases)}
-        suite = ET.SubElement(root, "testsuite", name=_clean(step.name), id=str(i), package="hctool.gate",
-                              timestamp=stamp, hostname=socket.gethostname(), time=f"{step.seconds:.3f}",
-                              **{k: str(v) for k, v in counts.items()})
+        counts = {
+            "tests": len(step.cases),
+            "failures": sum(c.status == FAILED for c in step.cases),
+            "errors": sum(c.status == ERROR for c in step.cases),
+            "skipped": sum(c.status == SKIPPED for c in step.cases),
+        }
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=_clean(step.name),
+            id=str(i),
+            package="hctool.gate",
+            timestamp=stamp,
+            hostname=socket.gethostname(),
+            time=f"{step.seconds:.3f}",
+            **{k: str(v) for k, v in counts.items()},
+        )
         ET.SubElement(ET.SubElement(suite, "properties"), "property", name="summary", value=_clean(step.summary))
         for case in step.cases:
             attrs = {"name": _clean(case.name), "classname": _clean(case.classname), "time": f"{case.seconds:.3f}"}
@@ -68,8 +79,11 @@ def write_sarif(steps: list[StepResult], path: Path) -> None:
     uploads can then run unconditionally and clear earlier alerts)."""
     sarif = next((s.sarif for s in steps if s.sarif is not None), None)
     if sarif is None:
-        sarif = {"version": "2.1.0", "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
-                 "runs": [{"tool": {"driver": {"name": "hctool", "version": __version__}}, "results": []}]}
+        sarif = {
+            "version": "2.1.0",
+            "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+            "runs": [{"tool": {"driver": {"name": "hctool", "version": __version__}}, "results": []}],
+        }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(sarif, indent=2) + "\n")
 

@@ -49,8 +49,9 @@ def reap_leftovers() -> list[str]:
     return names
 
 
-def run_command(cmd: list[str], cwd: Path, timeout: float, log_dir: Path, name: str,
-                env: dict[str, str] | None = None) -> Proc:
+def run_command(
+    cmd: list[str], cwd: Path, timeout: float, log_dir: Path, name: str, env: dict[str, str] | None = None
+) -> Proc:
     """stdout and stderr go to files (no pipe can fill up and stall the child)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     out_path, err_path = log_dir / f"{name}.stdout", log_dir / f"{name}.stderr"
@@ -59,8 +60,9 @@ def run_command(cmd: list[str], cwd: Path, timeout: float, log_dir: Path, name: 
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.pop("GITHUB_ACTIONS", None)  # the gate prints the annotations; a step's own would be duplicates
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        popen = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                 start_new_session=True)
+        popen = subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
+        )
     code: int | None = None
     try:
         code = popen.wait(timeout=timeout)
@@ -72,8 +74,9 @@ def run_command(cmd: list[str], cwd: Path, timeout: float, log_dir: Path, name: 
             popen.wait(timeout=10)
         with contextlib.suppress(OSError):
             os.killpg(popen.pid, signal.SIGKILL)  # stragglers left in the step's session
-    return Proc(code, out_path.read_text(errors="replace"), err_path.read_text(errors="replace"),
-                time.monotonic() - start)
+    return Proc(
+        code, out_path.read_text(errors="replace"), err_path.read_text(errors="replace"), time.monotonic() - start
+    )
 
 
 def tail(text: str, lines: int = 12) -> str:

@@ -57,10 +57,22 @@ def _reason(text: str) -> str:
 
 def _could_not_run(step: str, proc: Proc, what: str) -> Case:
     if proc.code is None:
-        return Case(what, step, ERROR, f"deadline passed after {proc.seconds:.0f} s; every process was ended",
-                    tail(proc.stderr, 30), proc.seconds)
-    return Case(what, step, ERROR, f"could not run (exit {proc.code}): {_reason(proc.stderr or proc.stdout)}",
-                tail(proc.stderr + "\n" + proc.stdout, 30), proc.seconds)
+        return Case(
+            what,
+            step,
+            ERROR,
+            f"deadline passed after {proc.seconds:.0f} s; every process was ended",
+            tail(proc.stderr, 30),
+            proc.seconds,
+        )
+    return Case(
+        what,
+        step,
+        ERROR,
+        f"could not run (exit {proc.code}): {_reason(proc.stderr or proc.stdout)}",
+        tail(proc.stderr + "\n" + proc.stdout, 30),
+        proc.seconds,
+    )
 
 
 def lint_step(cfg: GateConfig, work: Path, changed_since: str | None, deadline: float) -> StepResult:
@@ -79,8 +91,16 @@ def lint_step(cfg: GateConfig, work: Path, changed_since: str | None, deadline: 
         return StepResult("lint", ERROR, proc.seconds, [case], f"{case.name}: {case.message}")
     cases = [_finding_case(r) for run in sarif.get("runs", []) for r in run.get("results", [])]
     if proc.code == 2:  # some file could not be analyzed; the findings of the others still count
-        cases.append(Case("analysis errors", "lint", ERROR, "hctool lint could not analyze some files",
-                          tail(proc.stderr, 30), proc.seconds))
+        cases.append(
+            Case(
+                "analysis errors",
+                "lint",
+                ERROR,
+                "hctool lint could not analyze some files",
+                tail(proc.stderr, 30),
+                proc.seconds,
+            )
+        )
     if not cases:
         cases = [Case(f"lint {p}", "lint", PASSED, seconds=proc.seconds) for p in cfg.lint]
     scope = f" (lines changed since {changed_since})" if changed_since else ""
@@ -95,19 +115,40 @@ def _finding_case(result: dict) -> Case:
 
     path, line = where((result.get("locations") or [{}])[0])
     msg = result.get("message", {}).get("text", "")
-    related = "\n".join(f"  {p}:{n}: {loc.get('message', {}).get('text', '')}"
-                        for loc in result.get("relatedLocations", []) for p, n in [where(loc)])
+    related = "\n".join(
+        f"  {p}:{n}: {loc.get('message', {}).get('text', '')}"
+        for loc in result.get("relatedLocations", [])
+        for p, n in [where(loc)]
+    )
     rule = result.get("ruleId", "lint")
-    return Case(f"{rule} {path}:{line}", f"lint.{rule}", FAILED, msg, f"{path}:{line}: {msg}\n{related}".rstrip(),
-                file=path, line=line)
+    return Case(
+        f"{rule} {path}:{line}",
+        f"lint.{rule}",
+        FAILED,
+        msg,
+        f"{path}:{line}: {msg}\n{related}".rstrip(),
+        file=path,
+        line=line,
+    )
 
 
 def tests_step(cfg: GateConfig, work: Path, deadline: float) -> StepResult:
     xml_path = (work / "pytest-junit.xml").resolve()
     xml_path.unlink(missing_ok=True)
     # xunit1 keeps file and line on each test case, which annotations and GitLab's view use.
-    cmd = [sys.executable, "-m", "pytest", *cfg.tests, "-p", "hctool.pytest_plugin", f"--junitxml={xml_path}",
-           "-o", "junit_family=xunit1", "-q", *cfg.pytest_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *cfg.tests,
+        "-p",
+        "hctool.pytest_plugin",
+        f"--junitxml={xml_path}",
+        "-o",
+        "junit_family=xunit1",
+        "-q",
+        *cfg.pytest_args,
+    ]
     proc = run_command(cmd, cfg.root, deadline, work, "tests")
     cases = _pytest_cases(xml_path) if xml_path.exists() else []
     if proc.code not in (0, 1) or not cases:
@@ -133,8 +174,11 @@ def _pytest_cases(xml_path: Path) -> list[Case]:
         raw = _RAW_BAD.sub(lambda m: b"\\x%02x" % m.group()[0], read_regular(xml_path, MAX_JUNIT_BYTES))
         root = ET.fromstring(raw)
     except (OSError, ET.ParseError) as exc:
-        return [Case("pytest JUnit XML", "tests", ERROR, f"pytest's JUnit XML could not be read: {exc}", "", 0.0,
-                     None, None)]
+        return [
+            Case(
+                "pytest JUnit XML", "tests", ERROR, f"pytest's JUnit XML could not be read: {exc}", "", 0.0, None, None
+            )
+        ]
     cases = []
     for tc in root.iter("testcase"):
         status, message, text = PASSED, "", ""
@@ -144,8 +188,18 @@ def _pytest_cases(xml_path: Path) -> list[Case]:
                 status, message, text = st, el.get("message", ""), (el.text or "")
                 break
         line = tc.get("line")
-        cases.append(Case(tc.get("name", "?"), tc.get("classname", "tests"), status, message, text,
-                          float(tc.get("time", 0) or 0), tc.get("file"), int(line) + 1 if line else None))
+        cases.append(
+            Case(
+                tc.get("name", "?"),
+                tc.get("classname", "tests"),
+                status,
+                message,
+                text,
+                float(tc.get("time", 0) or 0),
+                tc.get("file"),
+                int(line) + 1 if line else None,
+            )
+        )
     return cases
 
 
@@ -158,7 +212,9 @@ def repro_step(cfg: GateConfig, work: Path, deadline: float) -> StepResult:
         cmd = python_hctool("repro", incident, "--json", "--artifacts", str((work / f"repro-{incident}").resolve()))
         if variant:
             cmd += ["--variant", variant]
-        proc = run_command(cmd, cfg.root, max(1.0, end - time.monotonic()), work, f"repro-{incident}-{variant or 'all'}")
+        proc = run_command(
+            cmd, cfg.root, max(1.0, end - time.monotonic()), work, f"repro-{incident}-{variant or 'all'}"
+        )
         try:
             report = json.loads(proc.stdout) if proc.code in (0, 1) else None
         except json.JSONDecodeError:
@@ -173,12 +229,20 @@ def repro_step(cfg: GateConfig, work: Path, deadline: float) -> StepResult:
             if first is not None:  # the cause and the culprit first, then where each rank stopped and the calls seen
                 msg += f"; {first.cause_line()}"
                 sites = "\n".join([first.symptom_line(), counts_line(v)])
-            cases.append(Case(f"{incident}:{v['name']}", f"repro.{incident}", PASSED if v["ok"] else FAILED,
-                              "" if v["ok"] else msg, f"{msg}\n{sites}\nartifacts: {v.get('artifacts', '')}".strip(),
-                              float(v.get("seconds", 0))))
+            cases.append(
+                Case(
+                    f"{incident}:{v['name']}",
+                    f"repro.{incident}",
+                    PASSED if v["ok"] else FAILED,
+                    "" if v["ok"] else msg,
+                    f"{msg}\n{sites}\nartifacts: {v.get('artifacts', '')}".strip(),
+                    float(v.get("seconds", 0)),
+                )
+            )
     ok = sum(c.status == PASSED for c in cases)
-    return StepResult("repro", _status(cases), time.monotonic() - start, cases,
-                      f"{ok}/{len(cases)} variant(s) as expected")
+    return StepResult(
+        "repro", _status(cases), time.monotonic() - start, cases, f"{ok}/{len(cases)} variant(s) as expected"
+    )
 
 
 def _divergence(doc):
@@ -194,8 +258,18 @@ def _divergence(doc):
 
 def chaos_step(cfg: GateConfig, work: Path, deadline: float) -> StepResult:
     ch = cfg.chaos
-    cmd = python_hctool("chaos", "explore", *shlex.split(ch.target), "--budget", str(ch.budget),
-                        "--seed", str(ch.seed), "--json", "--artifacts", str((work / "chaos").resolve()))
+    cmd = python_hctool(
+        "chaos",
+        "explore",
+        *shlex.split(ch.target),
+        "--budget",
+        str(ch.budget),
+        "--seed",
+        str(ch.seed),
+        "--json",
+        "--artifacts",
+        str((work / "chaos").resolve()),
+    )
     if ch.shard:
         cmd += ["--shard", ch.shard]
     proc = run_command(cmd, cfg.root, deadline, work, "chaos")
@@ -210,8 +284,13 @@ def chaos_step(cfg: GateConfig, work: Path, deadline: float) -> StepResult:
         return StepResult("chaos", ERROR, proc.seconds, [case], f"{case.name}: {case.message}")
     cases = chaos_cases(report, ch.target, ch.seed, proc.seconds)
     anomalies = report.get("anomalies", [])
-    return StepResult("chaos", _status(cases), proc.seconds, cases,
-                      f"{report['verdict']}: {report.get('schedules', 0)} schedule(s), {len(anomalies)} anomal(y/ies)")
+    return StepResult(
+        "chaos",
+        _status(cases),
+        proc.seconds,
+        cases,
+        f"{report['verdict']}: {report.get('schedules', 0)} schedule(s), {len(anomalies)} anomal(y/ies)",
+    )
 
 
 def chaos_cases(report: dict, target: str, seed: int, seconds: float) -> list[Case]:
@@ -220,17 +299,40 @@ def chaos_cases(report: dict, target: str, seed: int, seconds: float) -> list[Ca
     status = {"valid": PASSED, "invalid": FAILED, "unknown": SKIPPED}
     runs = report.get("runs")
     if runs:
-        cases = [Case(f"{r.get('name', i)}: {'; '.join(r.get('schedule') or []) or 'no faults'}", "chaos",
-                      status.get(r.get("verdict"), ERROR),
-                      {"invalid": "violated: " + ", ".join(r.get("invariants") or []),
-                       "unknown": "could not judge this schedule"}.get(r.get("verdict"), ""),
-                      f"artifacts: {r.get('artifacts', '')}", float(r.get("seconds") or 0))
-                 for i, r in enumerate(runs, 1)]
+        cases = [
+            Case(
+                f"{r.get('name', i)}: {'; '.join(r.get('schedule') or []) or 'no faults'}",
+                "chaos",
+                status.get(r.get("verdict"), ERROR),
+                {
+                    "invalid": "violated: " + ", ".join(r.get("invariants") or []),
+                    "unknown": "could not judge this schedule",
+                }.get(r.get("verdict"), ""),
+                f"artifacts: {r.get('artifacts', '')}",
+                float(r.get("seconds") or 0),
+            )
+            for i, r in enumerate(runs, 1)
+        ]
     else:
-        cases = [Case(f"{report.get('schedules', 0)} schedule(s), seed {seed}", "chaos",
-                      PASSED if report["verdict"] == "valid" else FAILED, "", f"target: {target}", seconds)]
+        cases = [
+            Case(
+                f"{report.get('schedules', 0)} schedule(s), seed {seed}",
+                "chaos",
+                PASSED if report["verdict"] == "valid" else FAILED,
+                "",
+                f"target: {target}",
+                seconds,
+            )
+        ]
     for i, a in enumerate(report.get("anomalies", []), 1):
         text = json.dumps({k: a.get(k) for k in ("evidence", "schedule", "shrunk", "reproduced")}, indent=1)
-        cases.append(Case(f"anomaly {i}: {a['invariant']}", "chaos", FAILED,
-                          f"{a['invariant']} violated; replay: {a.get('replay', '')}", text))
+        cases.append(
+            Case(
+                f"anomaly {i}: {a['invariant']}",
+                "chaos",
+                FAILED,
+                f"{a['invariant']} violated; replay: {a.get('replay', '')}",
+                text,
+            )
+        )
     return cases

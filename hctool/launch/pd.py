@@ -23,9 +23,19 @@ from hctool.procs import inject_env, python_cmd
 
 
 class PDTopology:
-    def __init__(self, server_args: ServerArgs, prefill_tp: int, decode_tp: int, run_dir: str | Path,
-                 faults: list[str] = (), probes: list[str] = (), host: str = "127.0.0.1", port: int | None = None,
-                 extra_env: dict[str, str] | None = None, side_env: dict[str, dict[str, str]] | None = None):
+    def __init__(
+        self,
+        server_args: ServerArgs,
+        prefill_tp: int,
+        decode_tp: int,
+        run_dir: str | Path,
+        faults: list[str] = (),
+        probes: list[str] = (),
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        extra_env: dict[str, str] | None = None,
+        side_env: dict[str, dict[str, str]] | None = None,
+    ):
         self.run_dir = Path(run_dir).resolve()
         self.host, self.port = host, port
         self.extra_env = dict(extra_env or {})
@@ -33,16 +43,26 @@ class PDTopology:
         boot_port = _distinct_free_ports(1)[0]
         base = dataclasses.replace(server_args, run_dir=server_args.run_dir or str(self.run_dir))
         self.bootstrap = ("127.0.0.1", boot_port)
-        prefill_args = dataclasses.replace(base, tp_size=prefill_tp, disaggregation_mode="prefill",
-                                           disaggregation_bootstrap_port=boot_port)
+        prefill_args = dataclasses.replace(
+            base, tp_size=prefill_tp, disaggregation_mode="prefill", disaggregation_bootstrap_port=boot_port
+        )
         decode_args = dataclasses.replace(base, tp_size=decode_tp, disaggregation_mode="decode")
         side_env = side_env or {}
         # On one CUDA host the prefill takes GPUs [0, P) and the decode [P, P + D).
         offsets = {"prefill": 0, "decode": prefill_tp if base.device == "cuda" else 0}
-        self.sides = [Topology(a, self.run_dir, faults=faults, probes=probes, label=label,
-                               extra_env={**self.extra_env, **side_env.get(label, {})},
-                               death_event=self.death_event, local_rank_offset=offsets[label])
-                      for label, a in (("prefill", prefill_args), ("decode", decode_args))]
+        self.sides = [
+            Topology(
+                a,
+                self.run_dir,
+                faults=faults,
+                probes=probes,
+                label=label,
+                extra_env={**self.extra_env, **side_env.get(label, {})},
+                death_event=self.death_event,
+                local_rank_offset=offsets[label],
+            )
+            for label, a in (("prefill", prefill_args), ("decode", decode_args))
+        ]
         self.prefill, self.decode = self.sides
         self.log_paths: dict[str, Path] = {}
         self.base_url: str | None = None
@@ -56,8 +76,15 @@ class PDTopology:
         side_url = {s.label: f"http://127.0.0.1:{s.port}" for s in self.sides}
         # The router's process joins the prefill side's set: watched and reaped with it.
         self.prefill.log_paths["router"] = self.log_paths["router"] = self.run_dir / "router.log"
-        spawn_router(self.prefill, self.host, self.port, side_url["prefill"],
-                     f"{self.bootstrap[0]}:{self.bootstrap[1]}", side_url["decode"], self.extra_env)
+        spawn_router(
+            self.prefill,
+            self.host,
+            self.port,
+            side_url["prefill"],
+            f"{self.bootstrap[0]}:{self.bootstrap[1]}",
+            side_url["decode"],
+            self.extra_env,
+        )
         self.base_url = wait_router_healthy(self, self.host, self.port, deadline, timeout)
         return self.base_url
 
@@ -111,14 +138,32 @@ class PDTopology:
         self.stop()
 
 
-def spawn_router(owner: Topology, host: str, port: int, prefill_url: str, bootstrap: str, decode_url: str,
-                 extra_env: dict[str, str]) -> None:
+def spawn_router(
+    owner: Topology, host: str, port: int, prefill_url: str, bootstrap: str, decode_url: str, extra_env: dict[str, str]
+) -> None:
     """Start mini_lb as a process of `owner` (its death is recorded there as "router")."""
-    env = inject_env({**os.environ, "PYTHONUNBUFFERED": "1", **extra_env,
-                      "PYTHONPATH": os.pathsep.join(p for p in (SOURCE_ROOT, os.environ.get("PYTHONPATH")) if p)},
-                     HCTOOL_RUN_DIR=str(owner.run_dir))
-    cmd = python_cmd("-m", contract.ROUTER_MODULE, "--host", host, "--port", str(port),
-                     "--prefill", prefill_url, bootstrap, "--decode", decode_url)
+    env = inject_env(
+        {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            **extra_env,
+            "PYTHONPATH": os.pathsep.join(p for p in (SOURCE_ROOT, os.environ.get("PYTHONPATH")) if p),
+        },
+        HCTOOL_RUN_DIR=str(owner.run_dir),
+    )
+    cmd = python_cmd(
+        "-m",
+        contract.ROUTER_MODULE,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--prefill",
+        prefill_url,
+        bootstrap,
+        "--decode",
+        decode_url,
+    )
     owner.run_dir.mkdir(parents=True, exist_ok=True)
     owner.log_paths["router"] = owner.run_dir / "router.log"
     child = owner.procs.start("router", cmd, env=env, log_path=owner.run_dir / "router.log")
@@ -128,6 +173,7 @@ def spawn_router(owner: Topology, host: str, port: int, prefill_url: str, bootst
         with owner._lock:
             owner._deaths.append(Death("router", code, child.log_path, time.monotonic()))
         owner._death_event.set()
+
     threading.Thread(target=wait, name="wait-router", daemon=True).start()
 
 

@@ -21,9 +21,8 @@ import psutil
 import requests
 
 from engine.lab import ServerArgs, contract
-from hctool.protocol import env as protocol_env
 from hctool.procs import Child, ProcessSet, describe_exit, free_port, inject_env, kill_tree, python_cmd
-
+from hctool.protocol import env as protocol_env
 
 SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -50,11 +49,21 @@ class Death:
 class Topology:
     """Start, watch and tear down frontend + ranks (use as a context manager)."""
 
-    def __init__(self, server_args: ServerArgs, run_dir: str | Path, faults: list[str] = (),
-                 probes: list[str] = (), extra_env: dict[str, str] | None = None,
-                 host: str = "127.0.0.1", port: int | None = None, rank_module: str = contract.RANK_MODULE,
-                 label: str = "", death_event: threading.Event | None = None, local_rank_offset: int = 0,
-                 inherit_probes: bool = True):
+    def __init__(
+        self,
+        server_args: ServerArgs,
+        run_dir: str | Path,
+        faults: list[str] = (),
+        probes: list[str] = (),
+        extra_env: dict[str, str] | None = None,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        rank_module: str = contract.RANK_MODULE,
+        label: str = "",
+        death_event: threading.Event | None = None,
+        local_rank_offset: int = 0,
+        inherit_probes: bool = True,
+    ):
         self.inherit_probes = inherit_probes  # False: a reference engine, clean of the caller's HCTOOL_PROBES
         self.label = label  # "prefill" / "decode" in a PD topology: names deaths and logs
         self.local_rank_offset = local_rank_offset  # PD on one host: decode's GPUs follow prefill's
@@ -126,13 +135,31 @@ class Topology:
             hctool_vars[protocol_env.PROBES] = ",".join(dict.fromkeys([*inherited, *self.probes]))
         env = inject_env(env, **hctool_vars)
         args_json = self.server_args.to_json()
-        self._spawn("frontend", contract.FRONTEND_MODULE,
-                    {**env, **contract.frontend_env(args_json, ipc_port, authkey, self.host, self.port)})
+        self._spawn(
+            "frontend",
+            contract.FRONTEND_MODULE,
+            {**env, **contract.frontend_env(args_json, ipc_port, authkey, self.host, self.port)},
+        )
         world = self.server_args.tp_size
         for rank in range(world):
-            self._spawn(f"rank {rank}", self.rank_module, {
-                **env, **contract.rank_env(args_json, ipc_port, authkey, rank, world, "127.0.0.1", master_port,
-                                           rank + self.local_rank_offset), protocol_env.ROLE: self.label or "null"})
+            self._spawn(
+                f"rank {rank}",
+                self.rank_module,
+                {
+                    **env,
+                    **contract.rank_env(
+                        args_json,
+                        ipc_port,
+                        authkey,
+                        rank,
+                        world,
+                        "127.0.0.1",
+                        master_port,
+                        rank + self.local_rank_offset,
+                    ),
+                    protocol_env.ROLE: self.label or "null",
+                },
+            )
 
     def wait_healthy(self, timeout: float) -> str:
         connect_host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
@@ -163,7 +190,9 @@ class Topology:
         with self._lock:
             if child not in self.procs.children:  # a failed start's process (see start)
                 return
-            self._deaths.append(Death(f"{self.label} {child.name}".strip(), returncode, child.log_path, time.monotonic()))
+            self._deaths.append(
+                Death(f"{self.label} {child.name}".strip(), returncode, child.log_path, time.monotonic())
+            )
         self._death_event.set()
 
     def wait_for_death(self, timeout: float | None = None) -> Death | None:

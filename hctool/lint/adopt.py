@@ -89,8 +89,11 @@ def read_baseline(file: Path) -> Counter:
     except ValueError as exc:
         raise UsageError(f"invalid baseline {file}: not JSON ({exc})", "regenerate it with --write-baseline") from None
     if isinstance(doc, dict) and doc.get("version") == 1:
-        raise UsageError(f"baseline {file} is version 1 (one finding per collective call), and findings are now "
-                         "one per rank-local source", "regenerate it with --write-baseline")
+        raise UsageError(
+            f"baseline {file} is version 1 (one finding per collective call), and findings are now "
+            "one per rank-local source",
+            "regenerate it with --write-baseline",
+        )
     try:
         if doc["version"] != BASELINE_VERSION:
             raise ValueError(f"version {doc['version']!r}")
@@ -142,7 +145,9 @@ def changed_lines(where: Path, ref: str) -> tuple[Path, dict]:
     try:
         top = Path(_git(where, "rev-parse", "--show-toplevel").strip()).resolve()
     except _GitFailed:
-        raise UsageError(f"--diff needs a git repository, and {where} is not inside one", "lint files in a git work tree") from None
+        raise UsageError(
+            f"--diff needs a git repository, and {where} is not inside one", "lint files in a git work tree"
+        ) from None
     try:
         _git(top, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     except _GitFailed:

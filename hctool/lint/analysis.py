@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from hctool.lint import bounded
 from hctool.lint import names as N
 from hctool.lint import receivers as R
-from hctool.lint.checks import Finding, Relation, check_function
 from hctool.lint.cache import Recorder, digest
+from hctool.lint.checks import Finding, Relation, check_function
 from hctool.lint.config import LintConfig
 from hctool.lint.latches import latch_properties
 from hctool.lint.project import FuncSummary, ModuleSummary, Project
@@ -81,8 +81,16 @@ def _module_info(tree: ast.Module, path: str, modname: str, cfg: LintConfig) -> 
             found = latch_properties(node)
             if found:
                 props[node.name] = found
-    return ModuleInfo(path, modname, N.import_map(tree, modname), frozenset(defs),
-                      cfg.collectives, cfg.rank_local, (cfg.uniform | N.DEFAULT_UNIFORM) - cfg.rank_local, props)
+    return ModuleInfo(
+        path,
+        modname,
+        N.import_map(tree, modname),
+        frozenset(defs),
+        cfg.collectives,
+        cfg.rank_local,
+        (cfg.uniform | N.DEFAULT_UNIFORM) - cfg.rank_local,
+        props,
+    )
 
 
 def _error(exc: BaseException) -> tuple:
@@ -123,19 +131,35 @@ def _summarize(file: str, data: bytes, path: str, modname: str, cfg: LintConfig)
             w = Walker(mod, None, cls, key=key, qual=qual).run(node)
             if node.name == "__init__":
                 summary.init_params[key] = [a.arg for a in (*node.args.posonlyargs, *node.args.args)][1:]
-            summary.funcs.append(FuncSummary(key, qual, path, node.lineno, w.direct, w.calls, w.ret,
-                                             w.mode_exit, (modname, cls) if cls else None, w.direct_latch,
-                                             tuple(sorted(w.latch_assigned)), tuple(w.spawns), tuple(w.writes),
-                                             bool(w.state_writes), cls,
-                                             (min([d.lineno for d in node.decorator_list] + [node.lineno]),
-                                              node.end_lineno or node.lineno), w.receives))
+            summary.funcs.append(
+                FuncSummary(
+                    key,
+                    qual,
+                    path,
+                    node.lineno,
+                    w.direct,
+                    w.calls,
+                    w.ret,
+                    w.mode_exit,
+                    (modname, cls) if cls else None,
+                    w.direct_latch,
+                    tuple(sorted(w.latch_assigned)),
+                    tuple(w.spawns),
+                    tuple(w.writes),
+                    bool(w.state_writes),
+                    cls,
+                    (min([d.lineno for d in node.decorator_list] + [node.lineno]), node.end_lineno or node.lineno),
+                    w.receives,
+                )
+            )
             if cls:  # fields are keyed by their class: `self.rank` elsewhere is another field
                 for name, atoms in w.attr_assigns.items():
                     summary.attr_assigns[(cls, name)] = summary.attr_assigns.get((cls, name), EMPTY) | atoms
                 for name, specs in w.field_types.items():
                     summary.field_types[(cls, name)] = summary.field_types.get((cls, name), EMPTY) | specs
-            is_property = any(N.dotted(d) in ("property", "functools.cached_property", "cached_property")
-                              for d in node.decorator_list)
+            is_property = any(
+                N.dotted(d) in ("property", "functools.cached_property", "cached_property") for d in node.decorator_list
+            )
             if is_property and cls:
                 k = (cls, node.name)
                 summary.attr_assigns[k] = summary.attr_assigns.get(k, EMPTY) | {FnAtom(key)}
@@ -144,8 +168,11 @@ def _summarize(file: str, data: bytes, path: str, modname: str, cfg: LintConfig)
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
                 bases = [N.qualify(N.dotted(b), mod.imports) for b in node.bases]
-                methods = {n.name: f"{path}:{node.name}.{n.name}" for n in node.body
-                           if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+                methods = {
+                    n.name: f"{path}:{node.name}.{n.name}"
+                    for n in node.body
+                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                }
                 summary.classes[node.name] = ([b for b in bases if b], methods)
                 init_key = f"{path}:{node.name}.__init__"
                 for item in node.body:  # dataclass / NamedTuple fields: `tree_cache: BasePrefixCache`
@@ -200,8 +227,9 @@ def suppress(relations: list[Relation], table: dict, used: set) -> list[Relation
     """Drop relations whose statement carries `# hctool: ignore[RULE]`; note the comments used."""
     kept = []
     for r in relations:
-        hit = next((ln for ln in range(r.line, max(r.line, r.end_line) + 1)
-                    if ln in table and r.rule in table[ln][1]), None)
+        hit = next(
+            (ln for ln in range(r.line, max(r.line, r.end_line) + 1) if ln in table and r.rule in table[ln][1]), None
+        )
         if hit is None:
             kept.append(r)
         else:
@@ -215,9 +243,18 @@ def unused_suppressions(path: str, table: dict, used: set, select: frozenset) ->
         for code in sorted(codes):
             if (line, code) not in used and (code in select or code not in RULES):
                 comment = f"noqa: {code}" if form and form[0] == "noqa" else f"ignore[{code}]"
-                out.append(Finding(path, line, col, "HC100",
-                                   f"unused suppression `{comment}`: no {code} finding on this line", [], line,
-                                   "low"))
+                out.append(
+                    Finding(
+                        path,
+                        line,
+                        col,
+                        "HC100",
+                        f"unused suppression `{comment}`: no {code} finding on this line",
+                        [],
+                        line,
+                        "low",
+                    )
+                )
     return out
 
 
@@ -248,13 +285,23 @@ def _check(file: str, data: bytes, path: str, modname: str, cfg: LintConfig, pro
         result.walked = walked(project, list(funcs))
         todo = None
         if result.digest == summary.digest:
-            mod = ModuleInfo(path, modname, summary.imports, summary.local_defs, cfg.collectives, cfg.rank_local,
-                             (cfg.uniform | N.DEFAULT_UNIFORM) - cfg.rank_local, summary.latch_props)
+            mod = ModuleInfo(
+                path,
+                modname,
+                summary.imports,
+                summary.local_defs,
+                cfg.collectives,
+                cfg.rank_local,
+                (cfg.uniform | N.DEFAULT_UNIFORM) - cfg.rank_local,
+                summary.latch_props,
+            )
             encoding = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
             lines = data.splitlines(keepends=True)
             try:
-                todo = [(_function_node(lines, funcs[k].span, encoding), funcs[k].cls, funcs[k].qual, k)
-                        for k in result.walked]
+                todo = [
+                    (_function_node(lines, funcs[k].span, encoding), funcs[k].cls, funcs[k].qual, k)
+                    for k in result.walked
+                ]
             except SyntaxError:  # a decorator's `@` above the line its expression starts on: `@(\n deco)`
                 todo = None
         if todo is None:  # the file changed since pass 1, or a def does not parse alone: the whole file
@@ -283,7 +330,7 @@ def _function_node(lines: list, span: tuple, encoding: str):
     """The def at SPAN (decorators to its last line), parsed alone at its own line numbers and columns:
     an indented def parses under an `if 1:` header, which keeps its indentation valid."""
     first, last = span
-    text = b"".join(lines[first - 1:last]).decode(encoding, errors="replace")
+    text = b"".join(lines[first - 1 : last]).decode(encoding, errors="replace")
     if text[:1] in (" ", "\t"):
         node = ast.parse("if 1:\n" + text).body[0].body[0]
         ast.increment_lineno(node, first - 2)

@@ -56,7 +56,7 @@ def call(fn, args: tuple, budget_mib: int):
             data = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
             view = memoryview(data)
             while view:
-                view = view[os.write(w, view):]
+                view = view[os.write(w, view) :]
         except BaseException:  # noqa: BLE001 - whatever happened, the parent reads "no answer"
             status = 1
         finally:
@@ -74,8 +74,11 @@ def call(fn, args: tuple, budget_mib: int):
     except Exception:  # a child that died mid-write (killed for memory): its answer is cut short
         kind, value = "memory", None
     if kind != "ok":
-        raise OSError(errno.ENOMEM, f"needs more than {budget_mib} MiB of memory to parse (lint's budget per "
-                                    "file, [tool.hctool.lint] memory-per-file)")
+        raise OSError(
+            errno.ENOMEM,
+            f"needs more than {budget_mib} MiB of memory to parse (lint's budget per "
+            "file, [tool.hctool.lint] memory-per-file)",
+        )
     return value
 
 

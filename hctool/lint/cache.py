@@ -77,16 +77,23 @@ class Cache:
             for d in (self.dir.parent, self.dir):  # hctool's own: private whatever the umask
                 d.mkdir(exist_ok=True, mode=0o700)
         except OSError as exc:
-            raise UsageError(f"cannot create the lint cache in {top}: {exc.strerror}",
-                             "set HCTOOL_CACHE_DIR to a writable directory, or pass --no-cache") from None
+            raise UsageError(
+                f"cannot create the lint cache in {top}: {exc.strerror}",
+                "set HCTOOL_CACHE_DIR to a writable directory, or pass --no-cache",
+            ) from None
         # Entries are pickles: whoever can replace one runs code here. The top folder must be
         # the user's and not writable by others; the lint folders, writable by the user alone.
-        for d, forbidden in ((top, stat.S_IWOTH), (self.dir.parent, stat.S_IWGRP | stat.S_IWOTH),
-                             (self.dir, stat.S_IWGRP | stat.S_IWOTH)):
+        for d, forbidden in (
+            (top, stat.S_IWOTH),
+            (self.dir.parent, stat.S_IWGRP | stat.S_IWOTH),
+            (self.dir, stat.S_IWGRP | stat.S_IWOTH),
+        ):
             st = d.stat()
             if (hasattr(os, "getuid") and st.st_uid != os.getuid()) or st.st_mode & forbidden:
-                raise UsageError(f"refusing the lint cache in {d}: not yours, or writable by others",
-                                 "use a private HCTOOL_CACHE_DIR, or pass --no-cache")
+                raise UsageError(
+                    f"refusing the lint cache in {d}: not yours, or writable by others",
+                    "use a private HCTOOL_CACHE_DIR, or pass --no-cache",
+                )
         now = time.time()
         os.utime(self.dir)  # in use: other checkouts sharing this cache leave it alone
         for other in self.dir.parent.iterdir():  # other linter versions, unused for a week

@@ -13,6 +13,7 @@ from hctool.lint.walker import Collective, Exit, Frame, Src, Walker
 
 class Rel(NamedTuple):
     """A related location of a finding; ROLE: source, condition, loop, exit, collective, chain."""
+
     path: str
     line: int
     message: str
@@ -37,6 +38,7 @@ class Finding:
 @dataclass
 class Relation:
     """One collective call (or a call entering one) whose execution SRC decides."""
+
     rule: str
     src: Src | None
     path: str
@@ -73,7 +75,7 @@ def _what(c: Collective) -> str:
 def _tainted_inside(stack: tuple, loop: Frame) -> Frame | None:
     """The innermost tainted condition between LOOP and the event."""
     idx = next(i for i, f in enumerate(stack) if f is loop)
-    for f in reversed(stack[idx + 1:]):
+    for f in reversed(stack[idx + 1 :]):
         if f.taint:
             return f
     return None
@@ -114,8 +116,7 @@ def _other_dimension(src: Src | None, c: Collective) -> bool:
     """A rank id of one parallel dimension deciding a collective on a group of another (`if tp_rank == 0:`
     around a data-parallel barrier; ColossalAI's `get_local_rank(PARALLEL_2D_COL) == 0` around a gather
     on the 2D row group): every member of that group has the same coordinate, so all of it goes or none."""
-    return src is not None and src.kind.startswith("id") and bool(src.dims) and bool(c.dims) \
-        and not (src.dims & c.dims)
+    return src is not None and src.kind.startswith("id") and bool(src.dims) and bool(c.dims) and not (src.dims & c.dims)
 
 
 def _forwarded(w: Walker, c: Collective, frame: Frame | None, after: int) -> bool:
@@ -158,8 +159,9 @@ def check_function(w: Walker, path: str) -> list[Relation]:
             return
         if rule != "HC104" and src is not None and not src.kind.startswith("id") and _forwarded(w, c, frame, after):
             return
-        out.append(Relation(rule, src, path, c.line, c.col, c.end_line, w.qual, _what(c), how, cond, exit_, loop,
-                            c.chain))
+        out.append(
+            Relation(rule, src, path, c.line, c.col, c.end_line, w.qual, _what(c), how, cond, exit_, loop, c.chain)
+        )
 
     for c in w.collectives:
         # Every enclosing rank-local decision is a root cause of its own (rootcause.py folds repeats).
@@ -167,35 +169,80 @@ def check_function(w: Walker, path: str) -> list[Relation]:
             hit = _loop_exit(loop, c, w.exits, path)  # an exit names the deciding line: report it first
             if hit:
                 e, cond = hit
-                add("HC101", c, first_src(_for(cond.taint, c), path),
+                add(
+                    "HC101",
+                    c,
+                    first_src(_for(cond.taint, c), path),
                     f"runs in the loop at line {loop.line}, which can `{e.kind}` at line {e.line} "
                     f"(condition at line {cond.line}): ranks can issue it a different number of times",
-                    (path, cond.line), (path, e.line, e.kind), (path, loop.line), loop, e.pos)
+                    (path, cond.line),
+                    (path, e.line, e.kind),
+                    (path, loop.line),
+                    loop,
+                    e.pos,
+                )
             src = first_src(_for(loop.taint, c), path)
             if src is not None:
-                add("HC101", c, src, f"runs in the loop at line {loop.line}, whose iterations depend on it: "
-                    "ranks can issue it a different number of times", (path, loop.line), None, (path, loop.line),
-                    loop)
+                add(
+                    "HC101",
+                    c,
+                    src,
+                    f"runs in the loop at line {loop.line}, whose iterations depend on it: "
+                    "ranks can issue it a different number of times",
+                    (path, loop.line),
+                    None,
+                    (path, loop.line),
+                    loop,
+                )
         named = set()
         for branch in reversed(c.stack):
             src = first_src(_for(branch.taint, c), path) if branch.kind != "loop" and not branch.balanced else None
             if src is not None and src not in named and not converges(branch):
                 named.add(src)
                 if branch.kind == "swallow":
-                    add("HC102", c, src, f"is skipped by a rank whose call at line {branch.line} fails (the failure "
-                        "is swallowed and that rank carries on)", (path, branch.line))
+                    add(
+                        "HC102",
+                        c,
+                        src,
+                        f"is skipped by a rank whose call at line {branch.line} fails (the failure "
+                        "is swallowed and that rank carries on)",
+                        (path, branch.line),
+                    )
                 else:
-                    add("HC102", c, src, f"runs only under the condition at line {branch.line}; other arms do not "
-                        "issue the same collectives", (path, branch.line), frame=branch)
+                    add(
+                        "HC102",
+                        c,
+                        src,
+                        f"runs only under the condition at line {branch.line}; other arms do not "
+                        "issue the same collectives",
+                        (path, branch.line),
+                        frame=branch,
+                    )
         if c.order is not None:  # a stamp-ordered list in a collective's arguments: contents differ per rank
-            add("HC104", c, c.order, "carries a list ordered by per-rank stamps into the collective, so ranks "
-                "contribute it in different orders")
+            add(
+                "HC104",
+                c,
+                c.order,
+                "carries a list ordered by per-rank stamps into the collective, so ranks "
+                "contribute it in different orders",
+            )
     for pos, line, col, text, src in w.state_writes:
         if any(c.pos > pos and src in c.sent for c in w.collectives):
             continue  # the state is what ranks then agree on (a MIN over per-request statuses)
-        out.append(Relation("HC104", src, path, line, col, line, w.qual, f"`{text} = ...`",
-                            "sets the state of an item every rank holds (a request of the replicated batch) "
-                            "on this rank's clock: the next batch, and its collectives, differ between ranks"))
+        out.append(
+            Relation(
+                "HC104",
+                src,
+                path,
+                line,
+                col,
+                line,
+                w.qual,
+                f"`{text} = ...`",
+                "sets the state of an item every rank holds (a request of the replicated batch) "
+                "on this rank's clock: the next batch, and its collectives, differ between ranks",
+            )
+        )
     for e in w.exits:
         if e.kind != "return":
             continue
@@ -212,8 +259,16 @@ def check_function(w: Walker, path: str) -> list[Relation]:
                 decides = first_src(_for(cond.taint, c), path)
                 if decides is None:
                     continue
-                add("HC103", c, decides, f"is skipped by the `return` at line {e.line} (condition at line {cond.line}) "
-                    "on ranks that take it", (path, cond.line), (path, e.line, "return"), after=e.pos)
+                add(
+                    "HC103",
+                    c,
+                    decides,
+                    f"is skipped by the `return` at line {e.line} (condition at line {cond.line}) "
+                    "on ranks that take it",
+                    (path, cond.line),
+                    (path, e.line, "return"),
+                    after=e.pos,
+                )
     return out
 
 
@@ -238,8 +293,22 @@ def gated_callers(relations: list[Relation], project, summaries: list) -> list[R
                 gate = next((gates[t] for t in project.resolve(ref) if t in gates), None)
                 if gate is None or gate.path == m.path and gate.line == line:
                     continue
-                out.append(Relation("HC102", gate.src, m.path, line, col, line, fn.qual, f"`{display}()`",
-                                    f"calls a poll that enters {gate.what} only where its rank-local state allows "
-                                    f"({gate.path}:{gate.cond[1]}): some ranks enter the collective, others do not",
-                                    None, None, None, ()))
+                out.append(
+                    Relation(
+                        "HC102",
+                        gate.src,
+                        m.path,
+                        line,
+                        col,
+                        line,
+                        fn.qual,
+                        f"`{display}()`",
+                        f"calls a poll that enters {gate.what} only where its rank-local state allows "
+                        f"({gate.path}:{gate.cond[1]}): some ranks enter the collective, others do not",
+                        None,
+                        None,
+                        None,
+                        (),
+                    )
+                )
     return out

@@ -49,8 +49,10 @@ def _load_toml(path: Path) -> dict:
         try:
             import tomli as tomllib  # type: ignore[no-redef]
         except ModuleNotFoundError:
-            raise UsageError(f"cannot read {path}: Python {sys.version_info[0]}.{sys.version_info[1]} has no tomllib",
-                             "pip install tomli, or use Python 3.11+") from None
+            raise UsageError(
+                f"cannot read {path}: Python {sys.version_info[0]}.{sys.version_info[1]} has no tomllib",
+                "pip install tomli, or use Python 3.11+",
+            ) from None
     try:
         with open(path, "rb") as fh:
             return tomllib.load(fh)
@@ -91,16 +93,23 @@ def load_config(config_path: Path | None, cwd: Path | None = None) -> LintConfig
         raise UsageError(f"{path}: [tool.hctool.lint] must be a table", None)
     unknown = sorted(set(section) - set(KEYS))
     if unknown:
-        raise UsageError(f"{path}: unknown key(s) in [tool.hctool.lint]: {', '.join(unknown)}",
-                         f"valid keys: {', '.join(KEYS)}")
-    select = frozenset(parse_codes(list(_names(section, "select", path)), f"{path} select")) if "select" in section \
+        raise UsageError(
+            f"{path}: unknown key(s) in [tool.hctool.lint]: {', '.join(unknown)}", f"valid keys: {', '.join(KEYS)}"
+        )
+    select = (
+        frozenset(parse_codes(list(_names(section, "select", path)), f"{path} select"))
+        if "select" in section
         else frozenset(ALL_CODES)
+    )
     select -= frozenset(parse_codes(list(_names(section, "ignore", path)), f"{path} ignore"))
     memory = section.get("memory-per-file", DEFAULT_BUDGET_MIB)
     low, high = BUDGET_LIMITS_MIB
     if type(memory) is not int or not low <= memory <= high:
-        raise UsageError(f"{path}: [tool.hctool.lint] memory-per-file must be an integer number of MiB from {low} "
-                         f"to {high}, got {memory!r}", f"e.g. memory-per-file = {DEFAULT_BUDGET_MIB}")
+        raise UsageError(
+            f"{path}: [tool.hctool.lint] memory-per-file must be an integer number of MiB from {low} "
+            f"to {high}, got {memory!r}",
+            f"e.g. memory-per-file = {DEFAULT_BUDGET_MIB}",
+        )
     return LintConfig(
         memory_mib=memory,
         select=select,

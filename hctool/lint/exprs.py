@@ -9,8 +9,19 @@ import ast
 from hctool.lint import names as N
 from hctool.lint import sources as S
 from hctool.lint.observe import _intern, _short
-from hctool.lint.shapes import (EMPTY, AttrAtom, CallAtom, Collective, Frame, Src, _argument_names, _carried,
-                                _matches, _same_ops, _truthy_args)
+from hctool.lint.shapes import (
+    EMPTY,
+    AttrAtom,
+    CallAtom,
+    Collective,
+    Frame,
+    Src,
+    _argument_names,
+    _carried,
+    _matches,
+    _same_ops,
+    _truthy_args,
+)
 
 
 class Expressions:
@@ -79,8 +90,13 @@ class Expressions:
             return EMPTY
         if node.id in N.RANK_VARIABLES:
             # A bare `rank` is ambiguous (a LoRA or matrix rank): a rank id here, never stored in a field.
-            return self._src("id-local" if node.id == "rank" else "id", f"`{node.id}`", node.lineno,
-                             node.col_offset + 1, N.dims(node.id))
+            return self._src(
+                "id-local" if node.id == "rank" else "id",
+                f"`{node.id}`",
+                node.lineno,
+                node.col_offset + 1,
+                N.dims(node.id),
+            )
         if node.id in self.mod.rank_local:
             return self._src("rank", f"`{node.id}`", node.lineno, node.col_offset + 1)
         return EMPTY
@@ -115,8 +131,11 @@ class Expressions:
         return t | a if a else t
 
     def e_subscript(self, node) -> frozenset:
-        if isinstance(node.slice, ast.Constant) and node.slice.value in N.RANK_ENV_VARS \
-                and N.qualify(N.dotted(node.value), self.mod.imports) == "os.environ":
+        if (
+            isinstance(node.slice, ast.Constant)
+            and node.slice.value in N.RANK_ENV_VARS
+            and N.qualify(N.dotted(node.value), self.mod.imports) == "os.environ"
+        ):
             return self._src("id", f"os.environ[{node.slice.value!r}]", node.lineno)
         return self.expr(node.value) | self.expr(node.slice)
 
@@ -165,7 +184,7 @@ class Expressions:
             t = self.expr(node.key) | self.expr(node.value)
         else:
             t = self.expr(node.elt)
-        for frame, saved in reversed(frames):
+        for _frame, saved in reversed(frames):
             self._pop(saved)
         return t | header
 
@@ -230,8 +249,17 @@ class Expressions:
             per_arg = None
             if any(arg_taints) or any(kw_taints):  # by position and keyword, for constructors' fields
                 per_arg = (tuple(arg_taints), tuple((k.arg, t) for k, t in zip(node.keywords, kw_taints) if k.arg))
-            self.calls.append((ref, node.lineno, display, _truthy_args(node), node.col_offset + 1, per_arg,
-                               self.latches[-1] if self.latches else None))
+            self.calls.append(
+                (
+                    ref,
+                    node.lineno,
+                    display,
+                    _truthy_args(node),
+                    node.col_offset + 1,
+                    per_arg,
+                    self.latches[-1] if self.latches else None,
+                )
+            )
             return frozenset((CallAtom(ref, args),))
         chain, t = self.facts.call(ref, args, _truthy_args(node))
         if chain:
@@ -245,8 +273,12 @@ class Expressions:
     def _may_fail(self, node, last: str, qual: str | None, display: str) -> None:
         """A call inside a construct that swallows its failure: from here on, that scope's collectives run
         only where it worked. Tensor arithmetic and logging are not what fails on one rank."""
-        if self.quiet or (qual or "").startswith(("torch.", "math.", "logging.")) or last in N.VALUE_BUILTINS \
-                or (N.dotted(node.func) or "").split(".", 1)[0] in ("logger", "log", "logging"):
+        if (
+            self.quiet
+            or (qual or "").startswith(("torch.", "math.", "logging."))
+            or last in N.VALUE_BUILTINS
+            or (N.dotted(node.func) or "").split(".", 1)[0] in ("logger", "log", "logging")
+        ):
             return
         for scope in self.swallow:
             # The outermost call of an expression is the one to name (`SharedMemory(name=make_name())`):
@@ -254,9 +286,17 @@ class Expressions:
             inner = scope.failed is not None and scope.failed_at is not None and _inside(scope.failed_at, node)
             if (scope.failed is None or inner) and (scope.mode == "any" or S.IO_CALL.search(last)):
                 scope.failed_at = node
-                scope.failed = next(iter(self._src(
-                    "io", f"a failure of `{display}()` that the {scope.construct} swallows", node.lineno,
-                    node.col_offset + 1)), None)
+                scope.failed = next(
+                    iter(
+                        self._src(
+                            "io",
+                            f"a failure of `{display}()` that the {scope.construct} swallows",
+                            node.lineno,
+                            node.col_offset + 1,
+                        )
+                    ),
+                    None,
+                )
 
     def _message(self, node, last: str, qual: str | None) -> None:
         """Messages to and from other processes: a function that receives them runs on command (pass 1);
@@ -278,8 +318,9 @@ class Expressions:
             if d is not None:
                 self.env[d] = EMPTY
 
-    def _collective(self, node, display: str, chain: tuple, args: frozenset = EMPTY,
-                    followed: frozenset = EMPTY) -> None:
+    def _collective(
+        self, node, display: str, chain: tuple, args: frozenset = EMPTY, followed: frozenset = EMPTY
+    ) -> None:
         if self.quiet:  # pass 1 records direct collectives too: _arms() compares arms with them
             return
         self.pos += 1
@@ -287,16 +328,34 @@ class Expressions:
         group = next((ast.unparse(k.value) for k in node.keywords if k.arg in ("group", "process_group")), "")
         # The parallel dimensions of the group it runs on, where the call names one (checks._other_dimension).
         named = " ".join(filter(_names_group, map(_arg_name, (*node.args, *(k.value for k in node.keywords)))))
-        sent = frozenset(a for a in args if isinstance(a, Src) and a.kind in ("order", "deadline")) \
-            if args and self.facts is not None else EMPTY
+        sent = (
+            frozenset(a for a in args if isinstance(a, Src) and a.kind in ("order", "deadline"))
+            if args and self.facts is not None
+            else EMPTY
+        )
         order = min((a for a in sent if a.kind == "order"), default=None)
         stack = tuple(self.stack)
         failed = [Frame("swallow", s.failed.line, frozenset((s.failed,))) for s in self.swallow if s.failed]
         if failed:  # skipped where an earlier call of its try/suppress block failed (walker._swallowed)
             stack = (*failed, *stack)
-        self.collectives.append(Collective(self.pos, node.lineno, getattr(node, "end_lineno", None) or node.lineno,
-                                           node.col_offset + 1, display, chain, stack,
-                                           N.op_family(real), group, order, None, sent, N.dims(named), followed))
+        self.collectives.append(
+            Collective(
+                self.pos,
+                node.lineno,
+                getattr(node, "end_lineno", None) or node.lineno,
+                node.col_offset + 1,
+                display,
+                chain,
+                stack,
+                N.op_family(real),
+                group,
+                order,
+                None,
+                sent,
+                N.dims(named),
+                followed,
+            )
+        )
 
     def _is_collective(self, func, last: str, qual: str | None) -> bool:
         if last in N.COLLECTIVE_NAMES or _matches(self.mod.collectives, last, qual):
@@ -328,6 +387,7 @@ class Expressions:
         specs = self.type_of(value)  # never by method name alone: only on a receiver of known type
         return _intern(("typed", last, specs)) if specs else None
 
+
 def _arg_name(arg) -> str:
     """The dotted name an argument is, or calls (`mpu.get_data_parallel_group()`), with the names that
     call is given (`gpc.get_group(ParallelMode.PARALLEL_2D_ROW)`: the mode names the dimension); else
@@ -344,8 +404,10 @@ def _names_group(text: str) -> bool:
 
 
 def _inside(inner, outer) -> bool:
-    return (outer.lineno, outer.col_offset) <= (inner.lineno, inner.col_offset) and \
-        (inner.end_lineno, inner.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
+    return (outer.lineno, outer.col_offset) <= (inner.lineno, inner.col_offset) and (
+        inner.end_lineno,
+        inner.end_col_offset,
+    ) <= (outer.end_lineno, outer.end_col_offset)
 
 
 def _without_ids(taint: frozenset) -> frozenset:
@@ -358,12 +420,27 @@ def _has_id(taint: frozenset) -> bool:
             return True
     return False
 
+
 _EXPR = {
-    ast.Constant: Expressions.e_const, ast.BinOp: Expressions.e_binop, ast.Compare: Expressions.e_compare,
-    ast.UnaryOp: Expressions.e_unary, ast.Tuple: Expressions.e_elts, ast.List: Expressions.e_elts, ast.Set: Expressions.e_elts,
-    ast.Starred: Expressions.e_unary_value, ast.Await: Expressions.e_unary_value, ast.Name: Expressions.e_name, ast.Attribute: Expressions.e_attribute,
-    ast.Subscript: Expressions.e_subscript, ast.Lambda: Expressions.e_lambda, ast.BoolOp: Expressions.e_boolop,
-    ast.IfExp: Expressions.e_ifexp, ast.NamedExpr: Expressions.e_namedexpr, ast.Call: Expressions.e_call,
-    ast.ListComp: Expressions.e_comprehension, ast.SetComp: Expressions.e_comprehension,
-    ast.GeneratorExp: Expressions.e_comprehension, ast.DictComp: Expressions.e_comprehension,
+    ast.Constant: Expressions.e_const,
+    ast.BinOp: Expressions.e_binop,
+    ast.Compare: Expressions.e_compare,
+    ast.UnaryOp: Expressions.e_unary,
+    ast.Tuple: Expressions.e_elts,
+    ast.List: Expressions.e_elts,
+    ast.Set: Expressions.e_elts,
+    ast.Starred: Expressions.e_unary_value,
+    ast.Await: Expressions.e_unary_value,
+    ast.Name: Expressions.e_name,
+    ast.Attribute: Expressions.e_attribute,
+    ast.Subscript: Expressions.e_subscript,
+    ast.Lambda: Expressions.e_lambda,
+    ast.BoolOp: Expressions.e_boolop,
+    ast.IfExp: Expressions.e_ifexp,
+    ast.NamedExpr: Expressions.e_namedexpr,
+    ast.Call: Expressions.e_call,
+    ast.ListComp: Expressions.e_comprehension,
+    ast.SetComp: Expressions.e_comprehension,
+    ast.GeneratorExp: Expressions.e_comprehension,
+    ast.DictComp: Expressions.e_comprehension,
 }

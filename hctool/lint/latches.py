@@ -38,8 +38,13 @@ def _set_test(node, props: dict) -> str | None:
     """The field F when NODE is true exactly when self.F is set."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "bool" and node.args:
         node = node.args[0]
-    if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.IsNot) \
-            and isinstance(node.comparators[0], ast.Constant) and node.comparators[0].value is None:
+    if (
+        isinstance(node, ast.Compare)
+        and len(node.ops) == 1
+        and isinstance(node.ops[0], ast.IsNot)
+        and isinstance(node.comparators[0], ast.Constant)
+        and node.comparators[0].value is None
+    ):
         node = node.left
     name = _self_field(node)
     if name is None:
@@ -52,8 +57,13 @@ def unset_field(test, props: dict) -> str | None:
     `not self.P` for a latch property P."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return _set_test(test.operand, props)
-    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is) \
-            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None:
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Is)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    ):
         name = _self_field(test.left)
         return props.get(name, name) if name else None
     return None
@@ -67,8 +77,10 @@ def memoized(project, candidates: dict) -> set:
         f = project.funcs[key]
         if f.direct and f.direct_latch != fld:
             continue
-        if any(latch != fld and any(t in project.coll for t in project.resolve(ref))
-               for ref, _line, _display, _consts, _col, _per_arg, latch in f.calls):
+        if any(
+            latch != fld and any(t in project.coll for t in project.resolve(ref))
+            for ref, _line, _display, _consts, _col, _per_arg, latch in f.calls
+        ):
             continue
         out.add(key)
     return out

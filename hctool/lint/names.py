@@ -13,39 +13,102 @@ import re
 from functools import lru_cache
 
 # Names that mean a collective whatever the receiver (dist.*, a ProcessGroup, a wrapper).
-COLLECTIVE_NAMES = frozenset({
-    "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_into_tensor", "all_gather_object",
-    "all_gather_coalesced", "_all_gather_base", "reduce_scatter", "reduce_scatter_tensor",
-    "_reduce_scatter_base", "all_to_all", "all_to_all_single", "broadcast_object_list",
-    "gather_object", "scatter_object_list", "barrier", "monitored_barrier", "new_group",
-    "new_subgroups", "new_subgroups_by_enumeration", "allreduce", "allreduce_coalesced",
-    "allgather", "allgather_coalesced", "alltoall", "alltoall_base",
-})
+COLLECTIVE_NAMES = frozenset(
+    {
+        "all_reduce",
+        "all_reduce_coalesced",
+        "all_gather",
+        "all_gather_into_tensor",
+        "all_gather_object",
+        "all_gather_coalesced",
+        "_all_gather_base",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "_reduce_scatter_base",
+        "all_to_all",
+        "all_to_all_single",
+        "broadcast_object_list",
+        "gather_object",
+        "scatter_object_list",
+        "barrier",
+        "monitored_barrier",
+        "new_group",
+        "new_subgroups",
+        "new_subgroups_by_enumeration",
+        "allreduce",
+        "allreduce_coalesced",
+        "allgather",
+        "allgather_coalesced",
+        "alltoall",
+        "alltoall_base",
+    }
+)
 # Too common elsewhere (functools.reduce, Tensor.gather, numpy.broadcast): only via
 # torch.distributed or a receiver that looks like a process group.
 AMBIGUOUS_COLLECTIVES = frozenset({"broadcast", "reduce", "gather", "scatter"})
 
 # (get_global_rank(group, r) and get_group_rank(group, r) translate a rank they are given: their result
 # is as rank-local as R, which is uniform when every rank passes the same one.)
-RANK_CALLS = frozenset({
-    "get_rank", "get_local_rank", "get_node_local_rank",
-    "get_tensor_model_parallel_rank", "get_attention_tp_rank",
-})
+RANK_CALLS = frozenset(
+    {
+        "get_rank",
+        "get_local_rank",
+        "get_node_local_rank",
+        "get_tensor_model_parallel_rank",
+        "get_attention_tp_rank",
+    }
+)
 # Method names whose result is a rank-local observation (pool free counts, event polls, thread queues).
 RANK_LOCAL_METHODS = frozenset({"available_size", "query", "is_completed", "qsize"})
 RANK_ENV_VARS = frozenset({"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK"})
 # Rank ids within the groups collectives usually run on (tensor parallel). Pipeline and data-parallel
 # coordinates (pp_rank, dp_rank) are constant inside a TP/CP group, so they are not listed.
 RANK_VARIABLES = frozenset({"rank", "local_rank", "global_rank", "tp_rank", "attn_tp_rank", "tp_local_rank"})
-CLOCK_CALLS = frozenset({
-    "time.time", "time.monotonic", "time.perf_counter", "time.time_ns", "time.monotonic_ns",
-    "time.perf_counter_ns", "time.process_time", "datetime.datetime.now", "datetime.datetime.utcnow",
-    "datetime.now", "datetime.utcnow",
-})
+CLOCK_CALLS = frozenset(
+    {
+        "time.time",
+        "time.monotonic",
+        "time.perf_counter",
+        "time.time_ns",
+        "time.monotonic_ns",
+        "time.perf_counter_ns",
+        "time.process_time",
+        "datetime.datetime.now",
+        "datetime.datetime.utcnow",
+        "datetime.now",
+        "datetime.utcnow",
+    }
+)
 # Builtins whose result is just the value of their arguments (a rank id stays a rank id).
-VALUE_BUILTINS = frozenset({"int", "float", "str", "bool", "len", "range", "min", "max", "abs", "divmod", "sum",
-                            "sorted", "list", "tuple", "set", "dict", "enumerate", "zip", "reversed", "round",
-                            "any", "all", "format", "repr", "hash"})
+VALUE_BUILTINS = frozenset(
+    {
+        "int",
+        "float",
+        "str",
+        "bool",
+        "len",
+        "range",
+        "min",
+        "max",
+        "abs",
+        "divmod",
+        "sum",
+        "sorted",
+        "list",
+        "tuple",
+        "set",
+        "dict",
+        "enumerate",
+        "zip",
+        "reversed",
+        "round",
+        "any",
+        "all",
+        "format",
+        "repr",
+        "hash",
+    }
+)
 # Replicated by construction in SGLang-shaped schedulers: request slots are taken and returned at
 # the same points of the replicated schedule on every rank (unlike KV pages, whose free count
 # moves with per-rank load-back and write-back). A `rank-local` config entry overrides this.
@@ -54,15 +117,85 @@ UNIFORM_CALLS = frozenset({"get_world_size", "is_initialized", "is_available", "
 
 # Method names too generic to resolve by name alone on an unknown receiver
 # (dicts, lists, tensors, futures): resolving them would link unrelated classes.
-GENERIC_METHODS = frozenset({
-    "get", "set", "pop", "append", "extend", "insert", "remove", "clear", "update", "copy", "items",
-    "keys", "values", "add", "discard", "put", "join", "split", "format", "strip", "item", "tolist",
-    "numpy", "to", "cpu", "cuda", "view", "reshape", "sum", "mean", "max", "min", "sort", "index",
-    "count", "wait", "result", "done", "close", "start", "stop", "run", "read", "write", "send",
-    "recv", "flush", "encode", "decode", "replace", "fill_", "copy_", "zero_", "record", "synchronize",
-    "__init__", "__call__", "forward", "apply", "step", "reset", "init", "setup", "info", "debug",
-    "warning", "error", "exception", "log", "sleep", "free", "alloc", "release", "acquire", "lock",
-})
+GENERIC_METHODS = frozenset(
+    {
+        "get",
+        "set",
+        "pop",
+        "append",
+        "extend",
+        "insert",
+        "remove",
+        "clear",
+        "update",
+        "copy",
+        "items",
+        "keys",
+        "values",
+        "add",
+        "discard",
+        "put",
+        "join",
+        "split",
+        "format",
+        "strip",
+        "item",
+        "tolist",
+        "numpy",
+        "to",
+        "cpu",
+        "cuda",
+        "view",
+        "reshape",
+        "sum",
+        "mean",
+        "max",
+        "min",
+        "sort",
+        "index",
+        "count",
+        "wait",
+        "result",
+        "done",
+        "close",
+        "start",
+        "stop",
+        "run",
+        "read",
+        "write",
+        "send",
+        "recv",
+        "flush",
+        "encode",
+        "decode",
+        "replace",
+        "fill_",
+        "copy_",
+        "zero_",
+        "record",
+        "synchronize",
+        "__init__",
+        "__call__",
+        "forward",
+        "apply",
+        "step",
+        "reset",
+        "init",
+        "setup",
+        "info",
+        "debug",
+        "warning",
+        "error",
+        "exception",
+        "log",
+        "sleep",
+        "free",
+        "alloc",
+        "release",
+        "acquire",
+        "lock",
+    }
+)
 # How far rank-local state travels between functions: through fields freely (a budget stored in
 # PrefillAdder.rem_total_tokens) but out of one function result at most (add_one_req()'s verdict).
 # Further on it has become scheduling decisions (batches, queues) that are replicated in the group.
@@ -119,8 +252,12 @@ def import_map(tree: ast.Module, modname: str) -> dict[str, str]:
                 if a.name != "*":
                     out[a.asname or a.name] = f"{base}.{a.name}" if base else a.name
     for node in tree.body:  # module-level aliases of imported names: `clock = time`
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                and isinstance(node.value, (ast.Name, ast.Attribute))):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, (ast.Name, ast.Attribute))
+        ):
             value = dotted(node.value)
             if value and value.split(".")[0] in out:
                 out.setdefault(node.targets[0].id, qualify(value, out))
@@ -155,10 +292,20 @@ def looks_like_group(receiver: str | None) -> bool:
     return "group" in last or last in ("pg", "_pg", "default_pg", "dist", "c10d")
 
 
-_OP_FAMILIES = (("all_reduce", "all_reduce"), ("allreduce", "all_reduce"), ("all_gather", "all_gather"),
-                ("allgather", "all_gather"), ("reduce_scatter", "reduce_scatter"), ("all_to_all", "all_to_all"),
-                ("alltoall", "all_to_all"), ("broadcast", "broadcast"), ("barrier", "barrier"),
-                ("gather", "gather"), ("scatter", "scatter"), ("reduce", "reduce"))
+_OP_FAMILIES = (
+    ("all_reduce", "all_reduce"),
+    ("allreduce", "all_reduce"),
+    ("all_gather", "all_gather"),
+    ("allgather", "all_gather"),
+    ("reduce_scatter", "reduce_scatter"),
+    ("all_to_all", "all_to_all"),
+    ("alltoall", "all_to_all"),
+    ("broadcast", "broadcast"),
+    ("barrier", "barrier"),
+    ("gather", "gather"),
+    ("scatter", "scatter"),
+    ("reduce", "reduce"),
+)
 
 
 @lru_cache(maxsize=1 << 14)
@@ -168,7 +315,9 @@ def op_family(name: str) -> str:
     return next((fam for key, fam in _OP_FAMILIES if key in last), last)
 
 
-_SIZE_RE = re.compile(r"(^|_)(world|tp|pp|dp|cp|ep|group|sync|attn_tp|attn_dp|attn_cp|moe_tp|moe_ep)_size$|^world_size$")
+_SIZE_RE = re.compile(
+    r"(^|_)(world|tp|pp|dp|cp|ep|group|sync|attn_tp|attn_dp|attn_cp|moe_tp|moe_ep)_size$|^world_size$"
+)
 
 
 @lru_cache(maxsize=1 << 14)
@@ -180,11 +329,37 @@ def is_group_size(name: str) -> bool:
 # Parallel dimensions named in a rank id or a group expression. Ranks of one group share their
 # coordinate in every other dimension (the data-parallel group of a tensor-parallel rank 0 holds only
 # tensor-parallel ranks 0), so a rank id of one dimension is uniform inside a group of another.
-_DIM_WORDS = {"tp": "tp", "tensor": "tp", "mp": "tp", "pp": "pp", "pipeline": "pp", "stage": "pp",
-              "dp": "dp", "data": "dp", "cp": "cp", "context": "cp", "ep": "ep", "expert": "ep", "moe": "ep",
-              "sp": "sp", "sequence": "sp", "row": "row", "col": "col", "column": "col", "depth": "depth", "dep": "depth",
-              "input": "3d-input", "weight": "3d-weight", "output": "3d-output", "fsdp": "dp", "shard": "shard",
-              "replicate": "dp", "embd": "embd", "embedding": "embd", "position": "pos"}
+_DIM_WORDS = {
+    "tp": "tp",
+    "tensor": "tp",
+    "mp": "tp",
+    "pp": "pp",
+    "pipeline": "pp",
+    "stage": "pp",
+    "dp": "dp",
+    "data": "dp",
+    "cp": "cp",
+    "context": "cp",
+    "ep": "ep",
+    "expert": "ep",
+    "moe": "ep",
+    "sp": "sp",
+    "sequence": "sp",
+    "row": "row",
+    "col": "col",
+    "column": "col",
+    "depth": "depth",
+    "dep": "depth",
+    "input": "3d-input",
+    "weight": "3d-weight",
+    "output": "3d-output",
+    "fsdp": "dp",
+    "shard": "shard",
+    "replicate": "dp",
+    "embd": "embd",
+    "embedding": "embd",
+    "position": "pos",
+}
 _WORD = re.compile(r"[A-Za-z][a-z]*|[0-9]+d", re.ASCII)
 
 

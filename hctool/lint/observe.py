@@ -27,15 +27,25 @@ class Observations:
     def _state_write(self, target) -> None:
         """`req.to_finish = ...` on an item of a collection, under a per-rank deadline: every rank holds
         that item (a request of the replicated batch), and now they hold it in different states (HC104)."""
-        src = next((min(d) for f in reversed(self.stack)
-                    if (d := [a for a in f.taint if isinstance(a, Src) and a.kind == "deadline"])), None)
+        src = next(
+            (
+                min(d)
+                for f in reversed(self.stack)
+                if (d := [a for a in f.taint if isinstance(a, Src) and a.kind == "deadline"])
+            ),
+            None,
+        )
         if src is not None and not self.quiet:
             self.state_writes.append((self.pos, target.lineno, target.col_offset + 1, ast.unparse(target), src))
 
     def _untyped(self, base) -> bool:
         """An object of unknown type held in a local (not self, not a module)."""
-        return isinstance(base, ast.Name) and base.id not in ("self", "cls") and base.id not in self.mod.imports \
+        return (
+            isinstance(base, ast.Name)
+            and base.id not in ("self", "cls")
+            and base.id not in self.mod.imports
             and not self.types.get(base.id)
+        )
 
     def _loose_key(self, base, name: str) -> str:
         """How a field of an untyped object is matched between a thread's write and a read: by its name,
@@ -74,7 +84,9 @@ class Observations:
             self._wrote(func.value.value, func.value.attr, node.lineno)
 
     def _target_ref(self, target) -> tuple | None:
-        nested = {n.name for n in N._statements(self.fn_node.body) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        nested = {
+            n.name for n in N._statements(self.fn_node.body) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
         if isinstance(target, ast.Name) and target.id in nested:  # a closure defined right here
             return ("key", f"{self.key}.{target.id}")
         if isinstance(target, ast.Name):
@@ -92,13 +104,20 @@ class Observations:
             return self._src("rank", f"`{display}()`", line, col)
         if isinstance(func, ast.Attribute):
             kind = S.method_kind(func, self.mod.imports)
-            if kind and func.attr in S.SELF_METHODS_EXCLUDED and \
-                    any(sp[0] != "attr" for sp in self.type_of(func.value)):
+            if (
+                kind
+                and func.attr in S.SELF_METHODS_EXCLUDED
+                and any(sp[0] != "attr" for sp in self.type_of(func.value))
+            ):
                 kind = None  # `req.done()` with `req: Request`: that class's own method, resolved as a call
             if kind:
                 return self._src(kind, f"`{display if N.dotted(func) else _short(func)}()`", line, col)
-        if qual in ("os.getenv", "os.environ.get") and node.args and isinstance(node.args[0], ast.Constant) \
-                and node.args[0].value in N.RANK_ENV_VARS:
+        if (
+            qual in ("os.getenv", "os.environ.get")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value in N.RANK_ENV_VARS
+        ):
             return self._src("id", f"`{display}({node.args[0].value!r})`", line, col)
         return EMPTY
 
@@ -116,8 +135,13 @@ class Observations:
             return EMPTY
         order = self._src("order", f"`{last}()` by wall-clock stamps ({clock.what})", node.lineno, node.col_offset + 1)
         # In-place orders (`xs.sort(key=...)`, `heappush(heap, item)`) order the list they change.
-        target = func.value if last == "sort" and isinstance(func, ast.Attribute) else \
-            node.args[0] if last in N.HEAP_PUSH and node.args else None
+        target = (
+            func.value
+            if last == "sort" and isinstance(func, ast.Attribute)
+            else node.args[0]
+            if last in N.HEAP_PUSH and node.args
+            else None
+        )
         d = N.dotted(target) if target is not None else None
         if d is not None:
             self.env[d] = self.env.get(d, EMPTY) | order

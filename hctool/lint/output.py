@@ -25,9 +25,18 @@ def _rel(path: str, report: Report) -> str:
 
 def to_json(report: Report) -> list[dict]:
     return [
-        {"rule": f.rule, "name": RULES[f.rule].name, "path": f.path, "line": f.line, "col": f.col,
-         "severity": f.severity, "premise": f.premise, "count": f.count, "message": f.message,
-         "related": [{"path": r.path, "line": r.line, "message": r.message, "role": r.role} for r in f.related]}
+        {
+            "rule": f.rule,
+            "name": RULES[f.rule].name,
+            "path": f.path,
+            "line": f.line,
+            "col": f.col,
+            "severity": f.severity,
+            "premise": f.premise,
+            "count": f.count,
+            "message": f.message,
+            "related": [{"path": r.path, "line": r.line, "message": r.message, "role": r.role} for r in f.related],
+        }
         for f in report.findings
     ]
 
@@ -37,10 +46,15 @@ LEVEL = {"high": "error", "medium": "warning", "low": "note"}
 
 def to_sarif(report: Report) -> dict:
     rules = [
-        {"id": code, "name": RULES[code].name, "shortDescription": {"text": RULES[code].summary},
-         "fullDescription": {"text": RULES[code].summary}, "help": {"text": RULES[code].help},
-         "helpUri": "https://github.com/hctool/hctool/blob/main/docs/lint.md#" + code.lower(),
-         "defaultConfiguration": {"level": "note" if code == "HC100" else "warning"}}
+        {
+            "id": code,
+            "name": RULES[code].name,
+            "shortDescription": {"text": RULES[code].summary},
+            "fullDescription": {"text": RULES[code].summary},
+            "help": {"text": RULES[code].help},
+            "helpUri": "https://github.com/hctool/hctool/blob/main/docs/lint.md#" + code.lower(),
+            "defaultConfiguration": {"level": "note" if code == "HC100" else "warning"},
+        }
         for code in ALL_CODES
     ]
     index = {code: i for i, code in enumerate(ALL_CODES)}
@@ -49,8 +63,12 @@ def to_sarif(report: Report) -> dict:
         region = {"startLine": line}
         if col:
             region["startColumn"] = col
-        loc = {"physicalLocation": {"artifactLocation": {"uri": _rel(path, report), "uriBaseId": "%SRCROOT%"},
-                                    "region": region}}
+        loc = {
+            "physicalLocation": {
+                "artifactLocation": {"uri": _rel(path, report), "uriBaseId": "%SRCROOT%"},
+                "region": region,
+            }
+        }
         if message:
             loc["message"] = {"text": message}
         if ident is not None:
@@ -58,11 +76,16 @@ def to_sarif(report: Report) -> dict:
         return loc
 
     results = [
-        {"ruleId": f.rule, "ruleIndex": index[f.rule], "level": LEVEL[f.severity],
-         "message": {"text": f.message}, "locations": [location(f.path, f.line, f.col)],
-         "relatedLocations": [location(r.path, r.line, None, r.message, i) for i, r in enumerate(f.related)],
-         "partialFingerprints": {"hctool/v1": f"{f.rule}:{_rel(f.path, report)}:{f.line}:{f.col}"},
-         "properties": {"severity": f.severity, "premise": f.premise, "count": f.count}}
+        {
+            "ruleId": f.rule,
+            "ruleIndex": index[f.rule],
+            "level": LEVEL[f.severity],
+            "message": {"text": f.message},
+            "locations": [location(f.path, f.line, f.col)],
+            "relatedLocations": [location(r.path, r.line, None, r.message, i) for i, r in enumerate(f.related)],
+            "partialFingerprints": {"hctool/v1": f"{f.rule}:{_rel(f.path, report)}:{f.line}:{f.col}"},
+            "properties": {"severity": f.severity, "premise": f.premise, "count": f.count},
+        }
         for f in report.findings
     ]
     notifications = [
@@ -72,14 +95,24 @@ def to_sarif(report: Report) -> dict:
     return {
         "version": "2.1.0",
         "$schema": SARIF_SCHEMA,
-        "runs": [{
-            "tool": {"driver": {"name": "hctool", "version": __version__, "semanticVersion": __version__,
-                                "informationUri": "https://github.com/hctool/hctool", "rules": rules}},
-            "originalUriBaseIds": {"%SRCROOT%": {"uri": report.root.as_uri() + "/"}},
-            "results": results,
-            "invocations": [{"executionSuccessful": not report.errors,
-                             "toolExecutionNotifications": notifications}],
-        }],
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "hctool",
+                        "version": __version__,
+                        "semanticVersion": __version__,
+                        "informationUri": "https://github.com/hctool/hctool",
+                        "rules": rules,
+                    }
+                },
+                "originalUriBaseIds": {"%SRCROOT%": {"uri": report.root.as_uri() + "/"}},
+                "results": results,
+                "invocations": [
+                    {"executionSuccessful": not report.errors, "toolExecutionNotifications": notifications}
+                ],
+            }
+        ],
     }
 
 
@@ -93,10 +126,13 @@ def to_github(report: Report) -> str:
     for f in report.findings:
         title = _gh_escape(f"{f.rule} {RULES[f.rule].name}", prop=True)
         kind = {"high": "error", "medium": "warning"}.get(f.severity, "notice")
-        lines.append(f"::{kind} file={_gh_escape(f.path, True)},line={f.line},col={f.col},title={title}::"
-                     f"{_gh_escape(f.message)}")
+        lines.append(
+            f"::{kind} file={_gh_escape(f.path, True)},line={f.line},col={f.col},title={title}::{_gh_escape(f.message)}"
+        )
     for e in report.errors:
-        lines.append(f"::error file={_gh_escape(e.path, True)},line={e.line},title=hctool lint::{_gh_escape(e.message)}")
+        lines.append(
+            f"::error file={_gh_escape(e.path, True)},line={e.line},title=hctool lint::{_gh_escape(e.message)}"
+        )
     return "\n".join(lines)
 
 
@@ -116,20 +152,30 @@ def print_text(report: Report, console, statistics: bool, quiet: bool = False) -
     else:
         for f in report.findings:
             color = {"high": "red", "medium": "yellow"}.get(f.severity, "blue")
-            console.print(f"[bold]{escape(f.path)}:{f.line}:{f.col}:[/bold] [{color}]{f.rule}[/{color}] "
-                          f"[dim]\\[{f.severity}][/dim] {escape(f.message)}", highlight=False, soft_wrap=True)
+            console.print(
+                f"[bold]{escape(f.path)}:{f.line}:{f.col}:[/bold] [{color}]{f.rule}[/{color}] "
+                f"[dim]\\[{f.severity}][/dim] {escape(f.message)}",
+                highlight=False,
+                soft_wrap=True,
+            )
             for r in f.related:
-                console.print(f"    [cyan]{escape(r.path)}:{r.line}:[/cyan] {escape(r.message)}", highlight=False,
-                              soft_wrap=True)
+                console.print(
+                    f"    [cyan]{escape(r.path)}:{r.line}:[/cyan] {escape(r.message)}", highlight=False, soft_wrap=True
+                )
     for e in report.errors:
-        console.print(f"[bold]{escape(e.path)}:{e.line}:1:[/bold] [red]error[/red] {escape(e.message)}",
-                      highlight=False, soft_wrap=True)
+        console.print(
+            f"[bold]{escape(e.path)}:{e.line}:1:[/bold] [red]error[/red] {escape(e.message)}",
+            highlight=False,
+            soft_wrap=True,
+        )
     if quiet or statistics:
         return
     noun = "finding" if len(report.findings) == 1 else "findings"
-    console.print(f"{len(report.findings)} {noun} in {report.files} files ({report.lines} lines, "
-                  f"{report.seconds:.2f}s)" + (f", {len(report.errors)} file(s) not analyzed" if report.errors else ""),
-                  highlight=False)
+    console.print(
+        f"{len(report.findings)} {noun} in {report.files} files ({report.lines} lines, "
+        f"{report.seconds:.2f}s)" + (f", {len(report.errors)} file(s) not analyzed" if report.errors else ""),
+        highlight=False,
+    )
 
 
 def render(report: Report, fmt: str) -> str:

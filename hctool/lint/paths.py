@@ -37,8 +37,10 @@ def _cond_key(test) -> tuple | None:
     for n in ast.walk(test):
         if isinstance(n, ast.Name):
             names.add(n.id)
-        elif not isinstance(n, (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Constant, ast.expr_context,
-                                ast.cmpop, ast.boolop, ast.unaryop)):
+        elif not isinstance(
+            n,
+            (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Constant, ast.expr_context, ast.cmpop, ast.boolop, ast.unaryop),
+        ):
             return None
     return (ast.dump(test), frozenset(names), value) if names else None
 
@@ -95,8 +97,9 @@ class Paths:
                 return
             if not deep and isinstance(n, ast.stmt) and n is not node:
                 return
-            inner = guarded or isinstance(n, (ast.IfExp, ast.BoolOp, ast.Lambda, ast.ListComp, ast.SetComp,
-                                              ast.DictComp, ast.GeneratorExp))
+            inner = guarded or isinstance(
+                n, (ast.IfExp, ast.BoolOp, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+            )
             for child in ast.iter_child_nodes(n):
                 visit(child, inner)
 
@@ -165,8 +168,9 @@ class Paths:
         if isinstance(s, (ast.With, ast.AsyncWith)):
             for item in s.items:
                 live = self._append(live, self._tokens(item.context_expr))
-            live = self._forget(live, {n for item in s.items if item.optional_vars is not None
-                                       for n in _assigned(item.optional_vars)})
+            live = self._forget(
+                live, {n for item in s.items if item.optional_vars is not None for n in _assigned(item.optional_vars)}
+            )
             return done | self._stmts(s.body, live)
         if isinstance(s, ast.Return):
             toks = self._tokens(s.value) if s.value is not None else ()
@@ -185,6 +189,7 @@ class Paths:
     def _ancestry(self, target) -> list | None:
         """[(statement list, index)] from the function body down to TARGET; None where a loop or a
         `try` encloses it (its continuation is another iteration, or a handler)."""
+
         def find(body):
             for i, s in enumerate(body):
                 if s is target:
@@ -201,6 +206,7 @@ class Paths:
                 if inner:
                     return [(body, i)] + inner
             return None
+
         return find(self.fn.body)
 
     def converges(self, branch) -> bool:
@@ -235,7 +241,7 @@ class Paths:
                 (body, i), rest = chain[-1], chain[:-1]
                 states = self._stmts(body[i:], {((), frozenset(), False)})
                 for body, i in reversed(rest):
-                    states = self._stmts(body[i + 1:], states)
+                    states = self._stmts(body[i + 1 :], states)
                 ok = len({seq for seq, *_ in states}) <= 1
             except (_GiveUp, RecursionError):
                 ok = False

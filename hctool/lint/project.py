@@ -211,8 +211,9 @@ class Project(TaintSolver):
         key = ("attr_keys", specs, name)
         hit = self._memo.get(key)
         if hit is None:
-            hit = self._memo[key] = [(*c, name) for cid in self.classes_of(specs) for c in self.family(cid)
-                                     if (*c, name) in self._attr_nodes]
+            hit = self._memo[key] = [
+                (*c, name) for cid in self.classes_of(specs) for c in self.family(cid) if (*c, name) in self._attr_nodes
+            ]
         return hit
 
     def _mro(self, cid: tuple, name: str, seen: set) -> list[str]:
@@ -259,7 +260,9 @@ class Project(TaintSolver):
             if kind == "local" and (ref[2], name) in self.classes:
                 hit = [(ref[2], name)]
             elif kind in ("imported", "modfunc"):
-                mod, real = (ref[2].rpartition(".")[0], ref[2].rpartition(".")[2]) if kind == "imported" else (ref[2], name)
+                mod, real = (
+                    (ref[2].rpartition(".")[0], ref[2].rpartition(".")[2]) if kind == "imported" else (ref[2], name)
+                )
                 hit = [(m, real) for m in self._find_modules(mod) if (m, real) in self.classes] if mod else []
             self._memo[("class?", ref)] = hit
         return hit
@@ -386,8 +389,11 @@ class Project(TaintSolver):
     def call(self, ref: tuple, args: frozenset, consts: frozenset = frozenset()) -> tuple[tuple, frozenset]:
         targets = self.resolve(ref)
         outside = ref[0] not in ("self", "super")
-        sites = [t for t in self.nodes(ref) if t in self.coll and not self._mode_skips(_key(t), consts)
-                 and not (outside and _key(t) in self.memo)]
+        sites = [
+            t
+            for t in self.nodes(ref)
+            if t in self.coll and not self._mode_skips(_key(t), consts) and not (outside and _key(t) in self.memo)
+        ]
         # A constructor returns the object, whatever its __init__ returns early on.
         t = frozenset(self.ret_src[k] for k in targets if k in self.ret_src and not k.endswith(".__init__"))
         if not sites and not self.is_class(ref):

@@ -16,8 +16,29 @@ import ast
 from hctool.lint import names as N
 
 # Generic wrappers whose arguments are the interesting types (Optional[Cls], List[Cls], ...).
-_WRAPPERS = frozenset({"Optional", "Union", "List", "list", "Sequence", "Iterable", "Iterator", "Deque", "deque",
-                       "Set", "set", "Tuple", "tuple", "Type", "Final", "ClassVar", "Annotated", "Dict", "dict"})
+_WRAPPERS = frozenset(
+    {
+        "Optional",
+        "Union",
+        "List",
+        "list",
+        "Sequence",
+        "Iterable",
+        "Iterator",
+        "Deque",
+        "deque",
+        "Set",
+        "set",
+        "Tuple",
+        "tuple",
+        "Type",
+        "Final",
+        "ClassVar",
+        "Annotated",
+        "Dict",
+        "dict",
+    }
+)
 OPEN = frozenset({("open",)})
 # Annotations that name no project class: skip quickly.
 _SKIP = frozenset({"int", "float", "str", "bool", "bytes", "None", "Any", "object", "Callable"})

@@ -13,10 +13,15 @@ from hctool.lint import sources as S
 from hctool.lint.checks import Finding, Rel, Relation
 
 KIND_TEXT = {
-    "pool": "a pool's free count", "poll": "an event or future poll",
-    "deadline": "a per-rank deadline", "thread": "a field another thread writes",
-    "io": "an I/O failure that a handler swallows", "rank": "a configured rank-local value",
-    "id": "the rank id", "id-local": "the rank id", "order": "an order by per-rank wall-clock stamps",
+    "pool": "a pool's free count",
+    "poll": "an event or future poll",
+    "deadline": "a per-rank deadline",
+    "thread": "a field another thread writes",
+    "io": "an I/O failure that a handler swallows",
+    "rank": "a configured rank-local value",
+    "id": "the rank id",
+    "id-local": "the rank id",
+    "order": "an order by per-rank wall-clock stamps",
 }
 
 
@@ -66,8 +71,11 @@ def _finding(rels: list[Relation]) -> Finding:
         for where, role in ((r.loop, "loop"), (r.cond, "condition"), (r.exit, "exit")):
             if where and (where[0], where[1]) not in seen:
                 seen.add((where[0], where[1]))
-                label = {"loop": "the loop", "condition": "the deciding condition",
-                         "exit": f"the early `{where[2] if len(where) > 2 else 'return'}`"}[role]
+                label = {
+                    "loop": "the loop",
+                    "condition": "the deciding condition",
+                    "exit": f"the early `{where[2] if len(where) > 2 else 'return'}`",
+                }[role]
                 related.append(Rel(where[0], where[1], label, role))
     related += [Rel(p, ln, m, "chain") for p, ln, m in primary.chain]
     premise_id = S.premise_id(kind, loc.what) if srcs else None
@@ -78,11 +86,15 @@ def _finding(rels: list[Relation]) -> Finding:
     if primary.rule == "HC104":
         message = f"{head} decides {primary.what} ({_rel(primary.path, primary.line)}), which {primary.how}"
     else:
-        message = (f"{head} decides whether {'a collective call runs' if n == 1 else f'{n} collective calls run'}: "
-                   f"{primary.what} ({_rel(primary.path, primary.line)}) {primary.how}")
+        message = (
+            f"{head} decides whether {'a collective call runs' if n == 1 else f'{n} collective calls run'}: "
+            f"{primary.what} ({_rel(primary.path, primary.line)}) {primary.how}"
+        )
     if n > 1:
         message += f"; and {n - 1} more (related)"
     if premise:
-        message += (f". Premise: {premise}; if that cannot happen here, accept it with "
-                    f"`uniform = [\"{premise_id}\"]` in [tool.hctool.lint]")
+        message += (
+            f". Premise: {premise}; if that cannot happen here, accept it with "
+            f'`uniform = ["{premise_id}"]` in [tool.hctool.lint]'
+        )
     return Finding(path, line, col, primary.rule, message, related, line, S.severity(kind), fn, premise, n)

@@ -21,8 +21,23 @@ from hctool.lint.project import ModuleSummary, Project
 from hctool.lint.rootcause import fold
 from hctool.lint.source import read_source
 
-SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache",
-                       ".ruff_cache", ".pytest_cache", "node_modules", ".eggs"})
+SKIP_DIRS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        "__pycache__",
+        ".venv",
+        "venv",
+        ".tox",
+        ".nox",
+        ".mypy_cache",
+        ".ruff_cache",
+        ".pytest_cache",
+        "node_modules",
+        ".eggs",
+    }
+)
 PARALLEL_MIN_FILES = 64  # below this, worker start-up costs more than it saves
 
 
@@ -59,8 +74,9 @@ def _excluded(p: Path, cfg: LintConfig, cwd: Path) -> bool:
     if not cfg.exclude:
         return False
     candidates = {_display(p, cwd), _display(p, cfg.root), p.name}
-    return any(fnmatch.fnmatch(c, pat) or fnmatch.fnmatch(c, pat.rstrip("/") + "/*")
-               for c in candidates for pat in cfg.exclude)
+    return any(
+        fnmatch.fnmatch(c, pat) or fnmatch.fnmatch(c, pat.rstrip("/") + "/*") for c in candidates for pat in cfg.exclude
+    )
 
 
 def discover(paths: list[Path], cfg: LintConfig, cwd: Path) -> dict[Path, Path | None]:
@@ -74,8 +90,9 @@ def discover(paths: list[Path], cfg: LintConfig, cwd: Path) -> dict[Path, Path |
             found[p] = None  # named explicitly: linted even if it does not end in .py (read_source refuses a FIFO)
             continue
         for dirpath, dirnames, filenames in os.walk(p):
-            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS
-                                 and not _excluded(Path(dirpath, d), cfg, cwd))
+            dirnames[:] = sorted(
+                d for d in dirnames if d not in SKIP_DIRS and not _excluded(Path(dirpath, d), cfg, cwd)
+            )
             for name in filenames:
                 if name.endswith(".py"):
                     f = Path(dirpath, name)
@@ -138,6 +155,7 @@ def _pass2(job: tuple):
 
 def _map(fn, jobs: list, workers: int, bar=None) -> list:
     """fn over jobs in order; `bar` (hctool.progress) advances once a file."""
+
     def counted(results):
         out = []
         for res in results:
@@ -145,6 +163,7 @@ def _map(fn, jobs: list, workers: int, bar=None) -> list:
             if bar is not None:
                 bar.update(advance=1)
         return out
+
     if workers <= 1 or len(jobs) < PARALLEL_MIN_FILES or "fork" not in multiprocessing.get_all_start_methods():
         return counted(fn(j) for j in jobs)
     with multiprocessing.get_context("fork").Pool(workers, initializer=_worker_signals) as pool:
@@ -160,8 +179,14 @@ def _worker_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it closes the pool
 
 
-def lint(paths: list[Path], cfg: LintConfig, jobs: int | None = None, cwd: Path | None = None,
-         progress=None, cache_dir: Path | None = None) -> Report:
+def lint(
+    paths: list[Path],
+    cfg: LintConfig,
+    jobs: int | None = None,
+    cwd: Path | None = None,
+    progress=None,
+    cache_dir: Path | None = None,
+) -> Report:
     """Lint PATHS. With CACHE_DIR, reuse and store per-file results there (cache.py)."""
     # The analysis builds millions of small objects and few cycles: the cyclic collector would spend
     # half the run scanning them (measured on SGLang's srt). Reference counting frees the rest.
@@ -179,8 +204,9 @@ def _lint(paths: list[Path], cfg: LintConfig, jobs: int | None, cwd: Path | None
         return _lint_files(paths, cfg, jobs, cwd, progress, cache_dir, bar)
 
 
-def _lint_files(paths: list[Path], cfg: LintConfig, jobs: int | None, cwd: Path | None, progress, cache_dir,
-                bar) -> Report:
+def _lint_files(
+    paths: list[Path], cfg: LintConfig, jobs: int | None, cwd: Path | None, progress, cache_dir, bar
+) -> Report:
     cwd = (cwd or Path.cwd()).resolve()
     started = time.perf_counter()
     files = discover(paths, cfg, cwd)
@@ -193,7 +219,11 @@ def _lint_files(paths: list[Path], cfg: LintConfig, jobs: int | None, cwd: Path 
         run_name = "run-" + digest(analysis, sorted(cfg.select), [(j[1], j[2], d) for j, d in zip(job_list, digests)])
         hit = cache.get(run_name)
         if isinstance(hit, Report):  # nothing changed since a run that gave this report
-            hit.root, hit.seconds, hit.analyzed = find_root(cwd), time.perf_counter() - started, {"pass1": 0, "pass2": 0}
+            hit.root, hit.seconds, hit.analyzed = (
+                find_root(cwd),
+                time.perf_counter() - started,
+                {"pass1": 0, "pass2": 0},
+            )
             return hit
     _STATE.update(cfg=cfg, cache=cache, analysis=analysis)
     summaries: list = [None] * len(job_list)
@@ -216,13 +246,19 @@ def _lint_files(paths: list[Path], cfg: LintConfig, jobs: int | None, cwd: Path 
     for i in wanted if cache is not None else ():
         sm = summaries[i]
         hit = cache.get(_pass2_name(analysis, cfg, sm))
-        if isinstance(hit, FileResult) and hit.walked == walked(project, [f.key for f in sm.funcs]) \
-                and hit.program == project.program_has_collectives(sm.modname) and still_valid(project, hit.answers):
+        if (
+            isinstance(hit, FileResult)
+            and hit.walked == walked(project, [f.key for f in sm.funcs])
+            and hit.program == project.program_has_collectives(sm.modname)
+            and still_valid(project, hit.answers)
+        ):
             results[i] = hit  # what the file asked of the project is answered the same way: reuse
     todo = [i for i in wanted if i not in results]
     if progress:
-        progress(f"pass 2: checking {len(todo)} of {len(wanted)} files with collectives "
-                 f"({len(project.coll)} collective sites)")
+        progress(
+            f"pass 2: checking {len(todo)} of {len(wanted)} files with collectives "
+            f"({len(project.coll)} collective sites)"
+        )
     bar.update(completed=0, total=len(todo), text="pass 2: files with collectives checked")
     for i, (_path, result) in zip(todo, _map(_pass2, [job_list[i] for i in todo], workers, bar)):
         results[i] = result

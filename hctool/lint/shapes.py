@@ -74,7 +74,9 @@ class Collective:
     latch: str | None = None  # pass 1: the `self.F is None` latch it sits under (latches.py)
     sent: frozenset = frozenset()  # order and deadline sources among its arguments (what ranks contribute)
     dims: frozenset = frozenset()  # parallel dimensions of the group its arguments name (names.dims)
-    followed: frozenset = frozenset()  # its argument names, when processes run its callee on command (checks._forwarded)
+    followed: frozenset = (
+        frozenset()
+    )  # its argument names, when processes run its callee on command (checks._forwarded)
 
 
 @dataclass
@@ -129,8 +131,10 @@ def _mode_exit(fn) -> tuple | None:
     for s in fn.body:
         if isinstance(s, ast.If) and isinstance(s.test, ast.Name) and s.body and isinstance(s.body[-1], ast.Return):
             name = s.test.id
-            if any(isinstance(n, ast.Call) and (N.dotted(n.func) or "").rsplit(".", 1)[-1] in N.COLLECTIVE_NAMES
-                   for n in ast.walk(s)):
+            if any(
+                isinstance(n, ast.Call) and (N.dotted(n.func) or "").rsplit(".", 1)[-1] in N.COLLECTIVE_NAMES
+                for n in ast.walk(s)
+            ):
                 return None
             if name in params:
                 return (name, params.index(name) - offset)
@@ -160,8 +164,9 @@ def _role_branch(frame: Frame, seqs: list) -> bool:
 def _same_ops(a: list, b: list) -> bool:
     """Arms are equivalent when they issue the same collectives (by op family, and by group
     where both name one): fused vs plain all-reduce, or root vs non-root of one broadcast."""
-    return len(a) == len(b) and all(x.op == y.op and (not x.group or not y.group or x.group == y.group)
-                                    for x, y in zip(a, b))
+    return len(a) == len(b) and all(
+        x.op == y.op and (not x.group or not y.group or x.group == y.group) for x, y in zip(a, b)
+    )
 
 
 def _carried(node) -> frozenset:
@@ -203,9 +208,14 @@ _DEQUEUE = frozenset({"get", "get_nowait", "popleft", "pop"})
 
 def _not_empty(test) -> str | None:
     """The queue Q of a `not Q.empty()` test."""
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Call) \
-            and isinstance(test.operand.func, ast.Attribute) and test.operand.func.attr == "empty" \
-            and not test.operand.args:
+    if (
+        isinstance(test, ast.UnaryOp)
+        and isinstance(test.op, ast.Not)
+        and isinstance(test.operand, ast.Call)
+        and isinstance(test.operand.func, ast.Attribute)
+        and test.operand.func.attr == "empty"
+        and not test.operand.args
+    ):
         return N.dotted(test.operand.func.value)
     return None
 

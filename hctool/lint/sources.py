@@ -26,23 +26,40 @@ SEVERITY = {"pool": "medium"}  # every other kind: high, a rank id too (it diffe
 LEVELS = ("low", "medium", "high")
 
 # Method names whose result is a rank-local observation, by kind.
-METHODS = {"available_size": "pool", "query": "poll", "is_completed": "poll", "done": "poll", "is_set": "poll",
-           "qsize": "rank"}
+METHODS = {
+    "available_size": "pool",
+    "query": "poll",
+    "is_completed": "poll",
+    "done": "poll",
+    "is_set": "poll",
+    "qsize": "rank",
+}
 SELF_METHODS_EXCLUDED = frozenset({"done", "is_set"})  # `self.done()` is a project method, not a poll
 # An I/O call whose failure a handler swallows leaves this rank in another state than its peers.
-IO_CALL = re.compile(r"^_*(attach|connect|open|mount|download|upload|fetch|read|register_storage)|^urlopen$|"
-                     r"^batch_(get|set|exists)")
-BROAD_EXCEPTIONS = frozenset({"Exception", "BaseException", "OSError", "IOError", "ConnectionError",
-                              "RuntimeError", "TimeoutError", "EnvironmentError"})
+IO_CALL = re.compile(
+    r"^_*(attach|connect|open|mount|download|upload|fetch|read|register_storage)|^urlopen$|"
+    r"^batch_(get|set|exists)"
+)
+BROAD_EXCEPTIONS = frozenset(
+    {
+        "Exception",
+        "BaseException",
+        "OSError",
+        "IOError",
+        "ConnectionError",
+        "RuntimeError",
+        "TimeoutError",
+        "EnvironmentError",
+    }
+)
 
 # Premises: id -> (what must hold for the source to differ between ranks). `uniform = ["<id>"]` accepts it away.
 PREMISES = {
     "kv-free-count": "the KV free count differs between ranks when frees lag (device pages freed as copies "
-                     "complete on each rank)",
+    "complete on each rank)",
     "host-free-count": "the host pool's free count differs between ranks (write-backs and prefetches "
-                       "finish on each rank at its own time)",
-    "pool-free-count": "this pool's free count differs between ranks (allocations or frees that complete "
-                       "per rank)",
+    "finish on each rank at its own time)",
+    "pool-free-count": "this pool's free count differs between ranks (allocations or frees that complete per rank)",
 }
 
 
@@ -94,8 +111,9 @@ def is_deadline_compare(node: ast.Compare, operand_kinds: list) -> bool:
 
 def is_none_test(node: ast.Compare) -> bool:
     """`x is None` / `x is not None`: whether a value is set, not which value (launch mode)."""
-    return all(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops) and \
-        all(isinstance(c, ast.Constant) and c.value is None for c in node.comparators)
+    return all(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops) and all(
+        isinstance(c, ast.Constant) and c.value is None for c in node.comparators
+    )
 
 
 def is_membership(node: ast.Compare) -> bool:
@@ -116,9 +134,23 @@ def io_call(body: list) -> tuple[str, int] | None:
 
 # Exceptions that only I/O raises: a handler or `suppress()` of these alone says any call in its body
 # is expected to fail on some rank (a shared-memory create, a socket), not only calls named like I/O.
-OS_ERRORS = frozenset({"OSError", "IOError", "EnvironmentError", "FileNotFoundError", "FileExistsError",
-                       "PermissionError", "ConnectionError", "ConnectionRefusedError", "ConnectionResetError",
-                       "BrokenPipeError", "TimeoutError", "BlockingIOError", "InterruptedError"})
+OS_ERRORS = frozenset(
+    {
+        "OSError",
+        "IOError",
+        "EnvironmentError",
+        "FileNotFoundError",
+        "FileExistsError",
+        "PermissionError",
+        "ConnectionError",
+        "ConnectionRefusedError",
+        "ConnectionResetError",
+        "BrokenPipeError",
+        "TimeoutError",
+        "BlockingIOError",
+        "InterruptedError",
+    }
+)
 
 
 def exception_names(node) -> list[str]:
@@ -148,8 +180,7 @@ def suppress_types(node: ast.expr, imports: dict) -> list[str] | None:
 def swallows(handler: ast.ExceptHandler) -> bool:
     """A handler that catches broad failures and carries on (no raise): the rank goes on in another state."""
     types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-    if handler.type is not None and not any((N.dotted(t) or "").rsplit(".", 1)[-1] in BROAD_EXCEPTIONS
-                                            for t in types):
+    if handler.type is not None and not any((N.dotted(t) or "").rsplit(".", 1)[-1] in BROAD_EXCEPTIONS for t in types):
         return False
     return not any(isinstance(n, ast.Raise) for s in handler.body for n in ast.walk(s))
 
@@ -178,6 +209,24 @@ def spawn_target(node: ast.Call) -> ast.expr | None:
 
 
 # Calls that change the container they are called on: a thread that calls them writes that field.
-MUTATORS = frozenset({"append", "appendleft", "extend", "extendleft", "insert", "add", "update", "pop",
-                      "popleft", "popitem", "remove", "discard", "clear", "put", "put_nowait", "setdefault",
-                      "__setitem__"})
+MUTATORS = frozenset(
+    {
+        "append",
+        "appendleft",
+        "extend",
+        "extendleft",
+        "insert",
+        "add",
+        "update",
+        "pop",
+        "popleft",
+        "popitem",
+        "remove",
+        "discard",
+        "clear",
+        "put",
+        "put_nowait",
+        "setdefault",
+        "__setitem__",
+    }
+)

@@ -83,8 +83,9 @@ class TaintSolver:
             direct[node] = srcs
         # Rank ids never flow out of a function result (see Walker.s_return); rank-local
         # state does. Solve the two separately; a node keeps its most severe source.
-        local = self._spread(direct, dependents, lambda s: not s.kind.startswith("id"),
-                             lambda n, s: s.kind != "thread" or n[0] != "init")
+        local = self._spread(
+            direct, dependents, lambda s: not s.kind.startswith("id"), lambda n, s: s.kind != "thread" or n[0] != "init"
+        )
         ids = self._spread(direct, dependents, lambda s: s.kind.startswith("id"), lambda n, s: n[0] == "attr")
         for node in set(local) | set(ids):
             if node[0] == "init":
@@ -108,8 +109,11 @@ class TaintSolver:
                 # Function results count; fields do not, except for what a thread wrote: that stays
                 # near the object it was written to (a status read back through one getter and one field).
                 hops = src.hops + (dep[0] == "fn" or src.kind == "thread")
-                if dep not in rep and accepts(dep, src) and hops <= (N.MAX_THREAD_HOPS if src.kind == "thread"
-                                                                     else N.MAX_HOPS):
+                if (
+                    dep not in rep
+                    and accepts(dep, src)
+                    and hops <= (N.MAX_THREAD_HOPS if src.kind == "thread" else N.MAX_HOPS)
+                ):
                     rep[dep] = replace(src, hops=hops)
                     queue.append(dep)
         return rep

@@ -19,8 +19,25 @@ from hctool.lint import sources as S
 from hctool.lint.exprs import Expressions
 from hctool.lint.observe import Observations, _intern
 from hctool.lint.shapes import (  # noqa: F401  (re-exported for project.py, checks.py, analysis.py)
-    EMPTY, Src, CallAtom, AttrAtom, ParamAtom, FnAtom, Frame, Collective, Exit, ModuleInfo,
-    _matches, _implicit, _truthy_args, _mode_exit, _size_guard, _role_branch, _same_ops, _drained_queue, _not_empty,
+    EMPTY,
+    AttrAtom,
+    CallAtom,
+    Collective,
+    Exit,
+    FnAtom,
+    Frame,
+    ModuleInfo,
+    ParamAtom,
+    Src,
+    _drained_queue,
+    _implicit,
+    _matches,
+    _mode_exit,
+    _not_empty,
+    _role_branch,
+    _same_ops,
+    _size_guard,
+    _truthy_args,
 )
 
 
@@ -105,8 +122,12 @@ class Walker(Expressions, Observations):
                 self.types[target.id] = specs
             else:
                 self.types.pop(target.id, None)
-        elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
-                and target.value.id == "self" and self.facts is None:
+        elif (
+            isinstance(target, ast.Attribute)
+            and isinstance(target.value, ast.Name)
+            and target.value.id == "self"
+            and self.facts is None
+        ):
             # A field assigned something of unknown type is "open": its constructed classes are not all known.
             specs = specs or R.OPEN
             self.field_types[target.attr] = self.field_types.get(target.attr, EMPTY) | specs
@@ -156,8 +177,9 @@ class Walker(Expressions, Observations):
             self._bind_type(target, specs, value)
 
     def s_annassign(self, s) -> None:
-        self._bind_type(s.target, self._annotation(s.annotation) | (self.type_of(s.value) if s.value else EMPTY),
-                        s.value)
+        self._bind_type(
+            s.target, self._annotation(s.annotation) | (self.type_of(s.value) if s.value else EMPTY), s.value
+        )
         if s.value is not None:
             self.bind(s.target, self.expr(s.value) | self.ctl)
 
@@ -220,7 +242,9 @@ class Walker(Expressions, Observations):
         self.env = merged
 
     def s_if(self, s) -> None:
-        latch = L.unset_field(s.test, self.mod.latch_props.get(self.cls, {})) if self.facts is None and self.cls else None
+        latch = (
+            L.unset_field(s.test, self.mod.latch_props.get(self.cls, {})) if self.facts is None and self.cls else None
+        )
         if latch is None:
             self._arms(Frame("if", s.lineno, self.expr(s.test), node=s), [s.body, s.orelse], s.test)
             return
@@ -305,8 +329,11 @@ class Walker(Expressions, Observations):
         # The exception is: a handler that swallows the failure of an I/O call (a storage attach that
         # fails on one rank) runs on that rank only, and what it returns or sets differs from its peers;
         # and the collectives of the try body after that call are skipped by that rank alone.
-        modes = [S.swallow_scope(S.exception_names(h.type) if h.type is not None else ["BaseException"])
-                 for h in s.handlers if S.swallows(h)]
+        modes = [
+            S.swallow_scope(S.exception_names(h.type) if h.type is not None else ["BaseException"])
+            for h in s.handlers
+            if S.swallows(h)
+        ]
         mode = "any" if modes and all(m == "any" for m in modes) else "io" if any(modes) else None
         first = next((h for h in s.handlers if S.swallows(h)), None)
         self._swallowed(s.body, mode, f"`except` at line {first.lineno}" if first else "", s.lineno)
@@ -373,6 +400,7 @@ class Walker(Expressions, Observations):
 class Swallow:
     """A try body or `suppress()` block whose failures a rank survives; FAILED: the first call in it
     that can fail (a Src), after which its collectives run only on the ranks where that call worked."""
+
     mode: str  # "any" call can fail (I/O errors only are swallowed) or only "io"-named calls
     construct: str
     line: int
@@ -393,16 +421,29 @@ def _control(taint: frozenset) -> frozenset:
 
 
 _STMT = {
-    ast.Assign: Walker.s_assign, ast.AnnAssign: Walker.s_annassign, ast.AugAssign: Walker.s_augassign,
-    ast.Expr: Walker.s_expr, ast.Return: Walker.s_return, ast.Raise: Walker.s_raise,
-    ast.Assert: Walker.s_assert, ast.Break: Walker.s_break, ast.Continue: Walker.s_continue,
-    ast.If: Walker.s_if, ast.For: Walker.s_for, ast.AsyncFor: Walker.s_for, ast.While: Walker.s_while,
-    ast.Try: Walker.s_try, ast.With: Walker.s_with, ast.AsyncWith: Walker.s_with,
-    ast.Pass: lambda w, s: None, ast.Import: lambda w, s: None, ast.ImportFrom: lambda w, s: None,
-    ast.Global: lambda w, s: None, ast.Nonlocal: lambda w, s: None,
+    ast.Assign: Walker.s_assign,
+    ast.AnnAssign: Walker.s_annassign,
+    ast.AugAssign: Walker.s_augassign,
+    ast.Expr: Walker.s_expr,
+    ast.Return: Walker.s_return,
+    ast.Raise: Walker.s_raise,
+    ast.Assert: Walker.s_assert,
+    ast.Break: Walker.s_break,
+    ast.Continue: Walker.s_continue,
+    ast.If: Walker.s_if,
+    ast.For: Walker.s_for,
+    ast.AsyncFor: Walker.s_for,
+    ast.While: Walker.s_while,
+    ast.Try: Walker.s_try,
+    ast.With: Walker.s_with,
+    ast.AsyncWith: Walker.s_with,
+    ast.Pass: lambda w, s: None,
+    ast.Import: lambda w, s: None,
+    ast.ImportFrom: lambda w, s: None,
+    ast.Global: lambda w, s: None,
+    ast.Nonlocal: lambda w, s: None,
 }
 if hasattr(ast, "TryStar"):
     _STMT[ast.TryStar] = Walker.s_try
 if hasattr(ast, "Match"):
     _STMT[ast.Match] = Walker.s_match
-

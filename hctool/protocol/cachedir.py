@@ -32,8 +32,9 @@ def _mine(st: os.stat_result) -> bool:
 def unsafe(path: Path, top: bool = False) -> str | None:
     """Why the folder `path` must not be used (None: it may). top: the cache root, which may be
     a link the user made and group-writable."""
-    return _unsafe(path, stat.S_ISDIR, "a folder", follow=top,
-                   others=stat.S_IWOTH if top else stat.S_IWGRP | stat.S_IWOTH)
+    return _unsafe(
+        path, stat.S_ISDIR, "a folder", follow=top, others=stat.S_IWOTH if top else stat.S_IWGRP | stat.S_IWOTH
+    )
 
 
 def unsafe_entry(path: Path) -> str | None:

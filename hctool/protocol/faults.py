@@ -65,18 +65,57 @@ CONTROLLER = {
 }
 FAULT_KINDS = {**IN_RANK, **CONTROLLER}
 ENGINE_ONLY = set(ENGINE) | {"request-burst", "request-cancel"}  # need hctool's engine as the target
-NEEDS_MS = {"h2d-sleep", "d2h-sleep", "free-delay", "storage-latency", "storage-timeout", "clock-skew",
-            "clock-jump", "rank-pause", "request-cancel", "kv-send-delay", "bootstrap-delay", "clock-jitter",
-            "host-pool-shrink", "storage-miss", "thread-slow", "collective-delay", "io-delay", "cuda-sleep", "delay"}
+NEEDS_MS = {
+    "h2d-sleep",
+    "d2h-sleep",
+    "free-delay",
+    "storage-latency",
+    "storage-timeout",
+    "clock-skew",
+    "clock-jump",
+    "rank-pause",
+    "request-cancel",
+    "kv-send-delay",
+    "bootstrap-delay",
+    "clock-jitter",
+    "host-pool-shrink",
+    "storage-miss",
+    "thread-slow",
+    "collective-delay",
+    "io-delay",
+    "cuda-sleep",
+    "delay",
+}
 BY_PAGES = {"host-pool-shrink", "storage-miss"}  # magnitude written pages=N; held in ms
 NEEDS_N = {"request-burst", "request-cancel"}
-PER_RANK = set(IN_RANK) | {"rank-pause", "rank-kill"}   # kinds a target applies to
+PER_RANK = set(IN_RANK) | {"rank-pause", "rank-kill"}  # kinds a target applies to
 # The string keys each kind takes, and the ones it needs.
-TEXT_KEYS = {"delay": ("fn", "when"), "raise": ("fn", "exc"), "cuda-sleep": ("fn", "op", "group"),
-             "collective-delay": ("op", "group"), "io-delay": ("path",), "thread-slow": ("thread",)}
+TEXT_KEYS = {
+    "delay": ("fn", "when"),
+    "raise": ("fn", "exc"),
+    "cuda-sleep": ("fn", "op", "group"),
+    "collective-delay": ("op", "group"),
+    "io-delay": ("path",),
+    "thread-slow": ("thread",),
+}
 NEEDS_TEXT = {"delay": ("fn",), "raise": ("fn", "exc"), "io-delay": ("path",)}
-_KEYS = ("rank", "target", "ms", "p", "start_s", "duration_s", "n", "role", "fn", "when", "exc", "op", "group",
-         "path", "thread")
+_KEYS = (
+    "rank",
+    "target",
+    "ms",
+    "p",
+    "start_s",
+    "duration_s",
+    "n",
+    "role",
+    "fn",
+    "when",
+    "exc",
+    "op",
+    "group",
+    "path",
+    "thread",
+)
 ROLES = ("prefill", "decode")
 TEXT_FIELDS = ("fn", "when", "exc", "op", "group", "path", "thread")
 _FN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -86,20 +125,20 @@ _FN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 class Fault:
     kind: str
     ms: float = 0.0
-    rank: int | None = None          # None: see target
-    target: str = "all"              # all | one | rank:K  (rank=K sets target rank:K)
+    rank: int | None = None  # None: see target
+    target: str = "all"  # all | one | rank:K  (rank=K sets target rank:K)
     p: float = 1.0
     start_s: float = 0.0
     duration_s: float | None = None  # None: until the schedule's heal
     n: int = 0
-    role: str | None = None          # PD: only this side's ranks (None: every side)
-    fn: str | None = None            # pkg.mod:Qual.name (by-name kinds)
-    when: str | None = None          # delay: entry (default) or exit
-    exc: str | None = None           # raise: a builtin exception name or pkg.mod:Name
-    op: str | None = None            # collective-delay / cuda-sleep: only this collective
-    group: str | None = None         # ... only the group of this creation index (0: the default group)
-    path: str | None = None          # io-delay: a glob over absolute paths
-    thread: str | None = None        # thread-slow: a glob over thread names
+    role: str | None = None  # PD: only this side's ranks (None: every side)
+    fn: str | None = None  # pkg.mod:Qual.name (by-name kinds)
+    when: str | None = None  # delay: entry (default) or exit
+    exc: str | None = None  # raise: a builtin exception name or pkg.mod:Name
+    op: str | None = None  # collective-delay / cuda-sleep: only this collective
+    group: str | None = None  # ... only the group of this creation index (0: the default group)
+    path: str | None = None  # io-delay: a glob over absolute paths
+    thread: str | None = None  # thread-slow: a glob over thread names
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
@@ -111,11 +150,15 @@ class Fault:
         elif self.target not in ("all", "one"):
             raise ValueError(f"fault {self.kind}: target must be all, one or rank:K, got {self.target!r}")
         for key in ("ms", "p", "start_s", "duration_s"):  # NaN and infinity pass every comparison below;
-            value = getattr(self, key)                   # ms=1e300 overflowed time.sleep in the rank
+            value = getattr(self, key)  # ms=1e300 overflowed time.sleep in the rank
             if value is not None and not (value == value and abs(value) != float("inf")):
                 raise ValueError(f"fault {self.kind}: {key} must be a finite number, got {value!r}")
             if value is not None and not (key == "p" or value < 0):  # a negative value has its own message below
-                bounded(f"fault {key}", value, f"fault {self.kind}: {'pages' if key == 'ms' and self.kind in BY_PAGES else key}")
+                bounded(
+                    f"fault {key}",
+                    value,
+                    f"fault {self.kind}: {'pages' if key == 'ms' and self.kind in BY_PAGES else key}",
+                )
         if self.ms < 0 or (self.rank is not None and self.rank < 0) or self.n < 0 or self.start_s < 0:
             raise ValueError(f"fault {self.kind}: rank, ms, n and start_s must not be negative")
         if not 0.0 <= self.p <= 1.0:
@@ -127,8 +170,10 @@ class Fault:
         for key in TEXT_FIELDS:  # HCTOOL_FAULTS joins specs with ';': one inside a value split the fault in two
             value = getattr(self, key)
             if value is not None and (not isinstance(value, str) or ";" in value or "," in value):
-                raise ValueError(f"fault {self.kind}: {key} must be text without ';' or ',' (they separate faults "
-                                 f"and keys), got {value!r}")
+                raise ValueError(
+                    f"fault {self.kind}: {key} must be text without ';' or ',' (they separate faults "
+                    f"and keys), got {value!r}"
+                )
         allowed = TEXT_KEYS.get(self.kind, ())
         for key in ("fn", "when", "exc", "op", "group", "path", "thread"):
             if getattr(self, key) is not None and key not in allowed:
@@ -141,8 +186,9 @@ class Fault:
         if self.when not in (None, "entry", "exit"):
             raise ValueError(f"fault {self.kind}: when must be entry or exit, got {self.when!r}")
         if self.exc is not None and not (_builtin_exception(self.exc) or _FN.match(self.exc)):
-            raise ValueError(f"fault {self.kind}: exc must name an exception (TimeoutError, OSError, "
-                             f"pkg.mod:Name), got {self.exc!r}")
+            raise ValueError(
+                f"fault {self.kind}: exc must name an exception (TimeoutError, OSError, pkg.mod:Name), got {self.exc!r}"
+            )
         if self.group is not None and not self.group.isdigit():
             raise ValueError(f"fault {self.kind}: group must be a creation index (0: the default group)")
 
@@ -150,8 +196,11 @@ class Fault:
         """The text form; defaults are left out, so old specs print as they were written."""
         parts = [] if self.role is None else [f"role={self.role}"]
         parts += [] if self.target == "all" else [f"rank={self.rank}" if self.rank is not None else "target=one"]
-        parts += [f"{k}={getattr(self, k)}" for k in ("fn", "when", "exc", "op", "group", "path", "thread")
-                  if getattr(self, k) is not None]
+        parts += [
+            f"{k}={getattr(self, k)}"
+            for k in ("fn", "when", "exc", "op", "group", "path", "thread")
+            if getattr(self, k) is not None
+        ]
         if self.ms or self.kind in NEEDS_MS:
             parts.append(f"{'pages' if self.kind in BY_PAGES else 'ms'}={self.ms:g}")
         for key, default in (("p", 1.0), ("start_s", 0.0), ("duration_s", None), ("n", 0)):
@@ -171,8 +220,10 @@ class Fault:
         if unknown or "kind" not in d:
             raise ValueError(f"bad fault {d!r}: needs kind; known keys: {', '.join(_KEYS)}")
         unit = "pages" if d["kind"] in BY_PAGES else "ms"
-        return parse_fault(f"{d['kind']}:" + ",".join(f"{unit if k == 'ms' else k}={v}" for k, v in d.items()
-                                                     if k != "kind" and v is not None))
+        return parse_fault(
+            f"{d['kind']}:"
+            + ",".join(f"{unit if k == 'ms' else k}={v}" for k, v in d.items() if k != "kind" and v is not None)
+        )
 
     def applies_to(self, rank: int, role: str | None = None) -> bool:
         return (self.rank is None or self.rank == rank) and (self.role is None or self.role == role)

@@ -16,21 +16,39 @@ import math
 DAY = 86_400.0
 LIMITS: dict[str, tuple[float, float]] = {
     # command-line options: counts of things
-    "--tp": (1, 4096), "--prefill-tp": (1, 4096), "--decode-tp": (1, 4096), "--nproc": (1, 4096),
-    "--jobs": (1, 1024), "--runs": (1, 10_000), "--rounds": (1, 10_000), "--replays": (0, 10_000),
-    "--max-schedules": (1, 1 << 20), "--max-calls-per-rank": (1, 1 << 31), "--starve-ticks": (1, 1 << 30),
-    "--seed": (0, 2**63 - 1), "--port": (0, 65_535),
+    "--tp": (1, 4096),
+    "--prefill-tp": (1, 4096),
+    "--decode-tp": (1, 4096),
+    "--nproc": (1, 4096),
+    "--jobs": (1, 1024),
+    "--runs": (1, 10_000),
+    "--rounds": (1, 10_000),
+    "--replays": (0, 10_000),
+    "--max-schedules": (1, 1 << 20),
+    "--max-calls-per-rank": (1, 1 << 31),
+    "--starve-ticks": (1, 1 << 30),
+    "--seed": (0, 2**63 - 1),
+    "--port": (0, 65_535),
     # command-line options: seconds
-    "--timeout": (0.1, 7 * DAY), "--startup-timeout": (0.1, 7 * DAY), "--hang-after": (0.1, DAY),
-    "--budget": (1, 30 * DAY), "--shrink-budget": (0, 30 * DAY), "--horizon": (1, DAY),
+    "--timeout": (0.1, 7 * DAY),
+    "--startup-timeout": (0.1, 7 * DAY),
+    "--hang-after": (0.1, DAY),
+    "--budget": (1, 30 * DAY),
+    "--shrink-budget": (0, 30 * DAY),
+    "--horizon": (1, DAY),
     # pytest plugin (--hctool-timeout / ini hctool_timeout, seconds per multi-rank test)
-    "--hctool-timeout": (0.1, 7 * DAY), "--hctool-hang-after": (0.1, DAY),
+    "--hctool-timeout": (0.1, 7 * DAY),
+    "--hctool-hang-after": (0.1, DAY),
     # fault fields: a magnitude is slept or added to a clock (ms; pages=N is held here too)
-    "fault ms": (0, DAY * 1000), "fault p": (0, 1), "fault start_s": (0, 30 * DAY), "fault duration_s": (0, 30 * DAY),
+    "fault ms": (0, DAY * 1000),
+    "fault p": (0, 1),
+    "fault start_s": (0, 30 * DAY),
+    "fault duration_s": (0, 30 * DAY),
     # chaos schedule file
     "heal_s": (0, 30 * DAY),
     # [tool.hctool.gate.timeouts] and the chaos step's budget, seconds
-    "gate timeout": (0.1, 7 * DAY), "gate chaos budget": (1, 30 * DAY),
+    "gate timeout": (0.1, 7 * DAY),
+    "gate chaos budget": (1, 30 * DAY),
 }
 
 

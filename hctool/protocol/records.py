@@ -25,13 +25,13 @@ from typing import TypedDict
 FORMAT_VERSION = 2
 # kind, state, flags, op, group, site, desc, thread, reduce op, root/peer, seq, t entered, t done, pad
 CALL = struct.Struct("<BBHIIIIIIiqdd8x")
-RECORD_SIZE = CALL.size               # 64 bytes
-T_DONE_OFFSET = 48                    # where "t done" sits inside a record
+RECORD_SIZE = CALL.size  # 64 bytes
+T_DONE_OFFSET = 48  # where "t done" sits inside a record
 DONE = struct.Struct("<d")
-SEGMENT = 1 << 20                     # the ring file grows by this much (16384 records)
+SEGMENT = 1 << 20  # the ring file grows by this much (16384 records)
 PER_SEGMENT = SEGMENT // RECORD_SIZE
 
-KIND_EMPTY, KIND_CALL, KIND_VOID = 0, 1, 2          # byte 0, written last: a record is whole once it is non-zero
+KIND_EMPTY, KIND_CALL, KIND_VOID = 0, 1, 2  # byte 0, written last: a record is whole once it is non-zero
 STATE_ENTERED, STATE_COMPLETED, STATE_FAILED = 1, 2, 3  # byte 1, rewritten in place on completion
 FLAG_ASYNC = 1
 NO_ROOT = -1
@@ -48,7 +48,7 @@ def bounded_label(label: str) -> str:
     import hashlib
 
     digest = hashlib.blake2b(label.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
-    return f"{label[:MAX_LABEL - 48]}... ({len(label)} chars, blake2b {digest})"
+    return f"{label[: MAX_LABEL - 48]}... ({len(label)} chars, blake2b {digest})"
 
 
 # Side-table interned kinds ({"i": kind, "id": n, "v": value}); id 0 means "none".
@@ -58,6 +58,7 @@ INTERNED = ("op", "site", "desc", "th", "ro")
 @dataclass(frozen=True)
 class CallRecord:
     """One decoded ring record (ids still to be resolved through the side table)."""
+
     slot: int
     state: int
     flags: int
@@ -79,34 +80,38 @@ class CallRecord:
 
 @dataclass(frozen=True)
 class Site:
-    site: str | None        # "file.py:LINE" of the first frame outside torch and hctool
+    site: str | None  # "file.py:LINE" of the first frame outside torch and hctool
     fn: str | None
     stack: tuple[str, ...]  # "path:LINE function", innermost first
 
 
 # What the aligner compares: one collective call (or labelled value, or one peer
 # operation of a batch_isend_irecv) of one rank. Functional form: "async" is a keyword.
-Event = TypedDict("Event", {
-    "rank": int,
-    "g": str,                  # group key "<creation index>:[ranks]", or "labels"
-    "op": str,
-    "sh": list,                # shapes of what this rank contributes
-    "dt": list,                # dtypes
-    "ro": "str | None",        # reduce op
-    "root": "int | None",
-    "dir": str,                # p2p only: "send" | "recv"
-    "peer": "int | None",      # p2p only
-    "label": "str | None",
-    "digest": "str | None",
-    "value": "str | None",
-    "site": "str | None",      # "file.py:LINE"
-    "fn": "str | None",
-    "stack": list,             # "path:LINE function", innermost first
-    "th": "str | None",
-    "t": float,                # monotonic clock, entered
-    "w": float,                # wall clock, entered
-    "t_done": "float | None",
-    "state": str,              # "blocked" | "completed" | "failed"
-    "err": str,
-    "async": bool,
-}, total=False)
+Event = TypedDict(
+    "Event",
+    {
+        "rank": int,
+        "g": str,  # group key "<creation index>:[ranks]", or "labels"
+        "op": str,
+        "sh": list,  # shapes of what this rank contributes
+        "dt": list,  # dtypes
+        "ro": "str | None",  # reduce op
+        "root": "int | None",
+        "dir": str,  # p2p only: "send" | "recv"
+        "peer": "int | None",  # p2p only
+        "label": "str | None",
+        "digest": "str | None",
+        "value": "str | None",
+        "site": "str | None",  # "file.py:LINE"
+        "fn": "str | None",
+        "stack": list,  # "path:LINE function", innermost first
+        "th": "str | None",
+        "t": float,  # monotonic clock, entered
+        "w": float,  # wall clock, entered
+        "t_done": "float | None",
+        "state": str,  # "blocked" | "completed" | "failed"
+        "err": str,
+        "async": bool,
+    },
+    total=False,
+)

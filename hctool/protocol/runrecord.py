@@ -12,9 +12,9 @@ from hctool.protocol.safefile import read_regular, write_atomic
 
 NAME = "hctool-run.json"
 MAX_BYTES = 1 << 20
-STACK_BYTES = 16 << 10       # of one rank's stacks kept in the record
-MAX_STACK_RANKS = 48         # ranks whose stacks the record keeps (within MAX_BYTES)
-LOCK_NAME = "hctool.lock"    # the claim of a run on its folder (hctool/runlock.py writes it)
+STACK_BYTES = 16 << 10  # of one rank's stacks kept in the record
+MAX_STACK_RANKS = 48  # ranks whose stacks the record keeps (within MAX_BYTES)
+LOCK_NAME = "hctool.lock"  # the claim of a run on its folder (hctool/runlock.py writes it)
 MAX_LOCK_BYTES = 4096
 
 
@@ -36,10 +36,10 @@ class RunRecordError(ValueError):
 @dataclass
 class RunRecord:
     command: list[str]
-    exit_codes: dict[int, int | None]       # rank -> exit code (None: killed by hctool at the end)
-    command_exit_code: int | None = None     # a wrapper command's own code (torchrun), if it ended by itself
+    exit_codes: dict[int, int | None]  # rank -> exit code (None: killed by hctool at the end)
+    command_exit_code: int | None = None  # a wrapper command's own code (torchrun), if it ended by itself
     faults: list[dict] = field(default_factory=list)  # per fault: spec and how often it fired per rank
-    ended_at: float | None = None            # monotonic time hctool began ending ranks still running
+    ended_at: float | None = None  # monotonic time hctool began ending ranks still running
     stacks: dict[str, str] = field(default_factory=dict)  # rank -> its stacks when hctool ended the job
 
     def __post_init__(self) -> None:
@@ -77,8 +77,9 @@ class RunRecord:
             if not (ended_at is None or isinstance(ended_at, (int, float))):
                 raise ValueError("bad ended_at")
             stacks = data.get("stacks") or {}
-            if not isinstance(stacks, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                       for k, v in stacks.items()):
+            if not isinstance(stacks, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in stacks.items()
+            ):
                 raise ValueError("bad stacks")
         except (ValueError, TypeError, AttributeError) as exc:
             raise RunRecordError(f"{path}: not a run record ({exc})") from None

@@ -58,7 +58,7 @@ def write_atomic(path, data: bytes, mode: int = 0o644) -> None:
             os.fchmod(fd, mode)
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
         os.replace(tmp, path)

@@ -26,12 +26,24 @@ MARKER = "world_size"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("hctool", "hctool multi-rank tests (@pytest.mark.world_size(n))")
-    group.addoption("--hctool-backend", choices=("gloo", "nccl"), default=None,
-                    help="torch.distributed backend of multi-rank tests (default gloo; nccl needs one GPU per rank).")
-    group.addoption("--hctool-timeout", type=str, default=None,
-                    help="Seconds a multi-rank test may take before it fails with every rank's stack (default 120).")
-    group.addoption("--hctool-hang-after", type=str, default=None,
-                    help="Seconds a collective may wait for a peer that is elsewhere before the test fails as hung (default 10).")
+    group.addoption(
+        "--hctool-backend",
+        choices=("gloo", "nccl"),
+        default=None,
+        help="torch.distributed backend of multi-rank tests (default gloo; nccl needs one GPU per rank).",
+    )
+    group.addoption(
+        "--hctool-timeout",
+        type=str,
+        default=None,
+        help="Seconds a multi-rank test may take before it fails with every rank's stack (default 120).",
+    )
+    group.addoption(
+        "--hctool-hang-after",
+        type=str,
+        default=None,
+        help="Seconds a collective may wait for a peer that is elsewhere before the test fails as hung (default 10).",
+    )
     # Internal: set by the controller on the pytest it starts in each rank process.
     group.addoption("--hctool-worker", default=None, help=argparse_suppress())
     parser.addini("hctool_backend", "torch.distributed backend of multi-rank tests", default="gloo")
@@ -47,8 +59,10 @@ def argparse_suppress() -> str:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", f"{MARKER}(n, timeout=None, hang_after=None): run the test on n torch.distributed ranks "
-        "(fixtures rank, world_size, group) with hctool's collective recorder")
+        "markers",
+        f"{MARKER}(n, timeout=None, hang_after=None): run the test on n torch.distributed ranks "
+        "(fixtures rank, world_size, group) with hctool's collective recorder",
+    )
     from hctool.pytest_plugin.options import settings
 
     settings(config)  # a bad --hctool-timeout is refused here, before any test runs
@@ -75,6 +89,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function):
 
 
 # Fixtures: real values inside a rank; None in the controller, where the body never runs.
+
 
 def _in_rank(request: pytest.FixtureRequest) -> bool:
     if request.node.get_closest_marker(MARKER) is None:

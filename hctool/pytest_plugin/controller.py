@@ -39,10 +39,31 @@ def _rank_command(item: pytest.Function, trace_dir: str, backend: str, timeout: 
     # An absolute id: the rank's pytest finds the file (and its conftests) from any cwd.
     path, _, rest = item.nodeid.partition("::")
     node = f"{(config.rootpath / path).resolve()}::{rest}" if rest else str((config.rootpath / path).resolve())
-    cmd = ["-m", "pytest", node, "-p", "hctool.pytest_plugin", "--hctool-worker", trace_dir,
-           "--hctool-backend", backend, "--hctool-timeout", str(timeout), "--hctool-hang-after", str(hang_after),
-           "--rootdir", str(config.rootpath), "-o", "addopts=", "-p", "no:cacheprovider", "-s", "-q",
-           "--no-header", "-rN"]
+    cmd = [
+        "-m",
+        "pytest",
+        node,
+        "-p",
+        "hctool.pytest_plugin",
+        "--hctool-worker",
+        trace_dir,
+        "--hctool-backend",
+        backend,
+        "--hctool-timeout",
+        str(timeout),
+        "--hctool-hang-after",
+        str(hang_after),
+        "--rootdir",
+        str(config.rootpath),
+        "-o",
+        "addopts=",
+        "-p",
+        "no:cacheprovider",
+        "-s",
+        "-q",
+        "--no-header",
+        "-rN",
+    ]
     if config.inipath is not None:
         cmd += ["-c", str(config.inipath)]
     return cmd + _forwarded(config.invocation_params.args)
@@ -84,8 +105,15 @@ def run_on_ranks(item: pytest.Function, marker) -> None:
     if backend == "nccl" and _gpus(n) < n:
         pytest.skip(f"--hctool-backend nccl needs {n} GPU(s), found {_gpus(n)}")
     trace_dir = tempfile.mkdtemp(prefix="hctool-ranks-")
-    opts = RunOptions(command=_rank_command(item, trace_dir, backend, timeout, hang_after), nproc=n,
-                      timeout=timeout, hang_after=hang_after, abort=True, trace_dir=Path(trace_dir), script_mode=True)
+    opts = RunOptions(
+        command=_rank_command(item, trace_dir, backend, timeout, hang_after),
+        nproc=n,
+        timeout=timeout,
+        hang_after=hang_after,
+        abort=True,
+        trace_dir=Path(trace_dir),
+        script_mode=True,
+    )
     report, latency = run_job(opts)
     codes = RunRecord.read(Path(trace_dir)).exit_codes
     outcome = _outcome(report, read_outcomes(trace_dir), codes, trace_dir, n, timeout)
@@ -100,8 +128,14 @@ def run_on_ranks(item: pytest.Function, marker) -> None:
     pytest.fail(f"{message}\n(rank logs and traces kept in {trace_dir})", pytrace=False)
 
 
-def _outcome(report: Report, outcomes: dict[int, list[dict]], codes: dict[int, int | None], trace_dir: str,
-             n: int, timeout: float) -> Outcome:
+def _outcome(
+    report: Report,
+    outcomes: dict[int, list[dict]],
+    codes: dict[int, int | None],
+    trace_dir: str,
+    n: int,
+    timeout: float,
+) -> Outcome:
     """What the ranks did, as this test's outcome."""
     failed = sorted((e for es in outcomes.values() for e in es if e["outcome"] == "failed"), key=lambda e: e["t"])
     verdict = report.verdict.value
@@ -110,22 +144,30 @@ def _outcome(report: Report, outcomes: dict[int, list[dict]], codes: dict[int, i
         if len(skipped) == n:
             return Outcome("skipped", skipped[min(skipped)].get("reason") or "skipped on every rank")
         if skipped:
-            return Outcome("failed", f"rank(s) {sorted(skipped)} skipped the test while the others ran it "
-                                     "(a rank-local skip condition)")
+            return Outcome(
+                "failed",
+                f"rank(s) {sorted(skipped)} skipped the test while the others ran it (a rank-local skip condition)",
+            )
         return Outcome("passed")
     parts: list[str] = []
     if failed:
         first = failed[0]
         others = sorted({e["rank"] for e in failed[1:]} - {first["rank"]})
-        parts.append(f"rank {first['rank']} of {n} failed in {first['when']}" +
-                     (f" (then rank(s) {', '.join(map(str, others))} failed too)" if others else "") + ":")
+        parts.append(
+            f"rank {first['rank']} of {n} failed in {first['when']}"
+            + (f" (then rank(s) {', '.join(map(str, others))} failed too)" if others else "")
+            + ":"
+        )
         parts.append(first["longrepr"])
     for r, c in sorted(codes.items()):
         if c not in (0, None) and not outcomes.get(r):
-            parts.append(f"rank {r} died ({_describe(c)}) before reporting; last lines of its log:\n"
-                         + _tail(Path(trace_dir) / f"rank{r}.log"))
+            parts.append(
+                f"rank {r} died ({_describe(c)}) before reporting; last lines of its log:\n"
+                + _tail(Path(trace_dir) / f"rank{r}.log")
+            )
     if failed and verdict != "consistent":  # the traceback is the news; the collectives give context
         from hctool.consensus.report import counts_line
+
         cause = f"\n{report.first_divergence.cause_line()}" if report.first_divergence else ""
         parts.append(f"collectives at that point ({verdict}):{cause}\n" + _sites(report) + "\n" + counts_line(report))
     elif verdict != "consistent" or not parts:
@@ -165,17 +207,18 @@ def _sites(report: Report) -> str:
     first = report.first_divergence
     if not first:
         return ""
-    return "\n".join(f"  rank {r}: {e.op or '-'} @ {e.site or '-'} ({e.function or '-'}) [{e.state}]"
-                     for r, e in first.ranks.items())
+    return "\n".join(
+        f"  rank {r}: {e.op or '-'} @ {e.site or '-'} ({e.function or '-'}) [{e.state}]" for r, e in first.ranks.items()
+    )
 
 
 def _render(report: Report) -> str:
+    # A stack without a Python frame (a rank already leaving) only adds noise.
+    from dataclasses import replace
+
     from rich.console import Console
 
     from hctool.consensus.report import render
-
-    # A stack without a Python frame (a rank already leaving) only adds noise.
-    from dataclasses import replace
 
     stacks = {r: t for r, t in report.stacks.items() if _FRAME.search(t)}
     buf = io.StringIO()

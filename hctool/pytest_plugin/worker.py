@@ -63,8 +63,13 @@ class RankWorker:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.failed = self.failed or report.failed
-        entry = {"rank": self.rank, "when": report.when, "outcome": report.outcome, "t": time.time(),
-                 "duration": report.duration}
+        entry = {
+            "rank": self.rank,
+            "when": report.when,
+            "outcome": report.outcome,
+            "t": time.time(),
+            "duration": report.duration,
+        }
         if report.failed:
             entry["longrepr"] = str(report.longrepr)
         elif report.skipped and isinstance(report.longrepr, tuple):

@@ -1,8 +1,8 @@
 """The HTML report of a run folder (`hctool report`), and the hook the runners call.
 
-  write_run_report(run_dir, document) -> Path | None   at the end of repro, chaos and
-      check-consensus run: writes RUN_DIR/report.html, names it on stderr, never raises
-  build_html(run_dir, document=None) -> str           one self-contained page
+write_run_report(run_dir, document) -> Path | None   at the end of repro, chaos and
+    check-consensus run: writes RUN_DIR/report.html, names it on stderr, never raises
+build_html(run_dir, document=None) -> str           one self-contained page
 """
 
 from __future__ import annotations

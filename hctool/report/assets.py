@@ -5,12 +5,17 @@ CSS = """
 * { box-sizing: border-box; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--ink); margin: 0;
        background: #f6f7f9; }
-header, section { background: #fff; margin: 12px 16px; padding: 12px 18px; border: 1px solid var(--line); border-radius: 6px; }
-h1 { font-size: 20px; margin: 0 0 6px; } h2 { font-size: 17px; margin: 4px 0 8px; } h3 { font-size: 14px; margin: 14px 0 6px; }
+header, section { background: #fff; margin: 12px 16px; padding: 12px 18px;
+  border: 1px solid var(--line); border-radius: 6px; }
+h1 { font-size: 20px; margin: 0 0 6px; }
+h2 { font-size: 17px; margin: 4px 0 8px; }
+h3 { font-size: 14px; margin: 14px 0 6px; }
 .sub, .dim { color: var(--dim); font-size: 12px; }
 .verdict { display: inline-block; padding: 2px 10px; border-radius: 4px; font-weight: 700; letter-spacing: .04em;
            text-transform: uppercase; color: #fff; background: var(--dim); }
-.verdict.bad { background: var(--red); } .verdict.warn { background: var(--amber); } .verdict.good { background: var(--green); }
+.verdict.bad { background: var(--red); }
+.verdict.warn { background: var(--amber); }
+.verdict.good { background: var(--green); }
 .headline { font-size: 15px; margin: 8px 0 0; }
 table { border-collapse: collapse; margin: 4px 0; }
 th, td { border: 1px solid var(--line); padding: 3px 7px; text-align: left; vertical-align: top; }
@@ -27,7 +32,8 @@ pre { background: #f3f5f7; padding: 8px; overflow: auto; max-height: 420px; marg
 .lanes td.none { color: var(--dim); background: #fafafa; }
 .lanes th.at { background: #f9d6d2; }
 .cell-op { font-weight: 600; } .cell-site { display: block; color: var(--dim); font-family: ui-monospace, monospace; }
-svg.timeline { background: #fff; border: 1px solid var(--line); display: block; margin: 6px 0; max-width: 100%; height: auto; }
+svg.timeline { background: #fff; border: 1px solid var(--line); display: block; margin: 6px 0;
+  max-width: 100%; height: auto; }
 svg text { font: 11px system-ui, sans-serif; fill: var(--ink); }
 svg text.rank { font-weight: 700; } svg text.row { fill: var(--dim); }
 svg text.tick { fill: var(--dim); font-size: 10px; } svg line.tick { stroke: #eceff2; }
@@ -40,7 +46,8 @@ svg path.mark { fill: var(--amber); }
 svg text.marklabel { font-size: 10px; fill: #78281f; pointer-events: none; }
 svg text.more { font-size: 10px; fill: #fff; font-weight: 600; }
 svg line.pair { stroke: #9aa5b1; stroke-width: 1; } svg line.pair.bad { stroke: var(--red); stroke-width: 1.5; }
-svg g.divmark line { stroke: var(--red); stroke-width: 2; } svg g.divmark text { fill: var(--red); font-weight: 700; font-size: 10px; }
+svg g.divmark line { stroke: var(--red); stroke-width: 2; }
+svg g.divmark text { fill: var(--red); font-weight: 700; font-size: 10px; }
 #detail { position: fixed; right: 16px; bottom: 16px; max-width: 460px; background: #1b1f24; color: #fff;
           padding: 8px 12px; border-radius: 6px; white-space: pre-wrap; font: 12px ui-monospace, monospace;
           display: none; box-shadow: 0 2px 10px rgba(0,0,0,.3); }

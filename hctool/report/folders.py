@@ -34,17 +34,18 @@ class FolderError(ValueError):
 @dataclass
 class TracedRun:
     """One run with traces: what the report and the export draw."""
+
     name: str
-    run_dir: Path                 # its folder (run records, commands.txt, chaos/)
+    run_dir: Path  # its folder (run records, commands.txt, chaos/)
     trace_dir: Path
-    doc: dict = field(default_factory=dict)   # the runner's document for it (variant report, run record)
+    doc: dict = field(default_factory=dict)  # the runner's document for it (variant report, run record)
 
 
 @dataclass
 class Folder:
     kind: str
     path: Path
-    doc: dict | None = None       # the runner's document for the whole folder
+    doc: dict | None = None  # the runner's document for the whole folder
 
 
 def read_doc(path: Path) -> dict | None:
@@ -69,15 +70,45 @@ def read_doc(path: Path) -> dict | None:
 _NUM = (int, float)
 _STRS = ("strs",)
 _SHAPES: dict[str, dict[str, tuple]] = {
-    "doc": {"verdict": (str,), "name": (str,), "reason": (str,), "id": (str,), "title": (str,), "target": (str,),
-            "history": (str,), "first_divergence": (dict,), "stacks": (dict,), "schedule": _STRS,
-            "invariants": _STRS, "artifacts": (str,), "variants": ("variant",), "runs": ("run",),
-            "anomalies": ("anomaly",), "incidents": ("doc",)},
-    "variant": {"name": (str,), "expected": _STRS, "verdict": (str,), "ok": (bool,), "seconds": _NUM,
-                "artifacts": (str,), "reason": (str,), "first_divergence": (dict,), "stacks": (dict,),
-                "requests": (dict,)},
-    "run": {"name": (str,), "schedule": _STRS, "verdict": (str,), "invariants": _STRS, "blind": _STRS,
-            "seconds": _NUM, "artifacts": (str,)},
+    "doc": {
+        "verdict": (str,),
+        "name": (str,),
+        "reason": (str,),
+        "id": (str,),
+        "title": (str,),
+        "target": (str,),
+        "history": (str,),
+        "first_divergence": (dict,),
+        "stacks": (dict,),
+        "schedule": _STRS,
+        "invariants": _STRS,
+        "artifacts": (str,),
+        "variants": ("variant",),
+        "runs": ("run",),
+        "anomalies": ("anomaly",),
+        "incidents": ("doc",),
+    },
+    "variant": {
+        "name": (str,),
+        "expected": _STRS,
+        "verdict": (str,),
+        "ok": (bool,),
+        "seconds": _NUM,
+        "artifacts": (str,),
+        "reason": (str,),
+        "first_divergence": (dict,),
+        "stacks": (dict,),
+        "requests": (dict,),
+    },
+    "run": {
+        "name": (str,),
+        "schedule": _STRS,
+        "verdict": (str,),
+        "invariants": _STRS,
+        "blind": _STRS,
+        "seconds": _NUM,
+        "artifacts": (str,),
+    },
     "anomaly": {"invariant": (str,), "schedule": (list,), "shrunk": (list,), "replay": (str,), "reproduced": (str,)},
 }
 
@@ -98,8 +129,13 @@ def check_shape(doc: dict, where: str, kind: str = "doc") -> dict:
         else:
             ok = isinstance(value, types) and not (bool not in types and isinstance(value, bool))
         if not ok:
-            want = "a list of strings" if types == _STRS else "a list of objects" if isinstance(types[0], str) \
+            want = (
+                "a list of strings"
+                if types == _STRS
+                else "a list of objects"
+                if isinstance(types[0], str)
                 else " or ".join(t.__name__ for t in types)
+            )
             raise FolderError(f"{where}: {key} must be {want}, got {type(value).__name__}")
     return doc
 
@@ -147,8 +183,11 @@ def traced_runs(folder: Folder) -> list[TracedRun]:
     """Every run of the folder that has traces, in the runner's order."""
     f, out = folder, []
     if f.kind in ("consensus", "flight-recorder"):
-        return [TracedRun("check-consensus run" if f.kind == "consensus" else "Flight Recorder dumps", f.path, f.path,
-                          f.doc or {})]
+        return [
+            TracedRun(
+                "check-consensus run" if f.kind == "consensus" else "Flight Recorder dumps", f.path, f.path, f.doc or {}
+            )
+        ]
     if f.kind == "run":
         return [TracedRun((f.doc or {}).get("name") or f.path.name, f.path, f.path / "traces", f.doc or {})]
     if f.kind == "repro":
@@ -165,8 +204,10 @@ def traced_runs(folder: Folder) -> list[TracedRun]:
         for inc in f.doc["incidents"]:
             sub = artifacts_dir(f.path, inc.get("artifacts")) if isinstance(inc, dict) else None
             if sub is not None:
-                out += [TracedRun(f"{inc.get('id')} {t.name}", t.run_dir, t.trace_dir, t.doc)
-                        for t in traced_runs(Folder("repro", sub, inc))]
+                out += [
+                    TracedRun(f"{inc.get('id')} {t.name}", t.run_dir, t.trace_dir, t.doc)
+                    for t in traced_runs(Folder("repro", sub, inc))
+                ]
     return out
 
 
@@ -199,10 +240,14 @@ def analysis(run: TracedRun):
         record = RunRecord.read(run.run_dir)
     except RunRecordError as exc:
         raise FolderError(str(exc)) from None
-    codes, command_exit, ended_at, stacks = (None, None, None, None) if record is None else \
-        (record.exit_codes, record.command_exit_code, record.ended_at, record.stacks or None)
-    report = analyze_dir(run.trace_dir, exit_codes=codes, command_exit=command_exit, ended_at=ended_at,
-                         stacks=stacks)  # as analyze
+    codes, command_exit, ended_at, stacks = (
+        (None, None, None, None)
+        if record is None
+        else (record.exit_codes, record.command_exit_code, record.ended_at, record.stacks or None)
+    )
+    report = analyze_dir(
+        run.trace_dir, exit_codes=codes, command_exit=command_exit, ended_at=ended_at, stacks=stacks
+    )  # as analyze
     return with_runner_doc(report, run.doc)
 
 

@@ -3,14 +3,14 @@ number, its timeline (the whole run, then around the divergence), counts, stacks
 
 from __future__ import annotations
 
+from hctool.consensus.marks import Mark
 from hctool.consensus.model import Divergence, Report
 from hctool.consensus.pattern import hard_signature
-from hctool.consensus.marks import Mark
 from hctool.consensus.timeline import Call, Timeline
 from hctool.report.svg import esc, timeline_svg
 
-LANE_BEFORE, LANE_AFTER = 5, 3      # sequence numbers shown around the divergent one
-ZOOM_CALLS = 30                     # calls per rank before the divergence in the zoomed timeline
+LANE_BEFORE, LANE_AFTER = 5, 3  # sequence numbers shown around the divergent one
+ZOOM_CALLS = 30  # calls per rank before the divergence in the zoomed timeline
 BAD = {"diverged", "deadlocked", "crashed", "hung", "invalid"}
 WARN = {"unknown", "incomplete", "no_collectives", "no_process_group"}
 
@@ -30,18 +30,22 @@ def headline(report: Report) -> str:
 
 
 def divergence_table(first: Divergence) -> str:
-    rows = ['<table class="divergence"><tr><th>rank</th><th>role</th><th>state</th><th>call</th><th>site</th>'
-            '<th>function</th><th>callers</th><th>where it stopped</th></tr>']
+    rows = [
+        '<table class="divergence"><tr><th>rank</th><th>role</th><th>state</th><th>call</th><th>site</th>'
+        "<th>function</th><th>callers</th><th>where it stopped</th></tr>"
+    ]
     for rank, e in sorted(first.ranks.items()):
         culprit = rank in first.culprit_ranks
         call = "-" if e.state == "absent" else e.describe()
         callers = " ← ".join(s.rsplit(" ", 1)[-1] for s in e.stack[:4])
         site = e.site or (f"last: {e.last_seen}" if e.last_seen else "-")
         sym = first.symptom.get(rank)
-        rows.append(f'<tr class="{"culprit" if culprit else "peer"}" data-rank="{rank}"><td class="rank">{rank}</td>'
-                    f'<td>{"culprit" if culprit else "peer"}</td><td>{esc(e.state)}</td><td>{esc(call)}</td>'
-                    f'<td class="site">{esc(site)}</td><td>{esc(e.function or "-")}</td>'
-                    f'<td class="site">{esc(callers or "-")}</td><td class="site">{esc(sym.words() if sym else "-")}</td></tr>')
+        rows.append(
+            f'<tr class="{"culprit" if culprit else "peer"}" data-rank="{rank}"><td class="rank">{rank}</td>'
+            f"<td>{'culprit' if culprit else 'peer'}</td><td>{esc(e.state)}</td><td>{esc(call)}</td>"
+            f'<td class="site">{esc(site)}</td><td>{esc(e.function or "-")}</td>'
+            f'<td class="site">{esc(callers or "-")}</td><td class="site">{esc(sym.words() if sym else "-")}</td></tr>'
+        )
     rows.append("</table>")
     return "\n".join(rows)
 
@@ -81,7 +85,10 @@ def lanes_table(tl: Timeline, first: Divergence | None) -> str:
     centre = at if at is not None else top
     seqs = list(range(max(0, centre - LANE_BEFORE), min(top, centre + LANE_AFTER) + 1))
     head = "".join(f'<th class="{"at" if s == at else ""}">seq {s}</th>' for s in seqs)
-    rows = [f'<div class="lanes"><table class="seq-lanes" data-group="{esc(channel)}"><tr><th>group {esc(channel)}</th>{head}</tr>']
+    rows = [
+        f'<div class="lanes"><table class="seq-lanes" data-group="{esc(channel)}"><tr><th>group '
+        f"{esc(channel)}</th>{head}</tr>"
+    ]
     ranks = sorted(per_rank) or tl.ranks
     culprits = set(first.culprit_ranks) if first else set()
     for r in ranks:
@@ -98,15 +105,25 @@ def lanes_table(tl: Timeline, first: Divergence | None) -> str:
             if c.ev.get("state") != "completed":
                 cls.append("open")
             ev = c.ev
-            cells.append(f'<td class="{" ".join(cls)}"><span class="cell-op">{esc(ev["op"])}</span> '
-                         f'{esc(ev.get("ro") or "")} {esc(ev.get("state") if ev.get("state") != "completed" else "")}'
-                         f'<span class="cell-site">{esc(ev.get("site") or "-")}</span>'
-                         f'<span class="cell-site">{esc(ev.get("fn") or "")}</span></td>')
-        rows.append(f'<tr class="{"culprit" if r in culprits else ""}" data-rank="{r}"><td class="rank">rank {r}</td>'
-                    f'{"".join(cells)}</tr>')
+            cells.append(
+                f'<td class="{" ".join(cls)}"><span class="cell-op">{esc(ev["op"])}</span> '
+                f"{esc(ev.get('ro') or '')} {esc(ev.get('state') if ev.get('state') != 'completed' else '')}"
+                f'<span class="cell-site">{esc(ev.get("site") or "-")}</span>'
+                f'<span class="cell-site">{esc(ev.get("fn") or "")}</span></td>'
+            )
+        rows.append(
+            f'<tr class="{"culprit" if r in culprits else ""}" data-rank="{r}"><td class="rank">rank {r}</td>'
+            f"{''.join(cells)}</tr>"
+        )
     rows.append("</table></div>")
-    note = "" if at is None else ('<p class="dim">Calls of one group pair by position: seq N on one rank met seq N on '
-                                  'the others. Red: not the same call as the other rank\'s.</p>')
+    note = (
+        ""
+        if at is None
+        else (
+            '<p class="dim">Calls of one group pair by position: seq N on one rank met seq N on '
+            "the others. Red: not the same call as the other rank's.</p>"
+        )
+    )
     return "\n".join(rows) + note
 
 
@@ -114,7 +131,7 @@ def _zoom_window(tl: Timeline, first: Divergence | None) -> tuple[float, float] 
     """The calls of the lanes table on the time axis: from LANE_BEFORE calls before the
     divergence in its group (or the last ZOOM_CALLS calls of each rank) to a little after it."""
     starts, ats = [], []
-    for r, cs in tl.calls.items():
+    for _r, cs in tl.calls.items():
         if first:
             mine = [c for c in cs if c.channel == first.group and first.seq - LANE_BEFORE <= c.seq <= first.seq]
         else:
@@ -137,13 +154,17 @@ def timelines(tl: Timeline, marks: list[Mark], first: Divergence | None, name: s
     origin = min(times)
     end = max([tl.end_wall or origin, *times])
     slug = "".join(ch if ch.isalnum() else "-" for ch in name)
-    out = [f"<h3>Timeline: the whole run ({end - origin:.1f} s)</h3>",
-           timeline_svg(tl, marks, origin, end, origin, divergence=first, css_id=f"timeline-{slug}")]
+    out = [
+        f"<h3>Timeline: the whole run ({end - origin:.1f} s)</h3>",
+        timeline_svg(tl, marks, origin, end, origin, divergence=first, css_id=f"timeline-{slug}"),
+    ]
     zoom = _zoom_window(tl, first)
     if zoom:
         what = "around the first divergence" if first else "the last calls"
-        out += [f"<h3>Timeline: {what} ({(zoom[1] - zoom[0]) * 1000:.0f} ms), lines join the calls that paired</h3>",
-                timeline_svg(tl, marks, zoom[0], zoom[1], origin, pairs=True, divergence=first, css_id=f"zoom-{slug}")]
+        out += [
+            f"<h3>Timeline: {what} ({(zoom[1] - zoom[0]) * 1000:.0f} ms), lines join the calls that paired</h3>",
+            timeline_svg(tl, marks, zoom[0], zoom[1], origin, pairs=True, divergence=first, css_id=f"zoom-{slug}"),
+        ]
     if tl.thinned:
         out.append(f'<p class="dim">Calls thinned to fit the page: {esc(tl.rule())}.</p>')
     out.append('<p class="dim">Hover a call for its details; click it to outline the calls it paired with.</p>')
@@ -156,8 +177,12 @@ def counts_table(report: Report) -> str:
     if not ops:
         return '<p class="dim">no counts</p>'
     head = "".join(f"<th>{esc(op)}</th>" for op in ops)
-    rows = "".join(f'<tr><td class="rank">rank {esc(r)}</td>' + "".join(f"<td>{c.get(op, 0)}</td>" for op in ops)
-                   + f"<td>{sum(c.values())}</td></tr>" for r, c in counts.items())
+    rows = "".join(
+        f'<tr><td class="rank">rank {esc(r)}</td>'
+        + "".join(f"<td>{c.get(op, 0)}</td>" for op in ops)
+        + f"<td>{sum(c.values())}</td></tr>"
+        for r, c in counts.items()
+    )
     return f'<table class="counts"><tr><th></th>{head}<th>total</th></tr>{rows}</table>'
 
 
@@ -171,20 +196,29 @@ def classes_block(report: Report) -> str:
     parts = []
     cc = report.count_classes()
     if 1 < len(cc) < len(report.counts) or len(report.counts) > MANY:  # as the text: only where ranks fold
-        rows = "".join(f'<tr class="{"odd" if i < len(cc) - 1 else ""}"><td class="rank">{esc(c.to_json()["ranks"])}</td>'
-                       f"<td>{len(c.ranks)}</td><td>{esc(c.words().split(': ', 1)[1])}</td></tr>"
-                       for i, c in enumerate(cc[:50]))
-        parts.append(f'<h3>Ranks by calls ({len(cc)} classes, odd first)</h3><table class="classes counts-classes">'
-                     f"<tr><th>ranks</th><th>how many</th><th>calls</th></tr>{rows}</table>")
+        rows = "".join(
+            f'<tr class="{"odd" if i < len(cc) - 1 else ""}"><td class="rank">{esc(c.to_json()["ranks"])}</td>'
+            f"<td>{len(c.ranks)}</td><td>{esc(c.words().split(': ', 1)[1])}</td></tr>"
+            for i, c in enumerate(cc[:50])
+        )
+        parts.append(
+            f'<h3>Ranks by calls ({len(cc)} classes, odd first)</h3><table class="classes counts-classes">'
+            f"<tr><th>ranks</th><th>how many</th><th>calls</th></tr>{rows}</table>"
+        )
     sc = report.stack_classes()
     if sc and (1 < len(sc) < len(report.stacks) or len(report.stacks) > MANY):
-        rows = "".join(f'<tr><td class="rank">{esc(c.to_json()["ranks"])}</td><td>{len(c.ranks)}</td>'
-                       f'<td class="site">{esc(" <- ".join(c.frames[:8]) or "(no frame)")}</td></tr>' for c in sc[:50])
+        rows = "".join(
+            f'<tr><td class="rank">{esc(c.to_json()["ranks"])}</td><td>{len(c.ranks)}</td>'
+            f'<td class="site">{esc(" <- ".join(c.frames[:8]) or "(no frame)")}</td></tr>'
+            for c in sc[:50]
+        )
         merged = "\n".join(tree_lines(tree(sc))[:60])
-        parts.append(f'<h3>Ranks by stack ({len(sc)} classes, odd first)</h3><table class="classes stack-classes">'
-                     f"<tr><th>ranks</th><th>how many</th><th>frames, innermost first</th></tr>{rows}</table>"
-                     f"<details><summary>merged tree (ranks per frame, outermost first)</summary><pre>{esc(merged)}</pre>"
-                     f"</details>")
+        parts.append(
+            f'<h3>Ranks by stack ({len(sc)} classes, odd first)</h3><table class="classes stack-classes">'
+            f"<tr><th>ranks</th><th>how many</th><th>frames, innermost first</th></tr>{rows}</table>"
+            f"<details><summary>merged tree (ranks per frame, outermost first)</summary><pre>{esc(merged)}</pre>"
+            f"</details>"
+        )
     return "\n".join(parts)
 
 
@@ -197,9 +231,11 @@ def stacks_block(report: Report) -> str:
         stacks = {r: t for r, t in stacks.items() if r in reps}
     culprits = set(report.first_divergence.culprit_ranks if report.first_divergence else [])
     key = lambda kv: (int(kv[0]) not in culprits, int(kv[0]) if str(kv[0]).isdigit() else 0)  # noqa: E731
-    return "\n".join(f'<details class="stack" data-rank="{esc(r)}" open><summary>rank {esc(r)}'
-                     f'{" (culprit)" if str(r).isdigit() and int(r) in culprits else ""}</summary><pre>{esc(text)}</pre></details>'
-                     for r, text in sorted(stacks.items(), key=key))
+    return "\n".join(
+        f'<details class="stack" data-rank="{esc(r)}" open><summary>rank {esc(r)}'
+        f"{' (culprit)' if str(r).isdigit() and int(r) in culprits else ''}</summary><pre>{esc(text)}</pre></details>"
+        for r, text in sorted(stacks.items(), key=key)
+    )
 
 
 def run_section(name: str, report: Report, tl: Timeline, marks: list[Mark], extra: str = "") -> str:
@@ -214,11 +250,16 @@ def run_section(name: str, report: Report, tl: Timeline, marks: list[Mark], extr
     parts.append(extra)
     if first:
         if first.deadlock:
-            parts.append(f'<p><b>Wait cycle across groups:</b> {esc(first.deadlock)}</p>')
+            parts.append(f"<p><b>Wait cycle across groups:</b> {esc(first.deadlock)}</p>")
         parts.append(divergence_table(first))
-    parts += ["<h3>Calls aligned by sequence number</h3>", lanes_table(tl, first),
-              timelines(tl, marks, first, name), classes_block(report),
-              *(("<h3>Calls per rank</h3>", counts_table(report)) if len(report.counts) <= MANY else ()),
-              "<h3>Stacks</h3>", stacks_block(report), "</section>"]
+    parts += [
+        "<h3>Calls aligned by sequence number</h3>",
+        lanes_table(tl, first),
+        timelines(tl, marks, first, name),
+        classes_block(report),
+        *(("<h3>Calls per rank</h3>", counts_table(report)) if len(report.counts) <= MANY else ()),
+        "<h3>Stacks</h3>",
+        stacks_block(report),
+        "</section>",
+    ]
     return "\n".join(parts)
-

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import psutil
-
 import requests
 
 from engine.lab import ServerArgs, Variants
@@ -44,9 +43,9 @@ class HarnessOptions:
     artifacts: Path
     tp: int | None = None
     runs: int = 1
-    timeout: float | None = None      # overrides the scenario's per-variant deadline
+    timeout: float | None = None  # overrides the scenario's per-variant deadline
     startup_timeout: float = 300.0
-    device: str = "cpu"               # cuda: the model and pools on GPUs (hctool repro --cuda)
+    device: str = "cpu"  # cuda: the model and pools on GPUs (hctool repro --cuda)
 
 
 class ReproHarness:
@@ -68,18 +67,28 @@ class ReproHarness:
         first = self.s.server_args(self.s.variants[0], self.tp, self.device_flags)
         if first.hicache_storage_backend and self.cold:
             self.storage_seed = self.root / "storage-seed"
-            args = self.s.server_args(self.s.variants[0], self.tp, (*self.device_flags, *self.s.setup_flags, "--hicache-storage-dir",
-                                                                    str(self.storage_seed)))
+            args = self.s.server_args(
+                self.s.variants[0],
+                self.tp,
+                (*self.device_flags, *self.s.setup_flags, "--hicache-storage-dir", str(self.storage_seed)),
+            )
             log(f"setup: writing {len(self.cold)} cold prefixes to storage ({self.storage_seed})")
             with Topology(args, self.root / "setup", inherit_probes=False) as topo:  # as the reference: plain
                 url = topo.start(self.opts.startup_timeout)
                 run_to_completion(url, [[c + [1] for c in self.cold]], 1, self.s.deadline)
                 requests.post(f"{url}/flush_cache", timeout=self.s.deadline).raise_for_status()  # waits for backups
                 topo.shutdown()
-        ref_args = dataclasses.replace(first, enable_hierarchical_cache=False, hicache_storage_backend=None,
-                                       disable_radix_cache=True, run_dir="", variants=Variants(), state_digest=False,
-                                       req_waiting_timeout=0.0,
-                                       max_total_tokens=max(first.max_total_tokens, 16384))
+        ref_args = dataclasses.replace(
+            first,
+            enable_hierarchical_cache=False,
+            hicache_storage_backend=None,
+            disable_radix_cache=True,
+            run_dir="",
+            variants=Variants(),
+            state_digest=False,
+            req_waiting_timeout=0.0,
+            max_total_tokens=max(first.max_total_tokens, 16384),
+        )
         log("reference: answering every prompt without any cache")
         # The reference is the plain engine: probes set in the environment (a test's breaking
         # probe, a user's own) shape the runs under test, not what they are compared with.
@@ -89,8 +98,9 @@ class ReproHarness:
             topo.shutdown()
 
     # -- one variant run -------------------------------------------------------------------
-    def run_variant(self, variant: Variant, index: int = 0, faults: list[str] | None = None, hooks=None,
-                    name: str | None = None) -> VariantReport:
+    def run_variant(
+        self, variant: Variant, index: int = 0, faults: list[str] | None = None, hooks=None, name: str | None = None
+    ) -> VariantReport:
         """One run. `faults` replaces the scenario's; `hooks` (chaos) is told when the
         workload starts (`started(topo, url, driver, t0)`), may act while it runs
         (`tick()`), sees the engine at quiesce before teardown (`quiesce(topo, url,
@@ -112,8 +122,15 @@ class ReproHarness:
         env = {"HCTOOL_TRACE_DIR": str(traces), **(hooks.env(vdir) if hooks else {})}
         probes = [*self.s.probes, *(hooks.probes if hooks else ())]
         if self.s.pd:  # the decode side is traced and watched (the prefill's traces sit beside)
-            topo = PDTopology(args, self.s.prefill_tp, self.tp, vdir, faults=faults, probes=probes, side_env={
-                "decode": env, "prefill": {"HCTOOL_TRACE_DIR": str(vdir / "traces-prefill")}})
+            topo = PDTopology(
+                args,
+                self.s.prefill_tp,
+                self.tp,
+                vdir,
+                faults=faults,
+                probes=probes,
+                side_env={"decode": env, "prefill": {"HCTOOL_TRACE_DIR": str(vdir / "traces-prefill")}},
+            )
         else:
             topo = Topology(args, vdir, faults=faults, probes=probes, extra_env=env)
         load_back: list[int] = []
@@ -121,8 +138,13 @@ class ReproHarness:
             url = topo.start(self.opts.startup_timeout)
             (vdir / "commands.txt").write_text(_commands(topo, args, self.s, faults))
             watcher = LiveWatcher(traces, self.tp, hang_after=self.s.hang_after)
-            driver = WorkloadDriver(url, self.rounds, self.s.workload.max_new_tokens, deadline_s,
-                                    on_round_end=lambda r: load_back.append(_load_back_tokens(url)))
+            driver = WorkloadDriver(
+                url,
+                self.rounds,
+                self.s.workload.max_new_tokens,
+                deadline_s,
+                on_round_end=lambda r: load_back.append(_load_back_tokens(url)),
+            )
             if hooks:
                 hooks.started(topo, url, driver, time.time())
             driver.start()
@@ -141,27 +163,48 @@ class ReproHarness:
                 codes = topo.rank_exit_codes()
         final = analyze_dir(traces, exit_codes=codes, stacks=stacks)
         differing = self._outputs_differing(driver)
-        obs = Observation(outcome, death, live, final, driver.sent, driver.succeeded, not differing,
-                          driver.aborted, differing)
+        obs = Observation(
+            outcome, death, live, final, driver.sent, driver.succeeded, not differing, driver.aborted, differing
+        )
         if hooks:
             hooks.finished(obs, driver, topo, codes)
         per_round = [b - a for a, b in zip([0, *load_back], load_back)]
         first = _first_divergence(outcome, live, final)
         state = find_state_divergence(vdir / "state")  # written by ranks run with --state-digest
         j = judge(obs, variant.expected, per_round, self.s.require_load_back, variant.mechanism, first, state)
-        report = VariantReport(variant.name, list(variant.expected), j.verdict, j.ok, round(time.monotonic() - t0, 2),
-                               per_round, driver.counts(), j.reason, j.mechanism, state, first,
-                               stacks or final.stacks or {}, str(vdir),
-                               # calls per rank per op, from the analysis of every trace after teardown
-                               counts=final.counts or (live.counts if live is not None else {}))
+        report = VariantReport(
+            variant.name,
+            list(variant.expected),
+            j.verdict,
+            j.ok,
+            round(time.monotonic() - t0, 2),
+            per_round,
+            driver.counts(),
+            j.reason,
+            j.mechanism,
+            state,
+            first,
+            stacks or final.stacks or {},
+            str(vdir),
+            # calls per rank per op, from the analysis of every trace after teardown
+            counts=final.counts or (live.counts if live is not None else {}),
+        )
         (vdir / "report.json").write_text(json.dumps(report.to_json(), indent=2))
         if stacks:
             (vdir / "stacks.txt").write_text("".join(f"== rank {r} ==\n{t}\n" for r, t in sorted(stacks.items())))
         log(f"{name}: {j.verdict} ({j.reason}) in {report.seconds} s")
         return report
 
-    def _watch(self, topo: Topology | PDTopology, watcher: LiveWatcher, driver: WorkloadDriver, started: float,
-               deadline_s: float, hooks=None, bar=None):
+    def _watch(
+        self,
+        topo: Topology | PDTopology,
+        watcher: LiveWatcher,
+        driver: WorkloadDriver,
+        started: float,
+        deadline_s: float,
+        hooks=None,
+        bar=None,
+    ):
         while True:
             time.sleep(POLL_S)
             if bar is not None:  # a terminal's progress line: requests answered of the workload's
@@ -233,7 +276,9 @@ def _alive(pid: int) -> bool:
 
 
 def _commands(topo: Topology, args: ServerArgs, s: Scenario, faults: list[str]) -> str:
-    lines = [f"# scenario {s.id}; faults: {', '.join(faults) or 'none'}; probes: {', '.join(s.probes) or 'none'}",
-             f"# engine args: {args.to_json()}"]
+    lines = [
+        f"# scenario {s.id}; faults: {', '.join(faults) or 'none'}; probes: {', '.join(s.probes) or 'none'}",
+        f"# engine args: {args.to_json()}",
+    ]
     lines += [f"{c.name}: pid {c.popen.pid}: {' '.join(c.popen.args)}" for c in topo.procs.children]
     return "\n".join(lines) + "\n"

@@ -44,7 +44,7 @@ class Mechanism:
         if bad:
             raise MechanismError(f"mechanism kind {bad[0]!r} is not one of {', '.join(KINDS)}")
         if self.output not in (None, "differs"):
-            raise MechanismError(f"mechanism output must be \"differs\", got {self.output!r}")
+            raise MechanismError(f'mechanism output must be "differs", got {self.output!r}')
         if any(r < 0 for r in self.culprit_ranks):
             raise MechanismError("mechanism culprit_ranks must not be negative")
 
@@ -64,12 +64,17 @@ def parse_mechanism(table) -> Mechanism | None:
     kind = table.get("kind", [])
     kind = [kind] if isinstance(kind, str) else kind
     ranks = table.get("culprit_ranks", [])
-    for key, value, ok in (("function", table.get("function"), lambda x: x is None or isinstance(x, str)),
-                           ("state_field", table.get("state_field"), lambda x: x is None or isinstance(x, str)),
-                           ("output", table.get("output"), lambda x: x is None or isinstance(x, str)),
-                           ("kind", kind, lambda x: isinstance(x, list) and all(isinstance(k, str) for k in x)),
-                           ("culprit_ranks", ranks, lambda x: isinstance(x, list) and all(
-                               isinstance(r, int) and not isinstance(r, bool) for r in x))):
+    for key, value, ok in (
+        ("function", table.get("function"), lambda x: x is None or isinstance(x, str)),
+        ("state_field", table.get("state_field"), lambda x: x is None or isinstance(x, str)),
+        ("output", table.get("output"), lambda x: x is None or isinstance(x, str)),
+        ("kind", kind, lambda x: isinstance(x, list) and all(isinstance(k, str) for k in x)),
+        (
+            "culprit_ranks",
+            ranks,
+            lambda x: isinstance(x, list) and all(isinstance(r, int) and not isinstance(r, bool) for r in x),
+        ),
+    ):
         if not ok(value):
             raise MechanismError(f"mechanism field {key!r} has the wrong type: {value!r}")
     return Mechanism(table.get("function"), tuple(kind), tuple(ranks), table.get("state_field"), table.get("output"))
@@ -81,8 +86,9 @@ def _frames(entry: Call) -> list[str]:
     return ([entry.function] if entry.function else []) + names
 
 
-def check_mechanism(mech: Mechanism, first_divergence: Divergence | None, state_divergence: dict | None,
-                    outputs_match: bool) -> tuple[bool, list[str]]:
+def check_mechanism(
+    mech: Mechanism, first_divergence: Divergence | None, state_divergence: dict | None, outputs_match: bool
+) -> tuple[bool, list[str]]:
     """(every declared key matched, evidence lines: what matched and what did not)."""
     fd, ok, evidence = first_divergence, True, []
     calls: list[tuple[int, Call]] = sorted(fd.ranks.items()) if fd is not None else []
@@ -92,12 +98,16 @@ def check_mechanism(mech: Mechanism, first_divergence: Divergence | None, state_
         hits = [(r, c) for r, c in calls if mech.function in _frames(c)]
         if hits:
             r, e = hits[0]
-            evidence.append(f"function: rank {r} was in {mech.function} at the first divergent collective "
-                            f"({e.op} {e.reduce_op or ''} seq {fd.seq})".replace("  ", " "))
+            evidence.append(
+                f"function: rank {r} was in {mech.function} at the first divergent collective "
+                f"({e.op} {e.reduce_op or ''} seq {fd.seq})".replace("  ", " ")
+            )
         else:
             ok = False
-            evidence.append(f"function: NOT seen: no rank had {mech.function} on its stack at the first divergent "
-                            f"collective" + ("" if fd else " (no divergent collective was found)"))
+            evidence.append(
+                f"function: NOT seen: no rank had {mech.function} on its stack at the first divergent "
+                f"collective" + ("" if fd else " (no divergent collective was found)")
+            )
     if mech.kind:
         seen = fd.kind.value if fd is not None else None
         ok &= seen in mech.kind
@@ -117,6 +127,9 @@ def check_mechanism(mech: Mechanism, first_divergence: Divergence | None, state_
             evidence.append(f"state: NOT seen: first differing field {field or 'none'} (wanted {mech.state_field})")
     if mech.output:
         ok &= not outputs_match
-        evidence.append("output: an answer differs from the no-cache reference" if not outputs_match
-                        else "output: NOT seen: every answer equals the reference")
+        evidence.append(
+            "output: an answer differs from the no-cache reference"
+            if not outputs_match
+            else "output: NOT seen: every answer equals the reference"
+        )
     return ok, evidence

@@ -34,7 +34,7 @@ class Workload:
     requests_per_round: int = 8
     rounds: int = 1
     max_new_tokens: int = 8
-    cold_every: int = 2   # every n-th request of a round uses a cold prefix (0: none)
+    cold_every: int = 2  # every n-th request of a round uses a cold prefix (0: none)
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,8 @@ class Variant:
     flags: tuple[str, ...]
     expected: tuple[str, ...]
     description: str = ""
-    mechanism: Mechanism | None = None   # what a buggy variant must show (hctool/repro/mechanism.py)
-    measured: dict | None = None         # last measured rate: {runs, as_expected, date, note}
+    mechanism: Mechanism | None = None  # what a buggy variant must show (hctool/repro/mechanism.py)
+    measured: dict | None = None  # last measured rate: {runs, as_expected, date, note}
 
 
 @dataclass(frozen=True)
@@ -55,16 +55,16 @@ class Scenario:
     upstream: dict
     tp: int
     engine_flags: tuple[str, ...]
-    setup_flags: tuple[str, ...]     # engine flags of the setup (storage-filling) run
+    setup_flags: tuple[str, ...]  # engine flags of the setup (storage-filling) run
     workload: Workload
     faults: tuple[str, ...]
     probes: tuple[str, ...]
     variants: tuple[Variant, ...]
-    prefill_tp: int | None = None    # PD: a prefill server of this TP, and `tp` is the decode's
+    prefill_tp: int | None = None  # PD: a prefill server of this TP, and `tp` is the decode's
     require_load_back: bool = False  # ok needs hicache_load_back_tokens_total > 0 after every round but the first
-    stall_timeout: float = 20.0      # no request finished for this long: stalled
-    deadline: float = 120.0          # a variant's workload must end by then
-    hang_after: float = 3.0          # a collective blocked this long while a peer is elsewhere
+    stall_timeout: float = 20.0  # no request finished for this long: stalled
+    deadline: float = 120.0  # a variant's workload must end by then
+    hang_after: float = 3.0  # a collective blocked this long while a peer is elsewhere
     path: Path | None = field(default=None, compare=False)
 
     def variant(self, name: str) -> Variant:
@@ -84,17 +84,35 @@ class Scenario:
 # Inclusive bounds of every number a scenario may set: a typo must not grow a
 # run to gigabytes (the prompts are built up front) or make it never end.
 WORKLOAD_LIMITS = {
-    "seed": (0, 2**63 - 1), "hot_prefixes": (0, 10_000), "cold_prefixes": (0, 10_000),
-    "prefix_tokens": (1, 1_000_000), "suffix_tokens": (1, 1_000_000), "requests_per_round": (1, 10_000),
-    "rounds": (1, 10_000), "max_new_tokens": (1, 1_000_000), "cold_every": (0, 10_000),
+    "seed": (0, 2**63 - 1),
+    "hot_prefixes": (0, 10_000),
+    "cold_prefixes": (0, 10_000),
+    "prefix_tokens": (1, 1_000_000),
+    "suffix_tokens": (1, 1_000_000),
+    "requests_per_round": (1, 10_000),
+    "rounds": (1, 10_000),
+    "max_new_tokens": (1, 1_000_000),
+    "cold_every": (0, 10_000),
 }
 RUN_LIMITS = {"stall_timeout": 20.0, "deadline": 120.0, "hang_after": 3.0}  # defaults; each in (0, DAY_S]
 DAY_S = 86_400.0
 MAX_TP = 64
 MAX_WORKLOAD_TOKENS = 10_000_000
 MAX_FILE_BYTES = 1 << 20
-TOP_LEVEL = {"id", "title", "summary", "upstream", "topology", "engine", "setup", "workload", "run",
-             "faults", "probes", "variants"}
+TOP_LEVEL = {
+    "id",
+    "title",
+    "summary",
+    "upstream",
+    "topology",
+    "engine",
+    "setup",
+    "workload",
+    "run",
+    "faults",
+    "probes",
+    "variants",
+}
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
@@ -147,8 +165,12 @@ def _measured(v: dict, where: str) -> dict | None:
     runs, hits = _get(m, "runs", int, f"{where} measured"), _get(m, "as_expected", int, f"{where} measured")
     if not 0 <= hits <= runs or runs < 1:
         raise ScenarioError(f"{where} measured: needs 0 <= as_expected <= runs and runs >= 1")
-    return {"runs": runs, "as_expected": hits, "date": _get(m, "date", str, f"{where} measured", ""),
-            "note": _get(m, "note", str, f"{where} measured", "")}
+    return {
+        "runs": runs,
+        "as_expected": hits,
+        "date": _get(m, "date", str, f"{where} measured", ""),
+        "note": _get(m, "note", str, f"{where} measured", ""),
+    }
 
 
 def _known(table: dict, allowed, where: str) -> None:
@@ -160,8 +182,10 @@ def _known(table: dict, allowed, where: str) -> None:
 def _name(value: str, key: str, where: str) -> str:
     # ids and variant names become folder names under the artifacts directory
     if not value or len(value) > 64 or value.startswith(".") or not set(value) <= NAME_CHARS:
-        raise ScenarioError(f"{where}: field {key!r} must be 1-64 letters, digits, '.', '_' or '-' "
-                            f"(not starting with '.'), got {value!r}")
+        raise ScenarioError(
+            f"{where}: field {key!r} must be 1-64 letters, digits, '.', '_' or '-' "
+            f"(not starting with '.'), got {value!r}"
+        )
     return value
 
 
@@ -203,11 +227,14 @@ def _read(path: Path) -> dict:
 def _workload(wl: dict, where: str) -> Workload:
     _known(wl, WORKLOAD_LIMITS, where)
     w = Workload(**{k: _number(wl, k, int, *WORKLOAD_LIMITS[k], where) for k in wl})
-    total = w.rounds * w.requests_per_round * (w.prefix_tokens + w.suffix_tokens) \
+    total = (
+        w.rounds * w.requests_per_round * (w.prefix_tokens + w.suffix_tokens)
         + (w.hot_prefixes + w.cold_prefixes) * w.prefix_tokens
+    )
     if total > MAX_WORKLOAD_TOKENS:
-        raise ScenarioError(f"{where}: the workload would build {total:,} prompt tokens; "
-                            f"at most {MAX_WORKLOAD_TOKENS:,}")
+        raise ScenarioError(
+            f"{where}: the workload would build {total:,} prompt tokens; at most {MAX_WORKLOAD_TOKENS:,}"
+        )
     return w
 
 
@@ -220,8 +247,14 @@ def _variant(v, i: int, where: str) -> Variant:
     bad = [e for e in expected if e not in VERDICTS]
     if not expected or bad:
         raise ScenarioError(f"{vw}: expected must list verdicts among {', '.join(VERDICTS)}; got {list(expected)}")
-    return Variant(_name(_get(v, "name", str, vw), "name", vw), _strings(v, "flags", vw), expected,
-                   _get(v, "description", str, vw, ""), _mechanism(v, expected, vw), _measured(v, vw))
+    return Variant(
+        _name(_get(v, "name", str, vw), "name", vw),
+        _strings(v, "flags", vw),
+        expected,
+        _get(v, "description", str, vw, ""),
+        _mechanism(v, expected, vw),
+        _measured(v, vw),
+    )
 
 
 def load_scenario(path: Path) -> Scenario:
@@ -230,10 +263,16 @@ def load_scenario(path: Path) -> Scenario:
     data = _read(path)
     _known(data, TOP_LEVEL, where)
     sid = _name(str(_get(data, "id", (str, int), where)), "id", where)
-    tables = {key: _get(data, key, dict, where, {}) for key in ("upstream", "topology", "engine", "setup", "workload", "run")}
+    tables = {
+        key: _get(data, key, dict, where, {}) for key in ("upstream", "topology", "engine", "setup", "workload", "run")
+    }
     # prefill_tp, decode_tp and require_load_back belong to PD scenarios (issue #13)
-    for key, allowed in (("topology", ("tp", "prefill_tp", "decode_tp")), ("engine", ("flags",)), ("setup", ("flags",)),
-                         ("run", (*RUN_LIMITS, "require_load_back"))):
+    for key, allowed in (
+        ("topology", ("tp", "prefill_tp", "decode_tp")),
+        ("engine", ("flags",)),
+        ("setup", ("flags",)),
+        ("run", (*RUN_LIMITS, "require_load_back")),
+    ):
         _known(tables[key], allowed, f"{where} [{key}]")
     _plain(tables["upstream"], where)
     for key in ("issues", "prs"):
@@ -260,13 +299,22 @@ def load_scenario(path: Path) -> Scenario:
             raise ScenarioError(f"{where}: fault {spec!r}: ms must be a finite number up to {DAY_S * 1000:g}")
     run = tables["run"]
     scenario = Scenario(
-        id=sid, title=_get(data, "title", str, where), summary=_get(data, "summary", str, where, ""),
-        upstream=tables["upstream"], tp=tp, prefill_tp=prefill_tp,
+        id=sid,
+        title=_get(data, "title", str, where),
+        summary=_get(data, "summary", str, where, ""),
+        upstream=tables["upstream"],
+        tp=tp,
+        prefill_tp=prefill_tp,
         require_load_back=_get(run, "require_load_back", bool, f"{where} [run]", False),
         engine_flags=_strings(tables["engine"], "flags", f"{where} [engine]"),
-        setup_flags=_strings(tables["setup"], "flags", f"{where} [setup]"), workload=workload,
-        faults=faults, probes=_strings(data, "probes", where), variants=tuple(variants),
-        **{k: _number(run, k, float, 0.0, DAY_S, f"{where} [run]", d) for k, d in RUN_LIMITS.items()}, path=path)
+        setup_flags=_strings(tables["setup"], "flags", f"{where} [setup]"),
+        workload=workload,
+        faults=faults,
+        probes=_strings(data, "probes", where),
+        variants=tuple(variants),
+        **{k: _number(run, k, float, 0.0, DAY_S, f"{where} [run]", d) for k, d in RUN_LIMITS.items()},
+        path=path,
+    )
     for k in RUN_LIMITS:
         if getattr(scenario, k) <= 0:
             raise ScenarioError(f"{where} [run]: field {k!r} must be above 0, got {getattr(scenario, k)!r}")
@@ -277,6 +325,8 @@ def load_scenario(path: Path) -> Scenario:
         except ValueError as exc:
             raise ScenarioError(f"{where}: variant {v.name!r}: engine flags: {exc}") from None
         if longest > args.max_context_len:
-            raise ScenarioError(f"{where}: variant {v.name!r}: a request of {longest} tokens (prefix + suffix + "
-                                f"max_new_tokens) does not fit its pool ({args.max_context_len} tokens)")
+            raise ScenarioError(
+                f"{where}: variant {v.name!r}: a request of {longest} tokens (prefix + suffix + "
+                f"max_new_tokens) does not fit its pool ({args.max_context_len} tokens)"
+            )
     return scenario

@@ -50,8 +50,12 @@ def find_state_divergence(state_dir: Path) -> dict | None:
         differing.append(field)
         if found is None:
             i, ranks = diff
-            found = {"tick": first.get("tick"), "field": f"{field}[{i}]", "index": i,
-                     "ranks": {str(r): v for r, v in sorted(ranks.items())}}
+            found = {
+                "tick": first.get("tick"),
+                "field": f"{field}[{i}]",
+                "index": i,
+                "ranks": {str(r): v for r, v in sorted(ranks.items())},
+            }
     if found is None:
         return None
     found["differing_fields"] = differing

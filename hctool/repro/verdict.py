@@ -11,15 +11,15 @@ from hctool.consensus.model import Divergence, Report, Verdict
 class Observation:
     """What the harness saw while a variant ran, before it tore the topology down."""
 
-    outcome: str                 # done | stalled | deadline | watcher | death
-    rank_died: str | None        # "rank 1 died (killed by SIGABRT)..." if a rank exited on its own
+    outcome: str  # done | stalled | deadline | watcher | death
+    rank_died: str | None  # "rank 1 died (killed by SIGABRT)..." if a rank exited on its own
     watcher_report: Report | None  # the live checker's report, if it fired
-    final_report: Report | None    # check-consensus analysis of the traces after teardown
+    final_report: Report | None  # check-consensus analysis of the traces after teardown
     sent: int
     succeeded: int
-    outputs_match: bool          # every answered request equals the no-cache reference
-    aborted: int = 0             # dropped by the server's own --req-waiting-timeout (HTTP 408)
-    outputs_differing: int = 0   # how many answers differ from the reference (when known)
+    outputs_match: bool  # every answered request equals the no-cache reference
+    aborted: int = 0  # dropped by the server's own --req-waiting-timeout (HTTP 408)
+    outputs_differing: int = 0  # how many answers differ from the reference (when known)
 
 
 def _blocked(report: Report | None) -> bool:
@@ -62,11 +62,18 @@ class Judgement:
     verdict: str
     ok: bool
     reason: str
-    mechanism: dict | None = None   # {"declared", "seen", "evidence"} when the variant declares one
+    mechanism: dict | None = None  # {"declared", "seen", "evidence"} when the variant declares one
 
 
-def judge(obs: Observation, expected: tuple[str, ...], load_back_by_round: list[int], require_load_back: bool,
-          mechanism=None, first_divergence: Divergence | None = None, state: dict | None = None) -> Judgement:
+def judge(
+    obs: Observation,
+    expected: tuple[str, ...],
+    load_back_by_round: list[int],
+    require_load_back: bool,
+    mechanism=None,
+    first_divergence: Divergence | None = None,
+    state: dict | None = None,
+) -> Judgement:
     """The one place a variant's outcome is decided: the verdict from what the processes did,
     `ok` when it is an expected one, a healthy run that never loaded back when the scenario
     needs load-backs is not ok, and a declared mechanism must be seen in the evidence (a
@@ -76,7 +83,10 @@ def judge(obs: Observation, expected: tuple[str, ...], load_back_by_round: list[
     verdict, reason = derive_verdict(obs)
     ok = verdict in expected
     if ok and verdict == "healthy" and require_load_back and not all(x > 0 for x in load_back_by_round[1:]):
-        ok, reason = False, f"{reason}; but decode L2 load-backs per round were {load_back_by_round} (want > 0 after round 1)"
+        ok, reason = (
+            False,
+            f"{reason}; but decode L2 load-backs per round were {load_back_by_round} (want > 0 after round 1)",
+        )
     seen_mechanism = None
     if mechanism is not None:
         seen, evidence = check_mechanism(mechanism, first_divergence, state, obs.outputs_match)
@@ -111,15 +121,30 @@ class VariantReport:
     stacks: dict
     artifacts: str
     counts: dict = field(default_factory=dict)  # calls per rank per op (what --json's analysis saw)
-    runs: int | None = None              # --runs K: K, with every run's verdict
+    runs: int | None = None  # --runs K: K, with every run's verdict
     ok_runs: int | None = None
     verdicts: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        out = {k: getattr(self, k) for k in ("name", "expected", "verdict", "ok", "seconds",
-                                             "load_back_tokens_by_round", "requests", "reason", "mechanism",
-                                             "state_divergence", "first_divergence", "stacks", "counts",
-                                             "artifacts")}
+        out = {
+            k: getattr(self, k)
+            for k in (
+                "name",
+                "expected",
+                "verdict",
+                "ok",
+                "seconds",
+                "load_back_tokens_by_round",
+                "requests",
+                "reason",
+                "mechanism",
+                "state_divergence",
+                "first_divergence",
+                "stacks",
+                "counts",
+                "artifacts",
+            )
+        }
         if self.first_divergence is not None:
             out["first_divergence"] = self.first_divergence.to_json()
         if self.runs is not None:
@@ -137,6 +162,13 @@ class VariantReport:
         mechanism = last.mechanism
         if mechanism is not None:
             mechanism = dict(mechanism, seen_runs=sum(bool((r.mechanism or {}).get("seen")) for r in runs))
-        return replace(last, verdict=max(set(verdicts), key=verdicts.count), runs=len(runs),
-                       ok_runs=sum(r.ok for r in runs), verdicts=verdicts,
-                       seconds=round(sum(r.seconds for r in runs), 2), ok=all(r.ok for r in runs), mechanism=mechanism)
+        return replace(
+            last,
+            verdict=max(set(verdicts), key=verdicts.count),
+            runs=len(runs),
+            ok_runs=sum(r.ok for r in runs),
+            verdicts=verdicts,
+            seconds=round(sum(r.seconds for r in runs), 2),
+            ok=all(r.ok for r in runs),
+            mechanism=mechanism,
+        )

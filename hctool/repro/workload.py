@@ -41,15 +41,21 @@ class WorkloadDriver:
     """Sends each round's requests concurrently, one round after another, in a
     background thread. `last_progress` moves whenever a request is answered."""
 
-    def __init__(self, base_url: str, rounds: list[list[list[int]]], max_new_tokens: int, request_timeout: float,
-                 on_round_end=None):
+    def __init__(
+        self,
+        base_url: str,
+        rounds: list[list[list[int]]],
+        max_new_tokens: int,
+        request_timeout: float,
+        on_round_end=None,
+    ):
         self.base_url, self.rounds = base_url, rounds
         self.on_round_end = on_round_end  # called with the round index once all its answers are in
         self.max_new_tokens, self.request_timeout = max_new_tokens, request_timeout
         self.sent = self.succeeded = self.failed = 0
         self.aborted = 0  # of the failed: 408, dropped by the server's own waiting timeout
         self.outputs: dict[tuple[int, int], list[int]] = {}
-        self.meta: dict[tuple[int, int], dict] = {}   # meta_info of each answer (cached tokens)
+        self.meta: dict[tuple[int, int], dict] = {}  # meta_info of each answer (cached tokens)
         self.errors: list[str] = []
         self.last_progress = time.monotonic()
         self.done = threading.Event()
@@ -67,8 +73,11 @@ class WorkloadDriver:
         self._thread.join(timeout=5)
 
     def _one(self, key: tuple[int, int], prompt: list[int]) -> None:
-        body = {"input_ids": prompt, "rid": f"r{key[0]}-{key[1]}-{time.monotonic_ns()}",
-                "sampling_params": {"max_new_tokens": self.max_new_tokens, "temperature": 0, "ignore_eos": True}}
+        body = {
+            "input_ids": prompt,
+            "rid": f"r{key[0]}-{key[1]}-{time.monotonic_ns()}",
+            "sampling_params": {"max_new_tokens": self.max_new_tokens, "temperature": 0, "ignore_eos": True},
+        }
         status = None
         try:
             resp = requests.post(f"{self.base_url}/generate", json=body, timeout=self.request_timeout)
@@ -96,7 +105,7 @@ class WorkloadDriver:
                         return
                     with self._lock:
                         self.sent += len(prompts)
-                    list(pool.map(lambda ip: self._one((r, ip[0]), ip[1]), enumerate(prompts)))
+                    list(pool.map(lambda ip: self._one((r, ip[0]), ip[1]), enumerate(prompts)))  # noqa: B023  (map consumes it inside this iteration)
                     if self.on_round_end is not None:
                         self.on_round_end(r)
         finally:

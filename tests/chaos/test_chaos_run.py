@@ -31,8 +31,13 @@ def test_a_healthy_engine_under_faults_is_valid(hctool_cmd, clean_env, tmp_path,
     sched = tmp_path / "s.toml"
     sched.write_text(SCHEDULE)
     env = {**clean_env, "HCTOOL_CACHE_DIR": str(tmp_path / "cache")}
-    out = subprocess.run([*hctool_cmd, "chaos", "run", str(sched), "--json", "--artifacts", str(tmp_path / "run"),
-                          "--", *FLAGS], capture_output=True, text=True, env=env, timeout=220)
+    out = subprocess.run(
+        [*hctool_cmd, "chaos", "run", str(sched), "--json", "--artifacts", str(tmp_path / "run"), "--", *FLAGS],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=220,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)
     assert report["verdict"] == "valid" and report["anomalies"] == [] and report["schedules"] == 1
@@ -49,8 +54,13 @@ def test_a_healthy_engine_under_faults_is_valid(hctool_cmd, clean_env, tmp_path,
 
     # A second invocation reads the reference from the cache instead of running it, and
     # the correctness checker still compares every answer with it (a mangled cache fails).
-    again = subprocess.run([*hctool_cmd, "chaos", "run", str(sched), "--json", "--artifacts", str(tmp_path / "again"),
-                            "--", *FLAGS], capture_output=True, text=True, env=env, timeout=220)
+    again = subprocess.run(
+        [*hctool_cmd, "chaos", "run", str(sched), "--json", "--artifacts", str(tmp_path / "again"), "--", *FLAGS],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=220,
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(again.stdout)["runs"][0]["blind"] == []
     events = [json.loads(line) for line in (tmp_path / "again" / "history.jsonl").read_text().splitlines()]

@@ -8,23 +8,45 @@ import json
 from hctool.chaos.invariants import RunRecord, check_all
 from hctool.consensus.model import Report, Verdict
 
-METRICS = ('hicache_cached_tokens_total{cache_source="device"} 32.0\n'
-           'hicache_cached_tokens_total{cache_source="host"} 0.0\n'
-           'hicache_cached_tokens_total{cache_source="storage"} 16.0\n')
-QUIESCE = {"rank": 0, "tick": 9, "l1": {"total": 64, "free": 60, "cached": 4, "in_use": 0}, "locked_nodes": [],
-           "req_slots": {"total": 8, "free": 8}, "host_ref_nodes": [], "in_flight": 0,
-           "l2": {"total": 128, "free": 120, "used": 8}}
+METRICS = (
+    'hicache_cached_tokens_total{cache_source="device"} 32.0\n'
+    'hicache_cached_tokens_total{cache_source="host"} 0.0\n'
+    'hicache_cached_tokens_total{cache_source="storage"} 16.0\n'
+)
+QUIESCE = {
+    "rank": 0,
+    "tick": 9,
+    "l1": {"total": 64, "free": 60, "cached": 4, "in_use": 0},
+    "locked_nodes": [],
+    "req_slots": {"total": 8, "free": 8},
+    "host_ref_nodes": [],
+    "in_flight": 0,
+    "l2": {"total": 128, "free": 120, "used": 8},
+}
 
 
 def _record(tmp_path, **kw) -> RunRecord:
     (tmp_path / "chaos").mkdir(exist_ok=True)
-    base = dict(run_dir=tmp_path, outcome="done", death=None, watcher_report=None,
-                final_report=Report(Verdict.CONSISTENT, 2), sent=2,
-                answered={("workload", "0.0"): [5, 6, 7], ("workload", "0.1"): [8, 9]},
-                meta={("workload", "0.0"): {"cached_tokens": 48, "cached_tokens_details": {"device": 32, "host": 0, "storage": 16}},
-                      ("workload", "0.1"): {"cached_tokens": 0, "cached_tokens_details": {"device": 0, "host": 0, "storage": 0}}},
-                expected={("workload", "0.0"): [5, 6, 7], ("workload", "0.1"): [8, 9]}, errors=[], unanswered=0,
-                metrics_text=METRICS)
+    base = dict(
+        run_dir=tmp_path,
+        outcome="done",
+        death=None,
+        watcher_report=None,
+        final_report=Report(Verdict.CONSISTENT, 2),
+        sent=2,
+        answered={("workload", "0.0"): [5, 6, 7], ("workload", "0.1"): [8, 9]},
+        meta={
+            ("workload", "0.0"): {
+                "cached_tokens": 48,
+                "cached_tokens_details": {"device": 32, "host": 0, "storage": 16},
+            },
+            ("workload", "0.1"): {"cached_tokens": 0, "cached_tokens_details": {"device": 0, "host": 0, "storage": 0}},
+        },
+        expected={("workload", "0.0"): [5, 6, 7], ("workload", "0.1"): [8, 9]},
+        errors=[],
+        unanswered=0,
+        metrics_text=METRICS,
+    )
     base.update(kw)
     return RunRecord(**base)
 
@@ -47,7 +69,9 @@ def test_a_clean_run_passes_every_checker(tmp_path):
 
 def test_each_rule_reports_under_its_own_name(tmp_path):
     _quiesce(tmp_path)
-    assert _invariants(_record(tmp_path, answered={("workload", "0.0"): [5, 6, 1], ("workload", "0.1"): [8, 9]}))[0] == ["correctness"]
+    assert _invariants(_record(tmp_path, answered={("workload", "0.0"): [5, 6, 1], ("workload", "0.1"): [8, 9]}))[
+        0
+    ] == ["correctness"]
     assert _invariants(_record(tmp_path, metrics_text=METRICS.replace("32.0", "33.0")))[0] == ["metrics"]
     assert _invariants(_record(tmp_path, final_report=Report(Verdict.DIVERGED, 2)))[0] == ["consensus"]
     _quiesce(tmp_path, locked_nodes=[3])

@@ -24,8 +24,10 @@ def clock(tmp_path, monkeypatch):
 @pytest.fixture
 def real_time():
     """The agent patches the time module process-wide: restore it after each test."""
-    saved = {k: getattr(time, k) for k in ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter",
-                                           "perf_counter_ns", "sleep")}
+    saved = {
+        k: getattr(time, k)
+        for k in ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns", "sleep")
+    }
     yield
     for k, v in saved.items():
         setattr(time, k, v)
@@ -35,6 +37,7 @@ def real_time():
 def _seams(faults, rank=0):
     """Install faults as a rank does, after undoing the previous install's wrappers."""
     from engine.mem_cache.hicache_storage import HiCacheFile
+
     for name in ("batch_get", "batch_exists"):
         fn = HiCacheFile.__dict__[name]
         setattr(HiCacheFile, name, getattr(fn, "__hctool_original__", fn))
@@ -64,8 +67,14 @@ def test_nothing_fires_after_the_heal(clock):
 
 def test_seam_delays_follow_windows_and_probability(clock, real_time):
     clock.write_text(repr(time.time()))
-    _seams([parse_fault("free-delay:ms=300,duration_s=60"), parse_fault("h2d-sleep:ms=7,start_s=60"),
-            parse_fault("d2h-sleep:ms=10,p=0.5")], rank=1)
+    _seams(
+        [
+            parse_fault("free-delay:ms=300,duration_s=60"),
+            parse_fault("h2d-sleep:ms=7,start_s=60"),
+            parse_fault("d2h-sleep:ms=10,p=0.5"),
+        ],
+        rank=1,
+    )
     assert SEAMS.free_delay_ms() == 300 and SEAMS.copy_delay_ms("h2d") == 0.0
     draws = [SEAMS.copy_delay_ms("d2h") for _ in range(400)]
     assert set(draws) == {0.0, 10.0} and 120 < draws.count(10.0) < 280
@@ -73,6 +82,7 @@ def test_seam_delays_follow_windows_and_probability(clock, real_time):
 
 def test_free_delay_defers_real_frees(clock, real_time):
     from engine.mem_cache import memory_pool
+
     clock.write_text(repr(time.time()))
     _seams([parse_fault("free-delay:ms=200")])
     alloc = memory_pool.PagedAllocator(8, 16, "device")
@@ -88,6 +98,7 @@ def test_storage_faults_on_a_real_file_store(clock, tmp_path, real_time):
     fails (storage-timeout)."""
     from engine.mem_cache import hicache_storage as storage
     from engine.mem_cache.memory_pool import KVPool
+
     clock.write_text(repr(time.time()))
     cls = storage.HiCacheFile
     saved = cls.batch_get, cls.batch_exists
@@ -126,15 +137,22 @@ def test_wall_clock_and_page_faults_share_the_hooks(clock, real_time):
     seams the engine reads."""
     from engine import streams
     from engine.mem_cache.hicache_storage import PrefetchOperation
+
     clock.write_text(repr(time.time() - 10.0))
     faults = [parse_fault("clock-skew:rank=1,ms=100")]
     agent_faults._install_clocks(agent_faults.FaultClock(faults, 1), faults)
     assert streams.wall_clock() - REAL.time() == pytest.approx(1.0, abs=0.05)
     assert PrefetchOperation("r", None, (), [], []).start_time - REAL.monotonic() == pytest.approx(1.0, abs=0.05)
-    faults = [parse_fault("host-pool-shrink:rank=1,pages=2"), parse_fault("storage-miss:pages=3"),
-              parse_fault("clock-jitter:ms=20")]
-    assert [f.spec() for f in faults] == ["host-pool-shrink:rank=1,pages=2", "storage-miss:pages=3",
-                                          "clock-jitter:ms=20"]
+    faults = [
+        parse_fault("host-pool-shrink:rank=1,pages=2"),
+        parse_fault("storage-miss:pages=3"),
+        parse_fault("clock-jitter:ms=20"),
+    ]
+    assert [f.spec() for f in faults] == [
+        "host-pool-shrink:rank=1,pages=2",
+        "storage-miss:pages=3",
+        "clock-jitter:ms=20",
+    ]
     _seams(faults, rank=1)
     assert (SEAMS.host_pool_pages(10), SEAMS.storage_exists(10)) == (8, 7)
     with pytest.raises(ValueError, match="needs pages=N"):
@@ -148,6 +166,7 @@ def restored():
     import io
     import queue
     import threading
+
     saved = (queue.Queue.get, threading.Event.wait, time.sleep, builtins.open, io.open)
     yield
     queue.Queue.get, threading.Event.wait, time.sleep, builtins.open, io.open = saved
@@ -156,6 +175,7 @@ def restored():
 def test_thread_slow_holds_non_main_threads_only(clock, restored):
     import queue
     import threading
+
     clock.write_text(repr(time.time()))
     faults = [parse_fault("thread-slow:ms=150,thread=worker-*")]
     agent_faults._install_thread_slow(agent_faults.FaultClock(faults, 0), faults)
@@ -188,7 +208,7 @@ def test_io_delay_slows_reads_and_writes_of_matching_paths(clock, tmp_path, rest
     fast.write_text("x")
     assert fast.read_text() == "x" and time.monotonic() - t < 0.06
     t = time.monotonic()
-    slow.write_text("y")   # pathlib goes through io.open
+    slow.write_text("y")  # pathlib goes through io.open
     with open(slow) as f:
         assert f.read() == "y"
     assert time.monotonic() - t >= 0.12

@@ -9,19 +9,28 @@ import subprocess
 
 from hctool.chaos.explore import replay_trail, reproduces, shard_indices, shrink
 from hctool.chaos.invariants import Anomaly
-from hctool.chaos.runner import RunResult
 from hctool.chaos.report import merge
+from hctool.chaos.runner import RunResult
 from hctool.chaos.schedule import Schedule
 from hctool.protocol.faults import parse_fault
 
 
 def test_shrink_keeps_only_the_culprits_at_their_smallest():
-    faults = [parse_fault(s) for s in ("storage-error:p=0.4", "free-delay:rank=1,ms=400,p=0.7,start_s=3",
-                                       "request-burst:n=5,start_s=1", "d2h-sleep:ms=80")]
+    faults = [
+        parse_fault(s)
+        for s in (
+            "storage-error:p=0.4",
+            "free-delay:rank=1,ms=400,p=0.7,start_s=3",
+            "request-burst:n=5,start_s=1",
+            "d2h-sleep:ms=80",
+        )
+    ]
+
     # "fails" iff rank 1's free delay is at least 90 ms and a burst of any size is there
     def still(s: Schedule, name: str) -> bool:
         fd = [f for f in s.faults if f.kind == "free-delay" and f.rank == 1 and f.ms >= 90]
         return bool(fd) and any(f.kind == "request-burst" for f in s.faults)
+
     shrunk, attempts, trail = shrink(None, Schedule(tuple(faults)), "consensus", budget_s=60, predicate=still)
     assert [f.kind for f in shrunk.faults] == ["free-delay", "request-burst"]
     fd, burst = shrunk.faults
@@ -45,8 +54,13 @@ class _Scripted:
 
 def test_a_reduction_is_kept_only_if_it_reproduces_k_of_n_with_early_exit():
     sched = Schedule(())
-    cases = [("xxx", 3, 3, True, 3), ("x.xx", 3, 3, False, 2),  # the first miss of 3/3 decides
-             (".xxx", 3, 4, True, 4), ("..xx", 3, 4, False, 2), ("xx.x", 2, 4, True, 2)]
+    cases = [
+        ("xxx", 3, 3, True, 3),
+        ("x.xx", 3, 3, False, 2),  # the first miss of 3/3 decides
+        (".xxx", 3, 4, True, 4),
+        ("..xx", 3, 4, False, 2),
+        ("xx.x", 2, 4, True, 2),
+    ]
     for script, need, tries, ok, runs in cases:
         r = _Scripted(script)
         v = reproduces(r, sched, "consensus", need, tries, "t")
@@ -73,16 +87,29 @@ def test_shards_cover_every_schedule_once():
 
 
 def _report(verdict, schedules, anomalies=(), shard="1/2"):
-    return {"verdict": verdict, "target": "--scenario 30760 --variant bulk", "seed": 1, "schedules": schedules,
-            "anomalies": list(anomalies), "history": f"h{shard}.jsonl", "shard": shard, "runs": []}
+    return {
+        "verdict": verdict,
+        "target": "--scenario 30760 --variant bulk",
+        "seed": 1,
+        "schedules": schedules,
+        "anomalies": list(anomalies),
+        "history": f"h{shard}.jsonl",
+        "shard": shard,
+        "runs": [],
+    }
 
 
 def test_merge_joins_shards(hctool_cmd, clean_env, tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps(_report("valid", 4)))
     b.write_text(json.dumps(_report("valid", 5, shard="2/2")))
-    out = subprocess.run([*hctool_cmd, "chaos", "merge", str(a), str(b), "--json"], capture_output=True, text=True,
-                         env=clean_env, timeout=60)
+    out = subprocess.run(
+        [*hctool_cmd, "chaos", "merge", str(a), str(b), "--json"],
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     merged = json.loads(out.stdout)
     assert (merged["verdict"], merged["schedules"], merged["shards"]) == ("valid", 9, ["1/2", "2/2"])
@@ -94,10 +121,12 @@ def test_merge_joins_shards(hctool_cmd, clean_env, tmp_path):
 def test_usage_errors_are_one_line(hctool_cmd, clean_env, tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('[[faults]]\nkind = "warp-drive"\n')
-    cases = [(["chaos", "run", str(bad), "--scenario", "30760"], "Error: "),
-             (["chaos", "explore", "--scenario", "30760", "--shard", "3/2"], "Error: bad --shard"),
-             (["chaos", "explore", "--", "--tp", "3"], "Error: engine flags"),
-             (["chaos", "explore", "--scenario", "30760", "--accept", "4/3"], "Error: bad --accept")]
+    cases = [
+        (["chaos", "run", str(bad), "--scenario", "30760"], "Error: "),
+        (["chaos", "explore", "--scenario", "30760", "--shard", "3/2"], "Error: bad --shard"),
+        (["chaos", "explore", "--", "--tp", "3"], "Error: engine flags"),
+        (["chaos", "explore", "--scenario", "30760", "--accept", "4/3"], "Error: bad --accept"),
+    ]
     for args, start in cases:
         out = subprocess.run([*hctool_cmd, *args], capture_output=True, text=True, env=clean_env, timeout=60)
         assert out.returncode == 2 and out.stderr.startswith(start), (args, out.stderr)

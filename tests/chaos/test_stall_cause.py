@@ -34,13 +34,24 @@ def group():
 
 
 def _tree(group, device_pages=8, host_pages=4):
-    args = ServerArgs(page_size=PAGE, max_total_tokens=device_pages * PAGE, enable_hierarchical_cache=True,
-                      hicache_write_policy="write_through")
+    args = ServerArgs(
+        page_size=PAGE,
+        max_total_tokens=device_pages * PAGE,
+        enable_hierarchical_cache=True,
+        hicache_write_policy="write_through",
+    )
     cfg = args.model
     pool = KVPool(device_pages, PAGE, cfg.num_layers, cfg.num_heads, cfg.head_dim, torch.device("cpu"))
     host = KVPool(host_pages, PAGE, cfg.num_layers, cfg.num_heads, cfg.head_dim, torch.device("cpu"))
-    return HiRadixCache(args, PagedAllocator(device_pages, PAGE, "device"), pool, host,
-                        PagedAllocator(host_pages, PAGE, "host"), group, torch.device("cpu"))
+    return HiRadixCache(
+        args,
+        PagedAllocator(device_pages, PAGE, "device"),
+        pool,
+        host,
+        PagedAllocator(host_pages, PAGE, "host"),
+        group,
+        torch.device("cpu"),
+    )
 
 
 def _settle(tree):
@@ -56,17 +67,18 @@ def test_everything_counted_evictable_can_be_evicted(group):
     tree = _tree(group)
     try:
         key = list(range(1, 4 * PAGE + 1))
-        reserved = tree.host_allocator.alloc(4)       # the host pool is full (prefetches hold it)
-        tree.insert(key[:2 * PAGE], tree.alloc_pages(2))   # hot prefix: its backup fails
-        tree.host_allocator.free(reserved)            # the prefetches end
-        res = tree.insert(key, tree.alloc_pages(4))   # a longer prompt through the prefix
+        reserved = tree.host_allocator.alloc(4)  # the host pool is full (prefetches hold it)
+        tree.insert(key[: 2 * PAGE], tree.alloc_pages(2))  # hot prefix: its backup fails
+        tree.host_allocator.free(reserved)  # the prefetches end
+        res = tree.insert(key, tree.alloc_pages(4))  # a longer prompt through the prefix
         tree.allocator.free(res.duplicate_pages)
         _settle(tree)
         counted = tree.evictable_size()
-        freed = tree.evict(10 ** 6)
+        freed = tree.evict(10**6)
         assert freed == counted and tree.evictable_size() == 0, (
             f"evictable_size() counted {counted} tokens, evict() freed {freed}; "
-            f"{tree.evictable_size()} tokens are counted evictable and can never be freed")
+            f"{tree.evictable_size()} tokens are counted evictable and can never be freed"
+        )
         tree.check_integrity(0)
     finally:
         tree.cache_controller.close()

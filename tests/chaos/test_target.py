@@ -22,6 +22,6 @@ def test_chaos_holds_a_hang_to_its_own_bound_not_the_repros():
 def test_launch_replay_puts_options_before_the_engine_flags():
     t = launch_target(["--enable-hierarchical-cache"], hang_after=4.0)
     words = shlex.split(replay_command(Path("s.toml"), t, runs=10))
-    engine = words[words.index("--") + 1:]
+    engine = words[words.index("--") + 1 :]
     assert engine == ["--tp", "2", "--enable-hierarchical-cache"]
-    assert {"--runs", "--hang-after"} <= set(words[:words.index("--")])
+    assert {"--runs", "--hang-after"} <= set(words[: words.index("--")])

@@ -13,21 +13,38 @@ def test_old_specs_keep_their_text_form():
         assert parse_fault(spec).spec() == spec
 
 
-@pytest.mark.parametrize("spec", [
-    "storage-error:target=one,p=0.3,start_s=2,duration_s=5", "clock-jump:rank=1,ms=4000,start_s=3",
-    "rank-pause:rank=0,ms=800,start_s=1", "request-burst:start_s=2,n=4", "request-cancel:ms=100,n=2",
-    "storage-partial:rank=1,p=0.5", "rank-kill:rank=1,start_s=4"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "storage-error:target=one,p=0.3,start_s=2,duration_s=5",
+        "clock-jump:rank=1,ms=4000,start_s=3",
+        "rank-pause:rank=0,ms=800,start_s=1",
+        "request-burst:start_s=2,n=4",
+        "request-cancel:ms=100,n=2",
+        "storage-partial:rank=1,p=0.5",
+        "rank-kill:rank=1,start_s=4",
+    ],
+)
 def test_every_kind_round_trips(spec):
     f = parse_fault(spec)
     assert parse_fault(f.spec()) == f
     assert Fault.from_dict(f.to_dict()) == f
 
 
-@pytest.mark.parametrize("spec, words", [
-    ("nope:ms=1", "unknown fault 'nope'"), ("free-delay", "needs ms=N"), ("free-delay:ms=-1", "must not be negative"),
-    ("free-delay:ms=1,p=2", "p must be within"), ("free-delay:ms=x", "numbers"), ("request-burst:start_s=1", "needs n=N"),
-    ("free-delay:ms=1,target=some", "target must be"), ("free-delay:ms=1,colour=red", "bad parameter"),
-    ("free-delay:ms=1,duration_s=0", "duration_s must be positive")])
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("nope:ms=1", "unknown fault 'nope'"),
+        ("free-delay", "needs ms=N"),
+        ("free-delay:ms=-1", "must not be negative"),
+        ("free-delay:ms=1,p=2", "p must be within"),
+        ("free-delay:ms=x", "numbers"),
+        ("request-burst:start_s=1", "needs n=N"),
+        ("free-delay:ms=1,target=some", "target must be"),
+        ("free-delay:ms=1,colour=red", "bad parameter"),
+        ("free-delay:ms=1,duration_s=0", "duration_s must be positive"),
+    ],
+)
 def test_bad_specs_say_why(spec, words):
     with pytest.raises(ValueError, match=words):
         parse_fault(spec)
@@ -39,13 +56,21 @@ def test_windows_and_one_target():
     one = parse_fault("free-delay:target=one,ms=10")
     ranks = {one.resolved(2, salt).rank for salt in range(8)}
     assert ranks == {0, 1} and one.resolved(2, 3) == one.resolved(2, 3)  # deterministic per salt
-    assert parse_faults("free-delay:ms=1; storage-latency:ms=2 ;") == [parse_fault("free-delay:ms=1"),
-                                                                       parse_fault("storage-latency:ms=2")]
+    assert parse_faults("free-delay:ms=1; storage-latency:ms=2 ;") == [
+        parse_fault("free-delay:ms=1"),
+        parse_fault("storage-latency:ms=2"),
+    ]
 
 
 def test_heal_clips_every_window():
-    s = Schedule((parse_fault("free-delay:rank=1,ms=10"), parse_fault("d2h-sleep:ms=5,start_s=8,duration_s=10"),
-                  parse_fault("h2d-sleep:ms=5,start_s=20")), heal_s=12.0)
+    s = Schedule(
+        (
+            parse_fault("free-delay:rank=1,ms=10"),
+            parse_fault("d2h-sleep:ms=5,start_s=8,duration_s=10"),
+            parse_fault("h2d-sleep:ms=5,start_s=20"),
+        ),
+        heal_s=12.0,
+    )
     healed = s.healed(2)
     assert [(f.kind, f.start_s, f.duration_s) for f in healed] == [("free-delay", 0.0, 12.0), ("d2h-sleep", 8.0, 4.0)]
 

@@ -12,15 +12,24 @@ PROGRAMS = Path(__file__).resolve().parent / "programs"
 
 
 def site(program: str, marker: str) -> str:
-    """"prog.py:LINE" of the line tagged `# SITE:<marker>`."""
+    """ "prog.py:LINE" of the line tagged `# SITE:<marker>`."""
     lines = (PROGRAMS / program).read_text().splitlines()
     hits = [i + 1 for i, line in enumerate(lines) if line.rstrip().endswith(f"# SITE:{marker}")]
     assert len(hits) == 1, (program, marker, hits)
     return f"{program}:{hits[0]}"
 
 
-def run_check(program: str, tmp_path: Path, *, nproc: int = 2, fix: bool = False, extra: list[str] | None = None,
-              wrapper: list[str] | None = None, timeout: float = 90, args: list[str] | None = None) -> tuple[int, dict, str]:
+def run_check(
+    program: str,
+    tmp_path: Path,
+    *,
+    nproc: int = 2,
+    fix: bool = False,
+    extra: list[str] | None = None,
+    wrapper: list[str] | None = None,
+    timeout: float = 90,
+    args: list[str] | None = None,
+) -> tuple[int, dict, str]:
     """`hctool check-consensus run --json` in a real subprocess: (exit code, report, stderr)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path))  # a program's temporary files stay its own
     env.pop("HCTOOL_DEBUG", None)
@@ -29,8 +38,25 @@ def run_check(program: str, tmp_path: Path, *, nproc: int = 2, fix: bool = False
     target = [str(PROGRAMS / program), *(args or [])]
     if wrapper is not None:
         target = wrapper + target
-    cmd = [sys.executable, "-m", "hctool", "check-consensus", "run", "--nproc", str(nproc), "--hang-after", "1.5",
-           "--timeout", "60", "--json", "--trace-dir", str(tmp_path / "trace"), *(extra or []), "--", *target]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hctool",
+        "check-consensus",
+        "run",
+        "--nproc",
+        str(nproc),
+        "--hang-after",
+        "1.5",
+        "--timeout",
+        "60",
+        "--json",
+        "--trace-dir",
+        str(tmp_path / "trace"),
+        *(extra or []),
+        "--",
+        *target,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     try:
         report = json.loads(proc.stdout)

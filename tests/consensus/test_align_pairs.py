@@ -8,8 +8,20 @@ from hctool.consensus.blame import align, first_break
 
 
 def ev(site: str, op: str = "all_gather_into_tensor", state: str = "completed", rank: int = 0, **kw) -> dict:
-    return dict({"op": op, "sh": [[4]], "dt": ["float32"], "site": site, "fn": "f", "state": state, "rank": rank,
-                 "g": "0:[0,1]", "stack": []}, **kw)
+    return dict(
+        {
+            "op": op,
+            "sh": [[4]],
+            "dt": ["float32"],
+            "site": site,
+            "fn": "f",
+            "state": state,
+            "rank": rank,
+            "g": "0:[0,1]",
+            "stack": [],
+        },
+        **kw,
+    )
 
 
 ATTN, MLP, EXTRA = ev("p.py:18", "all_reduce"), ev("p.py:21", "all_reduce"), ev("p.py:20", "all_reduce")
@@ -69,9 +81,22 @@ def _tracker(events: list[dict]):
     tr.world_size = 2
     tr.groups.update({"0:[0,1]": [0, 1], "1:[0,1]": [0, 1]})
     for i, e in enumerate(events):
-        base = {"sh": [[2]], "dt": ["float32"], "ro": "SUM", "root": None, "label": None, "digest": None,
-                "fn": "<module>", "stack": [], "th": "MainThread", "t": 100.0 + i, "w": 1000.0 + i, "async": False,
-                "op": "all_reduce", "state": "completed"}
+        base = {
+            "sh": [[2]],
+            "dt": ["float32"],
+            "ro": "SUM",
+            "root": None,
+            "label": None,
+            "digest": None,
+            "fn": "<module>",
+            "stack": [],
+            "th": "MainThread",
+            "t": 100.0 + i,
+            "w": 1000.0 + i,
+            "async": False,
+            "op": "all_reduce",
+            "state": "completed",
+        }
         tr.add(dict(base, **e), now=200.0)
     tr.prune()
     return tr
@@ -90,8 +115,14 @@ def test_rank_outside_any_collective_is_missing_not_its_peers_extra():
 
 def test_peer_waiting_in_another_group_makes_a_cycle_reported_at_once():
     # as above, but rank 1 waits in the subgroup for rank 0: a cycle, reported without any hang threshold
-    evs = _loop(0) + _loop(1) + [{"rank": 0, "g": "0:[0,1]", "site": "p.py:12", "state": "blocked"},
-                                 {"rank": 1, "g": "1:[0,1]", "site": "p.py:20", "state": "blocked"}]
+    evs = (
+        _loop(0)
+        + _loop(1)
+        + [
+            {"rank": 0, "g": "0:[0,1]", "site": "p.py:12", "state": "blocked"},
+            {"rank": 1, "g": "1:[0,1]", "site": "p.py:20", "state": "blocked"},
+        ]
+    )
     f = _tracker(evs).first_divergence({0: None, 1: None}, now=100.0, hang_after=1e9, final=False)
     assert (f["kind"], f["culprits"]) == ("extra", [0])
     assert "rank 0 waits in 0:[0,1]" in f["deadlock"] and "rank 1 waits in 1:[0,1]" in f["deadlock"]

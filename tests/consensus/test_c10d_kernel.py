@@ -32,7 +32,7 @@ def _run(name: str, tmp_path, monkeypatch, **env: str) -> tuple[int, dict, str, 
 def _without_thread(events: list) -> list:
     # the pool threads are named Dummy-N in the order they first call: not part of the comparison
     th = _COMPARED.index("th")
-    return sorted(e[:th] + e[th + 1:] for e in events)
+    return sorted(e[:th] + e[th + 1 :] for e in events)
 
 
 def test_cpp_kernel_records_what_the_python_kernel_records(tmp_path, monkeypatch, no_leftover_processes):

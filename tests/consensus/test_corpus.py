@@ -10,30 +10,107 @@ from tests.consensus.helpers import latency_ms, run_check, site
 
 # program -> (nproc, verdict, group, seq, kind, culprits, {rank: (op, site marker, state)})
 CASES = {
-    "extra_same_shape.py": (2, "diverged", "0:[0,1]", 3, "extra", [0],
-                            {0: ("all_reduce", "extra", None), 1: ("all_reduce", "loop", None)}),
+    "extra_same_shape.py": (
+        2,
+        "diverged",
+        "0:[0,1]",
+        3,
+        "extra",
+        [0],
+        {0: ("all_reduce", "extra", None), 1: ("all_reduce", "loop", None)},
+    ),
     # 8 floats where this place always had 4 on every rank: rank 1 is named
-    "shape_mismatch.py": (2, "diverged", "0:[0,1]", 2, "shape", [1],
-                          {0: ("all_reduce", "reduce", None), 1: ("all_reduce", "reduce", None)}),
-    "reduce_op.py": (3, "diverged", "0:[0,1,2]", 1, "reduce_op", [1],
-                     {0: ("all_reduce", "reduce", None), 1: ("all_reduce", "reduce", None)}),
-    "broadcast_root.py": (2, "diverged", "0:[0,1]", 2, "root", [1],
-                          {0: ("broadcast", "bcast", None), 1: ("broadcast", "bcast", None)}),
-    "never_joins.py": (2, "hung", "0:[0,1]", 2, "missing", [1],
-                       {0: ("all_reduce", "reduce", "blocked"), 1: (None, None, "absent")}),
-    "subgroup_extra.py": (2, "diverged", "1:[0,1]", 2, "extra", [0],
-                          {0: ("all_reduce", "subextra", "blocked"), 1: (None, None, "absent")}),
-    "object_collectives.py": (2, "diverged", "0:[0,1]", 1, "op", [0, 1],
-                              {0: ("broadcast_object_list", "bcast", None), 1: ("all_gather_object", "gather", None)}),
-    "vote_loop.py": (2, "diverged", "0:[0,1]", 9, "extra", [0],
-                     {0: ("all_reduce", "vote", "blocked"), 1: ("broadcast_object_list", "bcast", "blocked")}),
-    "background_thread.py": (2, "diverged", "1:[0,1]", 3, "extra", [0],
-                             {0: ("all_reduce", "io", "blocked"), 1: (None, None, "absent")}),
-    "p2p.py": (2, "diverged", "0:[0,1] p2p 0->1", 4, "extra", [1],
-               {0: (None, None, "absent"), 1: ("recv", "recv", "blocked")}),
+    "shape_mismatch.py": (
+        2,
+        "diverged",
+        "0:[0,1]",
+        2,
+        "shape",
+        [1],
+        {0: ("all_reduce", "reduce", None), 1: ("all_reduce", "reduce", None)},
+    ),
+    "reduce_op.py": (
+        3,
+        "diverged",
+        "0:[0,1,2]",
+        1,
+        "reduce_op",
+        [1],
+        {0: ("all_reduce", "reduce", None), 1: ("all_reduce", "reduce", None)},
+    ),
+    "broadcast_root.py": (
+        2,
+        "diverged",
+        "0:[0,1]",
+        2,
+        "root",
+        [1],
+        {0: ("broadcast", "bcast", None), 1: ("broadcast", "bcast", None)},
+    ),
+    "never_joins.py": (
+        2,
+        "hung",
+        "0:[0,1]",
+        2,
+        "missing",
+        [1],
+        {0: ("all_reduce", "reduce", "blocked"), 1: (None, None, "absent")},
+    ),
+    "subgroup_extra.py": (
+        2,
+        "diverged",
+        "1:[0,1]",
+        2,
+        "extra",
+        [0],
+        {0: ("all_reduce", "subextra", "blocked"), 1: (None, None, "absent")},
+    ),
+    "object_collectives.py": (
+        2,
+        "diverged",
+        "0:[0,1]",
+        1,
+        "op",
+        [0, 1],
+        {0: ("broadcast_object_list", "bcast", None), 1: ("all_gather_object", "gather", None)},
+    ),
+    "vote_loop.py": (
+        2,
+        "diverged",
+        "0:[0,1]",
+        9,
+        "extra",
+        [0],
+        {0: ("all_reduce", "vote", "blocked"), 1: ("broadcast_object_list", "bcast", "blocked")},
+    ),
+    "background_thread.py": (
+        2,
+        "diverged",
+        "1:[0,1]",
+        3,
+        "extra",
+        [0],
+        {0: ("all_reduce", "io", "blocked"), 1: (None, None, "absent")},
+    ),
+    "p2p.py": (
+        2,
+        "diverged",
+        "0:[0,1] p2p 0->1",
+        4,
+        "extra",
+        [1],
+        {0: (None, None, "absent"), 1: ("recv", "recv", "blocked")},
+    ),
     # rank 1's admit() parameters differ from what this place recorded on every rank before: rank 1 is named
-    "labels.py": (2, "diverged", "labels", 3, "label", [1],
-                  {0: ("assert_same", "admit", "completed"), 1: ("assert_same", "admit", "completed")}),
+    "labels.py": (
+        2,
+        "diverged",
+        "labels",
+        3,
+        "label",
+        [1],
+        {0: ("assert_same", "admit", "completed"), 1: ("assert_same", "admit", "completed")},
+    ),
 }
 
 
@@ -80,12 +157,21 @@ def test_clean_twin_is_consistent(program, tmp_path, no_leftover_processes):
         assert classes == [{"ranks": f"0-{nproc - 1}", "size": nproc, "counts": counts["0"]}], classes
     else:
         assert sum(c["size"] for c in classes) == nproc and all(c["counts"] in counts.values() for c in classes)
-    assert report == {"verdict": "consistent", "world_size": nproc, "first_divergence": None, "stacks": {},
-                      "exit_codes": {str(r): 0 for r in range(nproc)}}, stderr[-3000:]
+    assert report == {
+        "verdict": "consistent",
+        "world_size": nproc,
+        "first_divergence": None,
+        "stacks": {},
+        "exit_codes": {str(r): 0 for r in range(nproc)},
+    }, stderr[-3000:]
     # consistent is earned: every expected rank's trace was read, each recorded calls and ended cleanly
     ranks = list(range(nproc))
-    assert coverage == {"expected_ranks": nproc, "traced_ranks": ranks, "ranks_with_calls": ranks,
-                        "ended": {str(r): "clean" for r in ranks}}, coverage
+    assert coverage == {
+        "expected_ranks": nproc,
+        "traced_ranks": ranks,
+        "ranks_with_calls": ranks,
+        "ended": {str(r): "clean" for r in ranks},
+    }, coverage
     assert code == 0
     # evidence of what was checked: every rank saw the same calls, and some
     assert sorted(counts) == [str(r) for r in range(nproc)] and counts["0"], counts

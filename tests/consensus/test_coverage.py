@@ -15,7 +15,6 @@ import pytest
 
 from tests.consensus.helpers import latency_ms, run_check, site
 
-
 # These findings never wait for --hang-after (an exit, a cycle, a mismatch): a long one keeps
 # a rank that starts seconds late on a loaded box from looking hung at its first call.
 SLOW_START = ["--hang-after", "15"]
@@ -101,12 +100,21 @@ def test_silent_pairing_names_inserter_and_cycle_is_immediate(tmp_path, no_lefto
         for f in (tmp_path / "trace").glob(f"rank{rank}-*"):
             if not f.name.endswith(".log"):
                 shutil.copy(f, host / f.name)
-    proc = subprocess.run([sys.executable, "-m", "hctool", "check-consensus", "analyze", "--json", str(gathered)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "hctool", "check-consensus", "analyze", "--json", str(gathered)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.stdout.startswith("{"), proc.stderr[-2000:]
     offline = json.loads(proc.stdout)
     first = offline["first_divergence"]
-    assert (offline["world_size"], first["group"], first["kind"], first["culprit_ranks"]) == (2, "1:[0,1]", "extra", [0])
+    assert (offline["world_size"], first["group"], first["kind"], first["culprit_ranks"]) == (
+        2,
+        "1:[0,1]",
+        "extra",
+        [0],
+    )
 
 
 @pytest.mark.slow
@@ -123,8 +131,9 @@ def test_fsdp2_every_collective_has_a_call_site(fix, tmp_path, no_leftover_proce
     clip_grad_norm_ over DTensor grads, distributed checkpoint save."""
     from hctool.consensus.trace import TraceDirReader
 
-    code, report, stderr = run_check("fsdp2_train.py", tmp_path, fix=fix, extra=SLOW_START,
-                                     args=[str(tmp_path / "ckpt")])
+    code, report, stderr = run_check(
+        "fsdp2_train.py", tmp_path, fix=fix, extra=SLOW_START, args=[str(tmp_path / "ckpt")]
+    )
     trace = tmp_path / "trace"
     events = TraceDirReader(str(trace)).poll()
     lines = {m: site("fsdp2_train.py", m) for m in ("forward", "backward", "clip", "save")}
@@ -135,8 +144,9 @@ def test_fsdp2_every_collective_has_a_call_site(fix, tmp_path, no_leftover_proce
         assert by_site[(rank, "all_reduce", lines["clip"])] == 3, by_site  # one per clip_grad_norm_
         if fix:  # the divergent run is ended before the save
             assert any(s == lines["save"] for (r, _op, s) in by_site if r == rank), by_site
-    assert all(ev["site"] and ev["site"].startswith("fsdp2_train.py:") for ev in events), \
-        [ev for ev in events if not (ev["site"] or "").startswith("fsdp2_train.py:")][:3]
+    assert all(ev["site"] and ev["site"].startswith("fsdp2_train.py:") for ev in events), [
+        ev for ev in events if not (ev["site"] or "").startswith("fsdp2_train.py:")
+    ][:3]
     if fix:
         assert (report["verdict"], code) == ("consistent", 0), stderr[-3000:]
     else:
@@ -191,8 +201,9 @@ def test_compiled_graph_collectives_are_seen_with_inductor(tmp_path, monkeypatch
     collectives still `_c10d_functional` ops): counted, and rank 1's extra step named.
     Slow: a cold inductor compile takes minutes on this box (7.9 s for the whole run warm)."""
     monkeypatch.setenv("PROG_BACKEND", "inductor")
-    code, report, stderr = run_check("compiled.py", tmp_path, extra=["--timeout", "800", "--hang-after", "60"],
-                                     timeout=850)
+    code, report, stderr = run_check(
+        "compiled.py", tmp_path, extra=["--timeout", "800", "--hang-after", "60"], timeout=850
+    )
     assert _summary(report) == ("diverged", "0:[0,1]", "extra", [1]), (report, stderr[-3000:])
     assert report["counts"] == {"0": {"all_reduce": 4}, "1": {"all_reduce": 5}}, report["counts"]
     culprit = report["first_divergence"]["ranks"]["1"]

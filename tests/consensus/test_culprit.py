@@ -18,15 +18,27 @@ REPORTS = Path(__file__).resolve().parent / "reports"
 EXPECT = re.compile(r"^#\s*EXPECT:\s*(.*)$", re.M)
 NPROC = re.compile(r"^#\s*(?:NPROC:\s*|.*--nproc[-_]per[-_]node[ =])(\d+)", re.M)
 # one or two of each shape in the default run (the rest are slow)
-DEFAULT = {"bugs/b01_extra_spike_log_allreduce.py", "bugs/b05_skip_bad_batch_two_collectives.py",
-           "bugs/b07_time_based_checkpoint_barrier.py", "bugs/b08_time_budget_break.py",
-           "bugs/b09_prefetch_thread_event_broadcast.py", "bugs/b12_uneven_shard_last_batch.py",
-           "bugs/b13_broadcast_object_list_len.py", "bugs/b16_plain_rank0_allreduce.py",
-           "correct/a01_join_ddp_uneven.py", "correct/a03_main_process_first_ctx.py",
-           "correct/a15_1f1b_batch_isend_irecv.py", "correct/a21_overlapping_subgroups.py",
-           "p2p/b01_send_send_deferred_recv.py", "p2p/b05_new_group_order.py", "p2p/b08_extra_allreduce_4ranks.py",
-           "heldout/b09_oom_recover_skip.py", "heldout/b21_pair_barrier_skip_4r.py", "heldout/b22_lazy_new_group.py",
-           "heldout/c05_balanced_writing_check.py"}
+DEFAULT = {
+    "bugs/b01_extra_spike_log_allreduce.py",
+    "bugs/b05_skip_bad_batch_two_collectives.py",
+    "bugs/b07_time_based_checkpoint_barrier.py",
+    "bugs/b08_time_budget_break.py",
+    "bugs/b09_prefetch_thread_event_broadcast.py",
+    "bugs/b12_uneven_shard_last_batch.py",
+    "bugs/b13_broadcast_object_list_len.py",
+    "bugs/b16_plain_rank0_allreduce.py",
+    "correct/a01_join_ddp_uneven.py",
+    "correct/a03_main_process_first_ctx.py",
+    "correct/a15_1f1b_batch_isend_irecv.py",
+    "correct/a21_overlapping_subgroups.py",
+    "p2p/b01_send_send_deferred_recv.py",
+    "p2p/b05_new_group_order.py",
+    "p2p/b08_extra_allreduce_4ranks.py",
+    "heldout/b09_oom_recover_skip.py",
+    "heldout/b21_pair_barrier_skip_4r.py",
+    "heldout/b22_lazy_new_group.py",
+    "heldout/c05_balanced_writing_check.py",
+}
 # Undecidable from the traces and the source alike (docs/consensus.md "Limits"): both ranks are named,
 # with low confidence, where the header names the one a comment calls intended.
 UNDECIDABLE = {"heldout/b14_metric_dict_order.py"}
@@ -68,7 +80,9 @@ def test_the_cause_and_the_culprit(program, tmp_path, no_leftover_processes):
         return
     assert code == 1 and first is not None, (report["verdict"], err[-3000:])
     # a deadlock whose cause is an extra call in one branch is that divergence (its cycle rides along)
-    assert report["verdict"] == want["verdict"] or (want["verdict"] == "hung" and report["verdict"] == "diverged"), report
+    assert report["verdict"] == want["verdict"] or (want["verdict"] == "hung" and report["verdict"] == "diverged"), (
+        report
+    )
     assert first["culprit_ranks"] == want["culprit"], first
     cause = first["cause"]
     if want["line"] is not None:  # a cycle of one statement on every rank has no one line to fix

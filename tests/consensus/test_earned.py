@@ -15,8 +15,17 @@ from tests.consensus.helpers import PROGRAMS, run_check
 
 
 def _cli(tmp_path, *args, timeout: float = 120) -> tuple[int, dict, str]:
-    cmd = [sys.executable, "-m", "hctool", "check-consensus", "run", "--json", "--trace-dir", str(tmp_path / "trace"),
-           *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hctool",
+        "check-consensus",
+        "run",
+        "--json",
+        "--trace-dir",
+        str(tmp_path / "trace"),
+        *args,
+    ]
     env = dict(os.environ)
     env.pop("HCTOOL_DEBUG", None)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path)
@@ -24,11 +33,14 @@ def _cli(tmp_path, *args, timeout: float = 120) -> tuple[int, dict, str]:
     return proc.returncode, json.loads(proc.stdout), proc.stderr
 
 
-@pytest.mark.parametrize("args, verdict, says", [
-    (["--", "ls"], "no_process_group", "no process group was formed"),
-    (["--", sys.executable, "-c", "print(1)"], "no_process_group", "no process group was formed"),
-    (["--nproc", "2", "--", str(PROGRAMS / "no_init.py")], "no_process_group", "init_process_group"),
-])
+@pytest.mark.parametrize(
+    "args, verdict, says",
+    [
+        (["--", "ls"], "no_process_group", "no process group was formed"),
+        (["--", sys.executable, "-c", "print(1)"], "no_process_group", "no process group was formed"),
+        (["--nproc", "2", "--", str(PROGRAMS / "no_init.py")], "no_process_group", "init_process_group"),
+    ],
+)
 def test_nothing_seen_is_not_consistent(tmp_path, no_leftover_processes, args, verdict, says):
     code, report, err = _cli(tmp_path, *args)
     assert (code, report["verdict"], report["first_divergence"]) == (1, verdict, None), err[-2000:]
@@ -45,8 +57,11 @@ def test_a_timeout_before_the_first_collective_is_incomplete(tmp_path, no_leftov
     assert report["exit_codes"] == {"0": None, "1": None}
 
 
-@pytest.mark.parametrize("extra", [[], ["--probe", "json:dumps"], ["--inject", "delay:fn=json:dumps,ms=1"]],
-                         ids=["plain", "probe-on-the-recorders-json", "fault-on-the-recorders-json"])
+@pytest.mark.parametrize(
+    "extra",
+    [[], ["--probe", "json:dumps"], ["--inject", "delay:fn=json:dumps,ms=1"]],
+    ids=["plain", "probe-on-the-recorders-json", "fault-on-the-recorders-json"],
+)
 def test_the_program_cannot_detach_or_blind_its_traces(tmp_path, no_leftover_processes, extra):
     # the program drops every HCTOOL_ variable, and the probe or fault sits on a function the recorder
     # itself uses: the traces still belong to the run and are read, and only the program's own
@@ -71,11 +86,29 @@ def test_the_flight_recorder_tutorial_names_rank_0_and_its_extra_call(tmp_path, 
     fr.mkdir()
     env = dict(os.environ, TORCH_FR_BUFFER_SIZE="2000", TORCH_FR_DUMP_TEMP_FILE=str(fr / "rank"))
     env.pop("HCTOOL_DEBUG", None)
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(PROGRAMS / "fr_tutorial.py")], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(PROGRAMS / "fr_tutorial.py"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert sorted(p.name for p in fr.iterdir()) == ["rank0", "rank1"], proc.stderr[-2000:]
-    out = subprocess.run([sys.executable, "-m", "hctool", "check-consensus", "analyze", "--json", str(fr)],
-                         capture_output=True, text=True, timeout=120, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "hctool", "check-consensus", "analyze", "--json", str(fr)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     first = json.loads(out.stdout)["first_divergence"]
     assert (first["kind"], first["culprit_ranks"], first["cause"]["site"]) == ("extra", [0], extra), first
     code, report, err = run_check("fr_tutorial.py", tmp_path / "run", extra=["--hang-after", "10"])
@@ -88,16 +121,39 @@ def test_the_text_leads_with_the_cause_and_the_symptom(tmp_path, no_leftover_pro
 
     env = dict(os.environ)
     env.pop("HCTOOL_DEBUG", None)
-    proc = subprocess.run([sys.executable, "-m", "hctool", "check-consensus", "run", "--nproc", "2", "--trace-dir",
-                           str(tmp_path / "trace"), "--", str(PROGRAMS / "extra_same_shape.py")],
-                          capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hctool",
+            "check-consensus",
+            "run",
+            "--nproc",
+            "2",
+            "--trace-dir",
+            str(tmp_path / "trace"),
+            "--",
+            str(PROGRAMS / "extra_same_shape.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("DIVERGED  cause: rank 0, extra all_reduce at " + site("extra_same_shape.py", "extra")), lines[:3]
+    assert lines[0].startswith(
+        "DIVERGED  cause: rank 0, extra all_reduce at " + site("extra_same_shape.py", "extra")
+    ), lines[:3]
     assert lines[1].startswith("symptom: rank 0 ") and "rank 1 " in lines[1], lines[:3]
     assert lines[2].startswith("confidence "), lines[:3]
     # the page made at the end and the one `hctool report` makes later show the same answer and stacks
-    later = subprocess.run([sys.executable, "-m", "hctool", "report", str(tmp_path / "trace"), "-o",
-                            str(tmp_path / "later.html")], capture_output=True, text=True, timeout=120, env=env)
+    later = subprocess.run(
+        [sys.executable, "-m", "hctool", "report", str(tmp_path / "trace"), "-o", str(tmp_path / "later.html")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert later.returncode == 0, later.stderr
     first_page = (tmp_path / "trace" / "report.html").read_text()
     again = (tmp_path / "later.html").read_text()
@@ -116,8 +172,9 @@ def test_sixty_four_ranks_fold_into_classes(tmp_path, no_leftover_processes):
     classes (by calls, by stack), odd first, in the JSON, the text and the page."""
     from tests.consensus.helpers import site
 
-    code, report, err = run_check("many_ranks.py", tmp_path, nproc=64, extra=["--hang-after", "30", "--timeout", "600"],
-                                  timeout=900)
+    code, report, err = run_check(
+        "many_ranks.py", tmp_path, nproc=64, extra=["--hang-after", "30", "--timeout", "600"], timeout=900
+    )
     first = report["first_divergence"]
     assert first is not None, (report["verdict"], report.get("reason"), report.get("coverage"), err[-3000:])
     assert (code, first["culprit_ranks"], first["cause"]["site"]) == (1, [37], site("many_ranks.py", "extra")), first
@@ -129,7 +186,11 @@ def test_sixty_four_ranks_fold_into_classes(tmp_path, no_leftover_processes):
     assert sum(c["size"] for c in stacks) == len(report["stacks"]), stacks
     page = (tmp_path / "trace" / "report.html").read_text()
     assert "Ranks by calls (2 classes, odd first)" in page and "0-36,38-63" in page and "Ranks by stack" in page
-    text = subprocess.run([sys.executable, "-m", "hctool", "check-consensus", "analyze", str(tmp_path / "trace")],
-                          capture_output=True, text=True, timeout=300).stdout
+    text = subprocess.run(
+        [sys.executable, "-m", "hctool", "check-consensus", "analyze", str(tmp_path / "trace")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
     assert "count classes (2): rank 37: 21 (21 all_reduce); ranks 0-36,38-63:" in text, text[:2000]
     assert "stack classes" in text and text.count("--- stack of rank") <= len(stacks), text[:3000]

@@ -15,9 +15,23 @@ def _tracker(events: list[dict], world: int = 2, groups=None) -> Tracker:
     tr.world_size = world
     tr.groups.update(groups or {G: [0, 1]})
     for i, e in enumerate(events):
-        base = {"g": G, "sh": [[4]], "dt": ["float32"], "ro": "SUM", "root": None, "label": None, "digest": None,
-                "fn": "<module>", "stack": [], "th": "MainThread", "t": 100.0 + i, "w": 1000.0 + i, "async": False,
-                "op": "all_reduce", "state": "completed"}
+        base = {
+            "g": G,
+            "sh": [[4]],
+            "dt": ["float32"],
+            "ro": "SUM",
+            "root": None,
+            "label": None,
+            "digest": None,
+            "fn": "<module>",
+            "stack": [],
+            "th": "MainThread",
+            "t": 100.0 + i,
+            "w": 1000.0 + i,
+            "async": False,
+            "op": "all_reduce",
+            "state": "completed",
+        }
         tr.add(dict(base, **e), now=200.0)
     tr.prune()
     return tr
@@ -36,8 +50,12 @@ def _report(tr: Tracker, ended=None, final=True) -> dict:
 def test_a_cross_site_pairing_alone_is_no_divergence():
     # main-process-first: rank 0 releases from line 23 what rank 1 waits for at line 20
     barrier = {"op": "barrier", "sh": [], "dt": []}
-    tr = _tracker(_calls(0, "23", **barrier) + _calls(1, "20", **barrier)
-                  + _calls(0, "33", "33", "33") + _calls(1, "33", "33", "33"))
+    tr = _tracker(
+        _calls(0, "23", **barrier)
+        + _calls(1, "20", **barrier)
+        + _calls(0, "33", "33", "33")
+        + _calls(1, "33", "33", "33")
+    )
     report = _report(tr)
     assert (report["verdict"], report["first_divergence"]) == ("consistent", None)
     (pairing,) = report["cross_site_pairings"]
@@ -49,10 +67,17 @@ def test_evidence_at_the_end_is_located_at_the_pairing_that_broke_the_pattern():
     # rank 0's evaluation releases once more (line 23 called from line 28): it pairs
     # with rank 1's final barrier and rank 0's own final barrier is left alone
     barrier = {"op": "barrier", "sh": [], "dt": []}
-    rank0 = (_calls(0, "23", stack=["p.py:23 load", "p.py:31 <module>"], **barrier) + _calls(0, "33", "33")
-             + _calls(0, "23", stack=["p.py:23 load", "p.py:28 evaluate"], **barrier) + _calls(0, "36", **barrier))
-    rank1 = _calls(1, "20", stack=["p.py:20 load", "p.py:31 <module>"], **barrier) + _calls(1, "33", "33") \
+    rank0 = (
+        _calls(0, "23", stack=["p.py:23 load", "p.py:31 <module>"], **barrier)
+        + _calls(0, "33", "33")
+        + _calls(0, "23", stack=["p.py:23 load", "p.py:28 evaluate"], **barrier)
+        + _calls(0, "36", **barrier)
+    )
+    rank1 = (
+        _calls(1, "20", stack=["p.py:20 load", "p.py:31 <module>"], **barrier)
+        + _calls(1, "33", "33")
         + _calls(1, "36", **barrier)
+    )
     report = _report(_tracker(rank0 + rank1))
     first = report["first_divergence"]
     assert (first["seq"], first["kind"], first["culprit_ranks"]) == (3, "extra", [0]), first
@@ -65,8 +90,19 @@ def test_a_vote_from_another_line_that_shifts_the_meetings_is_no_divergence():
     # the neutral line (387), its peer from the tracked line (388); how often each line met its
     # peer's shifts, and the ranks still issue the same calls: consistent
     def votes(rank, *callers):
-        return [{"rank": rank, "site": "h.py:414", "fn": "_vote_prefetch", "sh": [[2]], "dt": ["int64"], "ro": "MAX",
-                 "stack": ["h.py:414 _vote_prefetch", f"h.py:{c} check_prefetch_progress"]} for c in callers]
+        return [
+            {
+                "rank": rank,
+                "site": "h.py:414",
+                "fn": "_vote_prefetch",
+                "sh": [[2]],
+                "dt": ["int64"],
+                "ro": "MAX",
+                "stack": ["h.py:414 _vote_prefetch", f"h.py:{c} check_prefetch_progress"],
+            }
+            for c in callers
+        ]
+
     tr = _tracker(votes(0, "388", "388", "388", "388", "388") + votes(1, "388", "387", "387", "388", "388"))
     report = _report(tr)
     assert (report["verdict"], report["first_divergence"]) == ("consistent", None), report["first_divergence"]
@@ -122,8 +158,11 @@ def test_a_cycle_no_call_explains_is_a_wait_cycle():
     first = report["first_divergence"]
     assert (report["verdict"], first["kind"], first["culprit_ranks"]) == ("hung", "wait_cycle", [0, 1, 2, 3]), first
     assert sorted((e["rank"], e["group"], e["seq"], e["site"]) for e in first["cycle"]) == [
-        (0, "0:[0,1,2,3]", 1, "p.py:29"), (1, "0:[0,1,2,3]", 1, "p.py:29"),
-        (2, "1:[0,1,2,3]", 1, "p.py:26"), (3, "1:[0,1,2,3]", 1, "p.py:26")]
+        (0, "0:[0,1,2,3]", 1, "p.py:29"),
+        (1, "0:[0,1,2,3]", 1, "p.py:29"),
+        (2, "1:[0,1,2,3]", 1, "p.py:26"),
+        (3, "1:[0,1,2,3]", 1, "p.py:26"),
+    ]
     assert first["deadlock"].startswith("rank 0 waits in 0:[0,1,2,3] seq 1 for rank 2")
 
 

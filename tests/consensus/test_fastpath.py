@@ -13,8 +13,24 @@ from tests.consensus.helpers import run_check, site
 
 pytestmark = pytest.mark.timeout(180)
 
-_COMPARED = ("rank", "g", "op", "sh", "dt", "ro", "root", "dir", "peer", "site", "fn", "stack", "th", "state", "err",
-             "async")
+_COMPARED = (
+    "rank",
+    "g",
+    "op",
+    "sh",
+    "dt",
+    "ro",
+    "root",
+    "dir",
+    "peer",
+    "site",
+    "fn",
+    "stack",
+    "th",
+    "state",
+    "err",
+    "async",
+)
 
 
 def _events(trace) -> list[tuple]:
@@ -38,8 +54,10 @@ def test_c_path_records_what_the_python_path_records(tmp_path, monkeypatch, no_l
     try:
         from hctool.agent.capture import _fastpath  # noqa: F401
     except ImportError:
-        pytest.fail("hctool's C module is not loaded: not built (`pip install -e .` needs a C compiler) "
-                    "or turned off (HCTOOL_FASTPATH=0)")
+        pytest.fail(
+            "hctool's C module is not loaded: not built (`pip install -e .` needs a C compiler) "
+            "or turned off (HCTOOL_FASTPATH=0)"
+        )
     c_report, c_events, c_stats = _run("c", tmp_path, monkeypatch)
     py_report, py_events, py_stats = _run("py", tmp_path, monkeypatch)
     assert c_report["verdict"] == py_report["verdict"] == "consistent"
@@ -71,8 +89,10 @@ def test_dispatch_tls_is_kept_only_where_it_matches_torchs_guard(monkeypatch):
 
     fp = wrappers._fastpath
     if fp is None:
-        pytest.fail("hctool's C module is not loaded: not built (`pip install -e .` needs a C compiler) "
-                    "or turned off (HCTOOL_FASTPATH=0)")
+        pytest.fail(
+            "hctool's C module is not loaded: not built (`pip install -e .` needs a C compiler) "
+            "or turned off (HCTOOL_FASTPATH=0)"
+        )
     assert wrappers._bind_dispatch_tls(torch) and fp.stats()["dispatch_tls"]
     real = fp.set_dispatch_tls
     extra = DispatchKeySet(DispatchKey.ADInplaceOrView).raw_repr()

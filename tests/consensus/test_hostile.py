@@ -55,18 +55,21 @@ def _header(world_size=2, rank=0) -> str:
     return json.dumps({"hdr": 2, "rank": rank, "world_size": world_size, "pid": 1, "start": 0.0, "mono": 0.0})
 
 
-@pytest.mark.parametrize("case,needle", [
-    ("fifo", "not a regular file"),
-    ("symlink_dev_zero", "cannot be read as a regular file"),
-    ("ring_symlink_dev_zero", "cannot be read as a regular file"),
-    ("world_1e8", "world_size 100000000"),
-    ("world_far_beyond_files", "claims world_size 60000"),
-    ("json_string_line", "rank0-1.jsonl:2"),
-    ("junk_line", "rank0-1.jsonl:2"),
-    ("deeply_nested_line", "nested too deeply"),
-    ("rank_beyond_world", "world_size 2"),
-    ("ring_unknown_ids", "rank0-1.ring"),
-])
+@pytest.mark.parametrize(
+    "case,needle",
+    [
+        ("fifo", "not a regular file"),
+        ("symlink_dev_zero", "cannot be read as a regular file"),
+        ("ring_symlink_dev_zero", "cannot be read as a regular file"),
+        ("world_1e8", "world_size 100000000"),
+        ("world_far_beyond_files", "claims world_size 60000"),
+        ("json_string_line", "rank0-1.jsonl:2"),
+        ("junk_line", "rank0-1.jsonl:2"),
+        ("deeply_nested_line", "nested too deeply"),
+        ("rank_beyond_world", "world_size 2"),
+        ("ring_unknown_ids", "rank0-1.ring"),
+    ],
+)
 def test_hostile_trace_folder_is_a_one_line_error(case, needle, tmp_path, capsys):
     folder = tmp_path / "t"
     folder.mkdir()
@@ -100,12 +103,18 @@ def test_hostile_trace_folder_is_a_one_line_error(case, needle, tmp_path, capsys
     _assert_one_line_error(code, out, err, needle)
 
 
-def test_run_is_never_consistent_when_ranks_exit_nonzero(tmp_path, hctool_cmd, clean_env, capsys,
-                                                         no_leftover_processes):
+def test_run_is_never_consistent_when_ranks_exit_nonzero(
+    tmp_path, hctool_cmd, clean_env, capsys, no_leftover_processes
+):
     script = tmp_path / "exits3.py"
     script.write_text("import sys\nsys.exit(3)\n")
-    proc = subprocess.run([*hctool_cmd, "check-consensus", "run", "--json", "--trace-dir", str(tmp_path / "t"),
-                           "--", str(script)], capture_output=True, text=True, env=clean_env, timeout=60)
+    proc = subprocess.run(
+        [*hctool_cmd, "check-consensus", "run", "--json", "--trace-dir", str(tmp_path / "t"), "--", str(script)],
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        timeout=60,
+    )
     report = json.loads(proc.stdout)
     assert proc.returncode == 1, proc.stderr
     assert report["verdict"] == "crashed"
@@ -114,11 +123,25 @@ def test_run_is_never_consistent_when_ranks_exit_nonzero(tmp_path, hctool_cmd, c
     assert code == 1 and json.loads(out)["verdict"] == "crashed"
 
 
-def test_run_is_never_consistent_when_the_command_fails(tmp_path, hctool_cmd, clean_env, capsys,
-                                                        no_leftover_processes):
-    proc = subprocess.run([*hctool_cmd, "check-consensus", "run", "--json", "--trace-dir", str(tmp_path / "t"),
-                           "--", sys.executable, "-c", "import sys; sys.exit(4)"],
-                          capture_output=True, text=True, env=clean_env, timeout=60)
+def test_run_is_never_consistent_when_the_command_fails(tmp_path, hctool_cmd, clean_env, capsys, no_leftover_processes):
+    proc = subprocess.run(
+        [
+            *hctool_cmd,
+            "check-consensus",
+            "run",
+            "--json",
+            "--trace-dir",
+            str(tmp_path / "t"),
+            "--",
+            sys.executable,
+            "-c",
+            "import sys; sys.exit(4)",
+        ],
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        timeout=60,
+    )
     report = json.loads(proc.stdout)
     assert proc.returncode == 1, proc.stderr
     assert report["verdict"] == "crashed" and report["command_exit_code"] == 4

@@ -28,20 +28,45 @@ MISUSES = {
     # Join missing: rank 1's extra backward all-reduces alone, rank 0 has finished
     "ddp_join.py": (2, "diverged", "extra", [1], {1: ("all_reduce", "backward", None), 0: (None, None, None)}),
     # rank 0's evaluation calls the release barrier once more; it pairs with the peers' final barrier
-    "main_first.py": (2, "diverged", "extra", [0], {0: ("barrier", "release", "evalload"),
-                                                    1: ("barrier", "final", None)}),
+    "main_first.py": (
+        2,
+        "diverged",
+        "extra",
+        [0],
+        {0: ("barrier", "release", "evalload"), 1: ("barrier", "final", None)},
+    ),
     # rank 0 all-reduces every micro-batch: its first one pairs with rank 1's step all-reduce
-    "no_sync_accum.py": (2, "diverged", "extra", [0], {0: ("all_reduce", "accumulate", None),
-                                                       1: ("all_reduce", "sync", None)}),
+    "no_sync_accum.py": (
+        2,
+        "diverged",
+        "extra",
+        [0],
+        {0: ("all_reduce", "accumulate", None), 1: ("all_reduce", "sync", None)},
+    ),
     # dcp.save under `if rank == 0:`: rank 0 gathers plans while the others wait in the barrier
-    "dcp_save.py": (3, "diverged", "op", [0], {0: ("gather_object", "save", None), 1: ("barrier", "barrier", None),
-                                               2: ("barrier", "barrier", None)}),
+    "dcp_save.py": (
+        3,
+        "diverged",
+        "op",
+        [0],
+        {0: ("gather_object", "save", None), 1: ("barrier", "barrier", None), 2: ("barrier", "barrier", None)},
+    ),
     # rank 0 publishes once more from a rank-local check; rank 1 has moved on to the step's sync
-    "bcast_sender.py": (2, "diverged", "extra", [0], {0: ("broadcast_object_list", "send", "republish"),
-                                                      1: ("all_reduce", "sync", None)}),
+    "bcast_sender.py": (
+        2,
+        "diverged",
+        "extra",
+        [0],
+        {0: ("broadcast_object_list", "send", "republish"), 1: ("all_reduce", "sync", None)},
+    ),
     # one batch more on rank 1 while rank 0 waits in the barrier after the loop: rank 1, not both
-    "ddp_barrier.py": (2, "diverged", "extra", [1], {1: ("all_reduce", "backward", None),
-                                                     0: ("barrier", "barrier", None)}),
+    "ddp_barrier.py": (
+        2,
+        "diverged",
+        "extra",
+        [1],
+        {1: ("all_reduce", "backward", None), 0: ("barrier", "barrier", None)},
+    ),
 }
 # The default run keeps the issue's cases (~30 s here); `pytest -m slow` runs the rest.
 FAST_IDIOMS = {"main_first.py", "ddp_join.py"}
@@ -60,8 +85,11 @@ def _run(program, tmp_path, fix):
 
 def _assert_consistent(program, tmp_path):
     code, report, stderr = _run(program, tmp_path, fix=True)
-    assert (report["verdict"], code, report["first_divergence"]) == ("consistent", 0, None), \
-        (program, report.get("first_divergence"), stderr[-3000:])
+    assert (report["verdict"], code, report["first_divergence"]) == ("consistent", 0, None), (
+        program,
+        report.get("first_divergence"),
+        stderr[-3000:],
+    )
     pairings = report.get("cross_site_pairings", [])
     assert bool(pairings) == IDIOMS[program][1], pairings  # the pairing by design was seen ...
     assert all(p["legitimate"] for p in pairings), pairings  # ... and judged legitimate
@@ -119,8 +147,12 @@ def test_wait_cycle_through_four_ranks(tmp_path, no_leftover_processes):
     assert (first["kind"], first["culprit_ranks"]) == ("wait_cycle", [0, 1, 2, 3]), first
     cycle = {e["rank"]: e for e in first["cycle"]}
     assert sorted(cycle) == [0, 1, 2, 3], first["cycle"]
-    for rank, group, marker in ((0, "0:[0,1,2,3]", "world"), (1, "0:[0,1,2,3]", "world"),
-                                (2, "1:[0,1,2,3]", "tp_early"), (3, "1:[0,1,2,3]", "tp_early")):
+    for rank, group, marker in (
+        (0, "0:[0,1,2,3]", "world"),
+        (1, "0:[0,1,2,3]", "world"),
+        (2, "1:[0,1,2,3]", "tp_early"),
+        (3, "1:[0,1,2,3]", "tp_early"),
+    ):
         entry = cycle[rank]
         assert (entry["group"], entry["seq"], entry["site"]) == (group, 1, site("wait_cycle4.py", marker)), entry
         assert first["ranks"][str(rank)]["site"] == site("wait_cycle4.py", marker)

@@ -20,12 +20,18 @@ WORLD, ODD = 16, 8
 
 
 def _analyze(folder: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hctool", "check-consensus", "analyze", str(folder), *args],
-                          capture_output=True, text=True, timeout=240)
+    return subprocess.run(
+        [sys.executable, "-m", "hctool", "check-consensus", "analyze", str(folder), *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
 
 
-@pytest.mark.parametrize("fault, kind, line", [("extra", "extra", 77), ("missing", "missing", 40),
-                                              ("shape", "shape", 40), ("nodump", "missing", 40)])
+@pytest.mark.parametrize(
+    "fault, kind, line",
+    [("extra", "extra", 77), ("missing", "missing", 40), ("shape", "shape", 40), ("nodump", "missing", 40)],
+)
 def test_the_faulty_rank_and_its_line(tmp_path, fault, kind, line):
     bench_scale.make(tmp_path / "dumps", WORLD, 2000, fault, ODD)
     proc = _analyze(tmp_path / "dumps", "--json")
@@ -42,6 +48,7 @@ def test_a_rank_without_a_dump_is_named_and_the_rest_fold(tmp_path):
     lines = proc.stdout.splitlines()
     assert lines[0].startswith(f"HUNG  cause: rank {ODD} never reached the all_reduce at train.py:40"), lines[:3]
     # one clause for the fifteen ranks that wait alike, not fifteen
-    assert lines[1] == f"symptom: ranks 0-7,9-15 blocked in all_reduce at train.py:40 (step); rank {ODD} never seen", \
+    assert lines[1] == f"symptom: ranks 0-7,9-15 blocked in all_reduce at train.py:40 (step); rank {ODD} never seen", (
         lines[1]
+    )
     assert f"rank(s) {ODD} of {WORLD} left no Flight Recorder dump" in lines[2], lines[2]

@@ -22,9 +22,13 @@ import bench_analyze  # noqa: E402
 @pytest.mark.parametrize("columns", ["1", "0"])
 def test_a_silent_extra_call_long_before_the_evidence(tmp_path, ranks, columns):
     bench_analyze.make(tmp_path / "trace", ranks, 4000, 1000)
-    proc = subprocess.run([sys.executable, "-m", "hctool", "check-consensus", "analyze", str(tmp_path / "trace"),
-                           "--json"], capture_output=True, text=True, timeout=240,
-                          env=dict(os.environ, HCTOOL_ANALYZE_COLUMNS=columns))
+    proc = subprocess.run(
+        [sys.executable, "-m", "hctool", "check-consensus", "analyze", str(tmp_path / "trace"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=dict(os.environ, HCTOOL_ANALYZE_COLUMNS=columns),
+    )
     first = json.loads(proc.stdout)["first_divergence"]
     assert first is not None, proc.stderr[-2000:]
     assert (first["kind"], first["culprit_ranks"], first["cause"]["site"]) == ("extra", [1], "train.py:77"), first

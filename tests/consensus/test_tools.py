@@ -18,17 +18,28 @@ from hctool.procs import ProcessSet, free_port, inject_env, torchrun_env
 from tests.consensus.helpers import PROGRAMS, run_check, site
 
 
-
 def _torchrun(port: int) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-            "--master-addr", "127.0.0.1", "--master-port", str(port)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+    ]
 
 
-@pytest.mark.parametrize("program,seq,kind,culprits,marker0", [
-    ("vote_loop.py", 9, "extra", [0], "vote"),
-    pytest.param("extra_same_shape.py", 3, "extra", [0], "extra", marks=pytest.mark.slow),
-    pytest.param("never_joins.py", 2, "missing", [1], "reduce", marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "program,seq,kind,culprits,marker0",
+    [
+        ("vote_loop.py", 9, "extra", [0], "vote"),
+        pytest.param("extra_same_shape.py", 3, "extra", [0], "extra", marks=pytest.mark.slow),
+        pytest.param("never_joins.py", 2, "missing", [1], "reduce", marks=pytest.mark.slow),
+    ],
+)
 def test_through_torchrun(program, seq, kind, culprits, marker0, tmp_path, no_leftover_processes):
     code, report, stderr = run_check(program, tmp_path, wrapper=_torchrun(free_port()))
     first = report["first_divergence"]
@@ -40,8 +51,19 @@ def test_through_torchrun(program, seq, kind, culprits, marker0, tmp_path, no_le
 
 def test_clean_program_through_torchrun(tmp_path, no_leftover_processes):
     env = dict(os.environ, PROG_FIX="1", PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "hctool", "check-consensus", "run", "--json", "--trace-dir", str(tmp_path / "t"),
-           "--", *_torchrun(free_port()), str(PROGRAMS / "extra_same_shape.py")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hctool",
+        "check-consensus",
+        "run",
+        "--json",
+        "--trace-dir",
+        str(tmp_path / "t"),
+        "--",
+        *_torchrun(free_port()),
+        str(PROGRAMS / "extra_same_shape.py"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=90)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["verdict"] == "consistent"
@@ -51,8 +73,9 @@ def test_flight_recorder_dump_is_analyzed(tmp_path, no_leftover_processes):
     fr = tmp_path / "fr"
     fr.mkdir()
     env = dict(os.environ, TORCH_FR_BUFFER_SIZE="1000", TORCH_FR_DUMP_TEMP_FILE=str(fr / "rank"))
-    proc = subprocess.run([*_torchrun(free_port()), str(PROGRAMS / "fr_dump.py")], env=env,
-                          capture_output=True, text=True, timeout=90)
+    proc = subprocess.run(
+        [*_torchrun(free_port()), str(PROGRAMS / "fr_dump.py")], env=env, capture_output=True, text=True, timeout=90
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = CliRunner().invoke(app, ["check-consensus", "analyze", str(fr), "--json"])
     assert result.exit_code == 1, result.output
@@ -75,12 +98,15 @@ def test_analyze_after_run_gives_the_same_report(tmp_path, no_leftover_processes
     assert "DIVERGED" in human.stdout and site("extra_same_shape.py", "extra") in human.stdout
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["check-consensus", "run"], "no program given"),
-    (["check-consensus", "run", "--", "missing_script.py"], "script not found"),
-    (["check-consensus", "run", "--on-divergence", "maybe", "--", "x.py"], "--on-divergence"),
-    (["check-consensus", "analyze", "/nonexistent/dir"], "not a folder"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["check-consensus", "run"], "no program given"),
+        (["check-consensus", "run", "--", "missing_script.py"], "script not found"),
+        (["check-consensus", "run", "--on-divergence", "maybe", "--", "x.py"], "--on-divergence"),
+        (["check-consensus", "analyze", "/nonexistent/dir"], "not a folder"),
+    ],
+)
 def test_usage_errors_exit_2_with_one_line(argv, needle, hctool_cmd, clean_env):
     proc = subprocess.run([*hctool_cmd, *argv], capture_output=True, text=True, env=clean_env, timeout=60)
     assert proc.returncode == 2
@@ -99,8 +125,12 @@ def _steady_watch(tmp_path, seconds: float) -> tuple[LiveWatcher, list[int], flo
     pending, check_s = [], 0.0
     with ProcessSet() as ps:
         for r in range(2):
-            ps.start(f"rank{r}", [sys.executable, str(PROGRAMS / "ticker.py")],
-                     env=dict(env, **torchrun_env(r, 2, "127.0.0.1", port)), log_path=tmp_path / f"r{r}.log")
+            ps.start(
+                f"rank{r}",
+                [sys.executable, str(PROGRAMS / "ticker.py")],
+                env=dict(env, **torchrun_env(r, 2, "127.0.0.1", port)),
+                log_path=tmp_path / f"r{r}.log",
+            )
         deadline = time.monotonic() + seconds + 60
         while ps.alive() and time.monotonic() < deadline:
             t0 = time.perf_counter()
@@ -115,7 +145,9 @@ def _steady_watch(tmp_path, seconds: float) -> tuple[LiveWatcher, list[int], flo
 
 def test_live_watcher_stays_bounded_on_a_steady_run(tmp_path, no_leftover_processes):
     watcher, pending, check_s = _steady_watch(tmp_path, 4.0)
-    print(f"\nlive watcher: {watcher.events_seen} events, max pending {max(pending)}, "
-          f"{1000 * check_s / len(pending):.2f} ms per check")
+    print(
+        f"\nlive watcher: {watcher.events_seen} events, max pending {max(pending)}, "
+        f"{1000 * check_s / len(pending):.2f} ms per check"
+    )
     assert watcher.events_seen > 100
     assert max(pending) < 200  # what every rank agreed on is dropped as it goes

@@ -15,17 +15,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from engine.server_args import ModelConfig  # noqa: E402
 from engine.mem_cache.memory_pool import KVPool  # noqa: E402
 from engine.model_executor.model import ForwardItem, TinyTransformer  # noqa: E402
+from engine.server_args import ModelConfig  # noqa: E402
 
 PAGE = 16
 
 
 def prompts() -> dict[str, list[int]]:
     g = torch.Generator().manual_seed(1234)
-    return {name: torch.randint(1, 30000, (n,), generator=g).tolist()
-            for name, n in (("a", 37), ("b", 64), ("c", 100))}
+    return {name: torch.randint(1, 30000, (n,), generator=g).tolist() for name, n in (("a", 37), ("b", 64), ("c", 100))}
 
 
 def compute_cases(model: TinyTransformer, device: torch.device) -> dict[str, torch.Tensor]:
@@ -54,9 +53,17 @@ def compute_cases(model: TinyTransformer, device: torch.device) -> dict[str, tor
     # 3. one decode step after the two-step prefill, batched with prompt a's decode
     tok_c = int(out["prefix_rest"][0].argmax())
     tok_a = int(out["full"][0].argmax())
-    out["decode"] = model.forward([ForwardItem([tok_c], len(c), s[: len(c) + 1]),
-                                   ForwardItem([tok_a], len(ps["a"]), slots(0, len(ps["a"]) + 1))],
-                                  pool).float().cpu()
+    out["decode"] = (
+        model.forward(
+            [
+                ForwardItem([tok_c], len(c), s[: len(c) + 1]),
+                ForwardItem([tok_a], len(ps["a"]), slots(0, len(ps["a"]) + 1)),
+            ],
+            pool,
+        )
+        .float()
+        .cpu()
+    )
     return out
 
 
@@ -96,8 +103,9 @@ def run_tp_workers(out_dir: Path, world: int = 2, kind: str = "cpu", timeout: fl
     with ProcessSet() as procs:
         for r in range(world):
             env = {**os.environ, **torchrun_env(r, world, "127.0.0.1", port), "PYTHONUNBUFFERED": "1"}
-            procs.start(f"rank {r}", python_cmd(__file__, str(out_dir), kind), env=env,
-                        log_path=out_dir / f"rank{r}.log")
+            procs.start(
+                f"rank {r}", python_cmd(__file__, str(out_dir), kind), env=env, log_path=out_dir / f"rank{r}.log"
+            )
         finished = procs.wait_all(time.monotonic() + timeout)
         codes = [c.popen.returncode for c in procs.children]
     logs = "\n".join((out_dir / f"rank{r}.log").read_text(errors="replace")[-2000:] for r in range(world))

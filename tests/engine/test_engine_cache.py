@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.lab.variants import Variants
-from engine.server_args import ServerArgs
+from engine.mem_cache.hicache_storage import HiCacheFile, StorageIO
 from engine.mem_cache.hiradix_cache import HiRadixCache
 from engine.mem_cache.memory_pool import KVPool, PagedAllocator
 from engine.mem_cache.radix_cache import RadixCache, chain_hashes
-from engine.mem_cache.hicache_storage import HiCacheFile, StorageIO
+from engine.server_args import ServerArgs
 from hctool.procs import free_port
 
 CPU = torch.device("cpu")
@@ -47,23 +47,47 @@ def groups():
 class Tiers:
     """One rank's L1/L2(/L3) stack built the way engine.mem_cache.cache_factory builds it."""
 
-    def __init__(self, groups, device_pages=16, host_pages=64, storage_dir: Path | None = None,
-                 write_policy="write_through", vote="per-tick", prefetch_policy="wait_complete", device=CPU):
+    def __init__(
+        self,
+        groups,
+        device_pages=16,
+        host_pages=64,
+        storage_dir: Path | None = None,
+        write_policy="write_through",
+        vote="per-tick",
+        prefetch_policy="wait_complete",
+        device=CPU,
+    ):
         self.args = ServerArgs(
-            page_size=PAGE, max_total_tokens=device_pages * PAGE, enable_hierarchical_cache=True,
-            hicache_ratio=host_pages / device_pages, hicache_write_policy=write_policy,
+            page_size=PAGE,
+            max_total_tokens=device_pages * PAGE,
+            enable_hierarchical_cache=True,
+            hicache_ratio=host_pages / device_pages,
+            hicache_write_policy=write_policy,
             hicache_storage_backend="file" if storage_dir else None,
             hicache_storage_dir=str(storage_dir) if storage_dir else None,
-            hicache_storage_prefetch_policy=prefetch_policy, variants=Variants(prefetch_vote=vote), prefetch_threshold=PAGE)
+            hicache_storage_prefetch_policy=prefetch_policy,
+            variants=Variants(prefetch_vote=vote),
+            prefetch_threshold=PAGE,
+        )
         cfg = self.args.model
         self.device_pool = KVPool(device_pages, PAGE, cfg.num_layers, cfg.num_heads, cfg.head_dim, device)
-        self.host_pool = KVPool(host_pages, PAGE, cfg.num_layers, cfg.num_heads, cfg.head_dim, CPU,
-                                pin_memory=device.type == "cuda")
-        self.storage_io = (StorageIO(HiCacheFile(str(storage_dir), 0, 1), self.host_pool, groups[1], PAGE)
-                           if storage_dir else None)
-        self.tree = HiRadixCache(self.args, PagedAllocator(device_pages, PAGE, "device"), self.device_pool,
-                                 self.host_pool, PagedAllocator(host_pages, PAGE, "host"), groups[0], device,
-                                 self.storage_io)
+        self.host_pool = KVPool(
+            host_pages, PAGE, cfg.num_layers, cfg.num_heads, cfg.head_dim, CPU, pin_memory=device.type == "cuda"
+        )
+        self.storage_io = (
+            StorageIO(HiCacheFile(str(storage_dir), 0, 1), self.host_pool, groups[1], PAGE) if storage_dir else None
+        )
+        self.tree = HiRadixCache(
+            self.args,
+            PagedAllocator(device_pages, PAGE, "device"),
+            self.device_pool,
+            self.host_pool,
+            PagedAllocator(host_pages, PAGE, "host"),
+            groups[0],
+            device,
+            self.storage_io,
+        )
         self.ctrl = self.tree.cache_controller
 
     def check(self):
@@ -88,8 +112,12 @@ class Tiers:
         while True:
             self.tree.check_hicache_events()
             self.check()
-            busy = (self.ctrl.ack_write_queue or self.ctrl.ack_load_queue or self.tree.ongoing_prefetch
-                    or (self.storage_io and self.storage_io.ack_backup_queue))
+            busy = (
+                self.ctrl.ack_write_queue
+                or self.ctrl.ack_load_queue
+                or self.tree.ongoing_prefetch
+                or (self.storage_io and self.storage_io.ack_backup_queue)
+            )
             if not busy:
                 return
             assert time.monotonic() < deadline, "copies/backups did not complete in time"
@@ -139,6 +167,7 @@ def tiers(groups, request):
         t = Tiers(groups, **kw)
         made.append(t)
         return t
+
     yield make
     for t in made:
         t.close()
@@ -161,7 +190,7 @@ def test_kv_roundtrip_device_host_device(tiers, policy, device=CPU):
     t.settle()
     holder = t.tree.match_prefix(shared).last_device_node
     t.tree.inc_lock_ref(holder)
-    evicted = t.tree.evict(10 ** 6)
+    evicted = t.tree.evict(10**6)
     t.check()
     assert evicted >= len(tail) and t.tree.evicted_tokens_total == evicted
     t.settle()  # write_back: the D2H copy started by the eviction is acked here
@@ -174,7 +203,7 @@ def test_kv_roundtrip_device_host_device(tiers, policy, device=CPU):
     assert t.tree.load_back_tokens_total == len(tail)
     t.tree.dec_lock_ref(holder)
     t.check()
-    assert torch.equal(kv_of(t.device_pool, t.tree.match_prefix(shared).device_pages), other[:, :, :len(shared)])
+    assert torch.equal(kv_of(t.device_pool, t.tree.match_prefix(shared).device_pages), other[:, :, : len(shared)])
 
 
 def _path(tree, key):
@@ -184,7 +213,7 @@ def _path(tree, key):
         if child is None:
             break
         out.append(child)
-        node, rest = child, rest[len(child.key):]
+        node, rest = child, rest[len(child.key) :]
     return out
 
 
@@ -205,7 +234,7 @@ def test_host_eviction_drops_lru_host_leaves(tiers):
     for i, k in enumerate(keys):
         t.fill(k, seed=i)
         t.settle()
-        t.tree.evict(10 ** 6)
+        t.tree.evict(10**6)
         t.settle()
     t.check()
     assert t.tree.match_prefix(keys[0]).host_hit_length == 0, "the oldest host copy should be gone"
@@ -340,7 +369,7 @@ OPS = st.one_of(
 @given(st.lists(OPS, max_size=40))
 def test_radix_property_random_ops_keep_integrity(ops):
     tree = radix(pages=12)
-    owner: dict[int, tuple] = {}   # page -> the prefix whose last page's KV it holds
+    owner: dict[int, tuple] = {}  # page -> the prefix whose last page's KV it holds
     locks = []
     for op, arg in ops:
         if op == "insert":

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.server_args import ModelConfig
 from engine.model_executor.model import TinyTransformer
+from engine.server_args import ModelConfig
 from tests.engine.engine_tp_worker import compute_cases, run_tp_workers
 
 TOL = dict(rtol=1e-4, atol=1e-4)
@@ -37,7 +37,7 @@ def test_tp2_processes_match_tp1(tmp_path, no_leftover_processes):
     for name, want in ref.items():
         # after the row-parallel all_reduce every rank holds the same logits
         torch.testing.assert_close(ranks[0][name], ranks[1][name], rtol=0, atol=0)
-        torch.testing.assert_close(ranks[0][name], want, **TOL, msg=lambda m: f"case {name}: {m}")
+        torch.testing.assert_close(ranks[0][name], want, **TOL, msg=lambda m: f"case {name}: {m}")  # noqa: B023  (msg is called within this iteration)
         assert torch.equal(ranks[0][name].argmax(-1), want.argmax(-1)), name
     check_prefix_equals_full(ranks[0])
 

@@ -28,8 +28,8 @@ import pytest
 import requests
 
 from engine.lab.variants import BY_NAME, Variants
-from engine.server_args import PREFETCH_POLICIES, WRITE_POLICIES, ServerArgs
 from engine.mem_cache.radix_cache import chain_hashes
+from engine.server_args import PREFETCH_POLICIES, WRITE_POLICIES, ServerArgs
 from hctool.launch import Topology
 
 PAGE = 16
@@ -56,8 +56,14 @@ TIER_NEW, WORKLOAD_NEW = 4, 8
 
 # --- HTTP helpers -------------------------------------------------------------------------
 def generate(url: str, ids: list[int], max_new_tokens: int) -> dict:
-    r = requests.post(url + "/generate", json={"input_ids": ids, "sampling_params": {
-        "max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}}, timeout=TIMEOUT)
+    r = requests.post(
+        url + "/generate",
+        json={
+            "input_ids": ids,
+            "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True},
+        },
+        timeout=TIMEOUT,
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -73,6 +79,7 @@ def generate_concurrently(url: str, prompts: list[list[int]], max_new_tokens: in
             results[i] = generate(url, prompts[i], max_new_tokens)
         except BaseException as exc:  # noqa: BLE001 - reported below
             results[i] = exc
+
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(len(prompts))]
     for t in threads:
         t.start()
@@ -145,8 +152,13 @@ def run_tiers(tmp: Path, ref: dict, device: str = "cpu") -> dict:
     """L1 hit, L2 load-back, L3 prefetch after a restart; returns what each step saw."""
     p1, *others = tier_prompts()
     aligned = (len(p1) - 1) // PAGE * PAGE  # the key is input_ids[:-1], page aligned
-    flags = dict(enable_hierarchical_cache=True, hicache_ratio=4, max_total_tokens=1024,
-                 hicache_storage_backend="file", hicache_storage_dir=str(tmp / "store"))
+    flags = dict(
+        enable_hierarchical_cache=True,
+        hicache_ratio=4,
+        max_total_tokens=1024,
+        hicache_storage_backend="file",
+        hicache_storage_dir=str(tmp / "store"),
+    )
     seen = {}
     with serve(tmp / "run1", device, **flags) as url:
         first = generate(url, p1, TIER_NEW)
@@ -199,9 +211,16 @@ def run_tiers(tmp: Path, ref: dict, device: str = "cpu") -> dict:
 # --- scenario: a policy combination under 32 concurrent clients ---------------------------
 def run_policies(tmp: Path, ref: dict, write: str, prefetch: str, vote: str, device: str = "cpu") -> dict:
     prompts = concurrent_workload()
-    flags = dict(enable_hierarchical_cache=True, hicache_ratio=4, max_total_tokens=1024,
-                 hicache_write_policy=write, hicache_storage_prefetch_policy=prefetch, variants=Variants(prefetch_vote=vote),
-                 hicache_storage_backend="file", hicache_storage_dir=str(tmp / "store"))
+    flags = dict(
+        enable_hierarchical_cache=True,
+        hicache_ratio=4,
+        max_total_tokens=1024,
+        hicache_write_policy=write,
+        hicache_storage_prefetch_policy=prefetch,
+        variants=Variants(prefetch_vote=vote),
+        hicache_storage_backend="file",
+        hicache_storage_dir=str(tmp / "store"),
+    )
     with serve(tmp / "run", device, **flags) as url:
         warm = generate_concurrently(url, prompts, WORKLOAD_NEW)
         assert_matches(ref, prompts, warm, f"{write}/{prefetch}/{vote} wave 1")
@@ -235,10 +254,16 @@ def test_every_tier_serves_identical_tokens(tmp_path, reference, no_leftover_pro
 
 
 # Three runs cover every value of every axis (a Latin square over the three axes).
-CI_COMBOS = [("write_through", "wait_complete", "per-tick"),
-             ("write_through_selective", "timeout", "bulk"),
-             ("write_back", "best_effort", "per-poll")]
-ALL_COMBOS = [c for c in itertools.product(WRITE_POLICIES, PREFETCH_POLICIES, BY_NAME["prefetch_vote"].choices) if c not in CI_COMBOS]
+CI_COMBOS = [
+    ("write_through", "wait_complete", "per-tick"),
+    ("write_through_selective", "timeout", "bulk"),
+    ("write_back", "best_effort", "per-poll"),
+]
+ALL_COMBOS = [
+    c
+    for c in itertools.product(WRITE_POLICIES, PREFETCH_POLICIES, BY_NAME["prefetch_vote"].choices)
+    if c not in CI_COMBOS
+]
 
 
 @pytest.mark.parametrize("write,prefetch,vote", CI_COMBOS)

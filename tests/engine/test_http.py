@@ -17,8 +17,9 @@ TIMEOUT = 120
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    server = Launched(["--tp", "2", "--max-total-tokens", "2048", "--page-size", "16"],
-                      tmp_path_factory.mktemp("http") / "run")
+    server = Launched(
+        ["--tp", "2", "--max-total-tokens", "2048", "--page-size", "16"], tmp_path_factory.mktemp("http") / "run"
+    )
     try:
         server.url = server.wait_ready()
         yield server
@@ -39,7 +40,9 @@ def generate(url: str, **body) -> requests.Response:
 
 
 def test_generate_input_ids(url):
-    r = generate(url, input_ids=[10, 20, 30, 40], sampling_params={"max_new_tokens": 8, "temperature": 0, "ignore_eos": True})
+    r = generate(
+        url, input_ids=[10, 20, 30, 40], sampling_params={"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert len(body["output_ids"]) == 8 and all(isinstance(i, int) for i in body["output_ids"])
@@ -51,15 +54,22 @@ def test_generate_input_ids(url):
 
 
 def test_generate_text_and_rid(url):
-    r = generate(url, text="hello, cache", rid="my-request-1",
-                 sampling_params={"max_new_tokens": 4, "ignore_eos": True, "top_p": 0.9})  # top_p: unknown, ignored
+    r = generate(
+        url,
+        text="hello, cache",
+        rid="my-request-1",
+        sampling_params={"max_new_tokens": 4, "ignore_eos": True, "top_p": 0.9},
+    )  # top_p: unknown, ignored
     assert r.status_code == 200, r.text
     assert r.json()["meta_info"]["prompt_tokens"] == len(b"hello, cache")
     assert r.json()["meta_info"]["id"] == "my-request-1"
 
 
 def test_greedy_output_is_deterministic(url):
-    body = {"input_ids": list(range(100, 164)), "sampling_params": {"max_new_tokens": 6, "temperature": 0, "ignore_eos": True}}
+    body = {
+        "input_ids": list(range(100, 164)),
+        "sampling_params": {"max_new_tokens": 6, "temperature": 0, "ignore_eos": True},
+    }
     first, second = generate(url, **body).json(), generate(url, **body).json()
     assert first["output_ids"] == second["output_ids"]
 
@@ -90,7 +100,9 @@ def test_bad_input_is_400_and_server_keeps_serving(url, body):
     r = requests.post(url + "/generate", data=body, timeout=TIMEOUT)
     assert r.status_code == 400
     assert r.json()["error"]
-    assert generate(url, input_ids=[1, 2, 3], sampling_params={"max_new_tokens": 2, "ignore_eos": True}).status_code == 200
+    assert (
+        generate(url, input_ids=[1, 2, 3], sampling_params={"max_new_tokens": 2, "ignore_eos": True}).status_code == 200
+    )
 
 
 def test_longest_servable_prompt_is_accepted(url):
@@ -104,10 +116,14 @@ def test_duplicate_in_flight_rid_is_400(server):
     answered 400 at once; the other is served once the ranks continue."""
     ranks = [psutil.Process(server.rank_pid(r)) for r in (0, 1)]
     answers: dict[str, requests.Response] = {}
-    bodies = {"first": {"input_ids": [3] * 8, "rid": "dup", "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}},
-              "second": {"input_ids": [4], "rid": "dup", "sampling_params": {"max_new_tokens": 1}}}
-    workers = {k: threading.Thread(target=lambda k=k: answers.__setitem__(k, generate(server.url, **bodies[k])))
-               for k in bodies}
+    bodies = {
+        "first": {"input_ids": [3] * 8, "rid": "dup", "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}},
+        "second": {"input_ids": [4], "rid": "dup", "sampling_params": {"max_new_tokens": 1}},
+    }
+    workers = {
+        k: threading.Thread(target=lambda k=k: answers.__setitem__(k, generate(server.url, **bodies[k])))
+        for k in bodies
+    }
     for p in ranks:
         p.suspend()
     try:
@@ -118,7 +134,7 @@ def test_duplicate_in_flight_rid_is_400(server):
         while not answers and time.monotonic() < deadline:
             time.sleep(0.01)
         assert len(answers) == 1, "neither request was refused while the ranks were stopped"
-        (refused, answer), = answers.items()
+        ((refused, answer),) = answers.items()
     finally:
         for p in ranks:
             p.resume()
@@ -137,8 +153,12 @@ def test_metrics_lists_every_counter(url):
     generate(url, input_ids=[9] * 40, sampling_params={"max_new_tokens": 2, "ignore_eos": True})
     r = requests.get(url + "/metrics", timeout=TIMEOUT)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
-    for name in ("hicache_load_back_tokens_total", "hicache_backup_tokens_total",
-                 "hicache_prefetched_tokens_total", "hicache_evicted_tokens_total"):
+    for name in (
+        "hicache_load_back_tokens_total",
+        "hicache_backup_tokens_total",
+        "hicache_prefetched_tokens_total",
+        "hicache_evicted_tokens_total",
+    ):
         assert f"\n{name} " in r.text
     for source in ("device", "host", "storage"):
         assert f'hicache_cached_tokens_total{{cache_source="{source}"}}' in r.text

@@ -28,13 +28,21 @@ def pd_prompts() -> list[list[int]]:
     """Shared prefixes and lengths around page boundaries (page 16)."""
     rng = random.Random(13)
     prefix = [rng.randrange(1, 30000) for _ in range(40)]
-    return [prefix[:n] + [rng.randrange(1, 30000) for _ in range(k)]
-            for n, k in ((40, 8), (40, 24), (16, 1), (0, 33), (32, 0), (40, 56))]
+    return [
+        prefix[:n] + [rng.randrange(1, 30000) for _ in range(k)]
+        for n, k in ((40, 8), (40, 24), (16, 1), (0, 33), (32, 0), (40, 56))
+    ]
 
 
 def generate(url: str, ids: list[int]) -> dict:
-    r = requests.post(url + "/generate", json={"input_ids": ids, "sampling_params": {
-        "max_new_tokens": NEW_TOKENS, "temperature": 0, "ignore_eos": True}}, timeout=120)
+    r = requests.post(
+        url + "/generate",
+        json={
+            "input_ids": ids,
+            "sampling_params": {"max_new_tokens": NEW_TOKENS, "temperature": 0, "ignore_eos": True},
+        },
+        timeout=120,
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -48,6 +56,7 @@ def generate_all(url: str, prompts: list[list[int]]) -> list[dict]:
             out[i] = generate(url, prompts[i])
         except BaseException as exc:  # noqa: BLE001 - asserted below
             out[i] = exc
+
     threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(prompts))]
     for t in threads:
         t.start()
@@ -136,11 +145,21 @@ def test_pd_dropped_kv_fails_on_every_decode_rank_then_a_dead_part_is_named(laun
     """A prefill rank whose KV never arrives: the decode ranks agree (MIN poll) to fail
     the room together, answer 502 and keep serving; then killing decode rank 1 stops
     everything and names it."""
-    server = launch("--pd", "--prefill-tp", "1", "--decode-tp", "2", "--inject", "kv-drop:role=prefill,rank=0",
-                    "--disaggregation-transfer-timeout", "2")
+    server = launch(
+        "--pd",
+        "--prefill-tp",
+        "1",
+        "--decode-tp",
+        "2",
+        "--inject",
+        "kv-drop:role=prefill,rank=0",
+        "--disaggregation-transfer-timeout",
+        "2",
+    )
     url = server.wait_ready()
-    r = requests.post(url + "/generate", json={"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}},
-                      timeout=60)
+    r = requests.post(
+        url + "/generate", json={"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}, timeout=60
+    )
     assert r.status_code == 502 and "KV transfer" in r.json()["error"], r.text
     assert requests.get(url + "/health", timeout=10).status_code == 200, "a failed transfer killed a part"
     os.kill(pid_of(server, "decode", 1), signal.SIGKILL)
@@ -149,20 +168,31 @@ def test_pd_dropped_kv_fails_on_every_decode_rank_then_a_dead_part_is_named(laun
     assert "Error: decode rank 1 died (killed by SIGKILL)" in "".join(server.stderr)
 
 
-
-
-@pytest.mark.parametrize("args, message", [
-    pytest.param(["--pd", "--tp", "2"], "--tp does not apply with --pd", marks=pytest.mark.slow),
-    pytest.param(["--prefill-tp", "2"], "need --pd", marks=pytest.mark.slow),
-    pytest.param(["--pd", "--decode-tp", "3"], "must divide", marks=pytest.mark.slow),
-    pytest.param(["--pd", "--inject", "kv-drop:role=router"], "role must be prefill or decode", marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        pytest.param(["--pd", "--tp", "2"], "--tp does not apply with --pd", marks=pytest.mark.slow),
+        pytest.param(["--prefill-tp", "2"], "need --pd", marks=pytest.mark.slow),
+        pytest.param(["--pd", "--decode-tp", "3"], "must divide", marks=pytest.mark.slow),
+        pytest.param(
+            ["--pd", "--inject", "kv-drop:role=router"], "role must be prefill or decode", marks=pytest.mark.slow
+        ),
+    ],
+)
 def test_pd_usage_errors_exit_2_with_one_line(hctool_cmd, clean_env, tmp_path, args, message):
     import subprocess
+
     from tests.test_launch import REPO
+
     clean_env["PYTHONPATH"] = str(REPO)
-    res = subprocess.run([*hctool_cmd, "launch", "--cpu", "--run-dir", str(tmp_path), *args],
-                         cwd=REPO, env=clean_env, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [*hctool_cmd, "launch", "--cpu", "--run-dir", str(tmp_path), *args],
+        cwd=REPO,
+        env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 2, res.stderr
     assert res.stderr.startswith("Error: ") and message in res.stderr.splitlines()[0], res.stderr
     assert "Traceback" not in res.stderr and res.stdout == ""
@@ -172,13 +202,15 @@ def test_pd_usage_errors_exit_2_with_one_line(hctool_cmd, clean_env, tmp_path, a
 def test_pd_per_role_launch_serves_tp1_tokens(launch, reference):  # noqa: F811
     """The form for several hosts: each part started by its own `hctool launch --pd-role`."""
     from hctool.procs import free_port
+
     boot = free_port()
     prefill = launch("--pd-role", "prefill", "--disaggregation-bootstrap-port", str(boot))
     decode = launch("--pd-role", "decode", "--disaggregation-kv-host", "127.0.0.1")
     purl, durl = prefill.wait_ready(), decode.wait_ready()
     assert f"bootstrap: 127.0.0.1:{boot}" in "".join(prefill.stderr)
-    router = launch("--pd-role", "router", "--prefill-url", purl, "--bootstrap", f"127.0.0.1:{boot}",
-                    "--decode-url", durl)
+    router = launch(
+        "--pd-role", "router", "--prefill-url", purl, "--bootstrap", f"127.0.0.1:{boot}", "--decode-url", durl
+    )
     url = router.wait_ready()
     check_answers(generate_all(url, pd_prompts()), reference, 1)
     for part in (router, decode, prefill):

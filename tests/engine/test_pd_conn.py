@@ -8,9 +8,9 @@ import time
 import pytest
 import torch
 
-from engine.lab.seams import SEAMS
 from engine.disaggregation.bootstrap import BootstrapServer
 from engine.disaggregation.conn import KVPoll, KVReceiverManager, KVSenderManager, head_range
+from engine.lab.seams import SEAMS
 from hctool.procs import free_port
 
 HEADS, LAYERS, TOKENS, HD = 4, 2, 5, 3

@@ -30,10 +30,23 @@ def site_line(path: Path, tag: str) -> int:
     raise AssertionError(f"no '# site: {tag}' in {path}")
 
 
-def run_pytest(args: list[str], junit: Path, cwd: Path, timeout: float = 240) -> tuple[subprocess.CompletedProcess, dict]:
+def run_pytest(
+    args: list[str], junit: Path, cwd: Path, timeout: float = 240
+) -> tuple[subprocess.CompletedProcess, dict]:
     """pytest with the plugin; returns the process and {test name: (outcome, text)}."""
-    cmd = [sys.executable, "-m", "pytest", *args, "-p", "hctool.pytest_plugin", f"--junitxml={junit}",
-           "-p", "no:cacheprovider", "-o", "addopts="]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *args,
+        "-p",
+        "hctool.pytest_plugin",
+        f"--junitxml={junit}",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "addopts=",
+    ]
     proc = subprocess.run(cmd, cwd=cwd, env=env(), capture_output=True, text=True, timeout=timeout)
     results = {}
     if junit.exists():
@@ -54,12 +67,15 @@ def copy_project(tmp: Path) -> Path:
 
 
 # The change the gate must stop: a collective that only rank 0 issues (to "log" a statistic).
-RANK_LOCAL_CHANGE = ('''        dist.all_reduce(out, group=self.group)
-        return out''', '''        dist.all_reduce(out, group=self.group)
+RANK_LOCAL_CHANGE = (
+    """        dist.all_reduce(out, group=self.group)
+        return out""",
+    """        dist.all_reduce(out, group=self.group)
         if dist.get_rank(self.group) == 0:  # log the largest activation of the job
             peak = out.abs().max().reshape(1)
             dist.all_reduce(peak, op=dist.ReduceOp.MAX, group=self.group)  # site: rank-local
-        return out''')
+        return out""",
+)
 
 
 def add_rank_local_collective(project: Path) -> tuple[Path, int]:
@@ -74,5 +90,11 @@ def add_rank_local_collective(project: Path) -> tuple[Path, int]:
 def gate(project: Path, *args: str, extra_env: dict | None = None, timeout: float = 400) -> subprocess.CompletedProcess:
     e = env()
     e.update(extra_env or {})
-    return subprocess.run([sys.executable, "-m", "hctool", "gate", *args], cwd=project, env=e,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "hctool", "gate", *args],
+        cwd=project,
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -23,21 +23,49 @@ INT = re.compile(r"^\d+$")
 # element -> (required attrs, optional attrs, allowed children)
 JUNIT = {
     "testsuites": (set(), {"name", "time", "tests", "failures", "errors", "disabled", "skipped"}, {"testsuite"}),
-    "testsuite": ({"name", "tests"}, {"failures", "errors", "time", "disabled", "skipped", "timestamp", "hostname",
-                                      "id", "package", "file", "log", "url", "version", "group"},
-                  {"properties", "testcase", "system-out", "system-err"}),
+    "testsuite": (
+        {"name", "tests"},
+        {
+            "failures",
+            "errors",
+            "time",
+            "disabled",
+            "skipped",
+            "timestamp",
+            "hostname",
+            "id",
+            "package",
+            "file",
+            "log",
+            "url",
+            "version",
+            "group",
+        },
+        {"properties", "testcase", "system-out", "system-err"},
+    ),
     "properties": (set(), set(), {"property"}),
     "property": ({"name", "value"}, set(), set()),
-    "testcase": ({"name"}, {"assertions", "time", "classname", "status", "class", "file", "line", "log", "group",
-                            "url"}, {"skipped", "error", "failure", "system-out", "system-err"}),
+    "testcase": (
+        {"name"},
+        {"assertions", "time", "classname", "status", "class", "file", "line", "log", "group", "url"},
+        {"skipped", "error", "failure", "system-out", "system-err"},
+    ),
     "failure": (set(), {"message", "type"}, set()),
     "error": (set(), {"message", "type"}, set()),
     "skipped": (set(), {"message"}, set()),
     "system-out": (set(), set(), set()),
     "system-err": (set(), set(), set()),
 }
-_NUMERIC = {"time": DECIMAL, "tests": INT, "failures": INT, "errors": INT, "skipped": INT, "disabled": INT,
-            "line": INT, "assertions": INT}
+_NUMERIC = {
+    "time": DECIMAL,
+    "tests": INT,
+    "failures": INT,
+    "errors": INT,
+    "skipped": INT,
+    "disabled": INT,
+    "line": INT,
+    "assertions": INT,
+}
 
 
 def junit_errors(text: str) -> list[str]:
@@ -71,9 +99,12 @@ def junit_errors(text: str) -> list[str]:
             errors.append(f"{path}: more than one outcome element")
         if el.tag == "testsuite":
             cases = el.findall("testcase")
-            want = {"tests": len(cases), "failures": sum(c.find("failure") is not None for c in cases),
-                    "errors": sum(c.find("error") is not None for c in cases),
-                    "skipped": sum(c.find("skipped") is not None for c in cases)}
+            want = {
+                "tests": len(cases),
+                "failures": sum(c.find("failure") is not None for c in cases),
+                "errors": sum(c.find("error") is not None for c in cases),
+                "skipped": sum(c.find("skipped") is not None for c in cases),
+            }
             for k, n in want.items():
                 if k in el.attrib and INT.match(el.attrib[k]) and int(el.attrib[k]) != n:
                     errors.append(f"{path}: {k}={el.attrib[k]} but the suite holds {n}")

@@ -22,8 +22,11 @@ def _cases(junit_path) -> dict[str, dict]:
         for tc in suite.iter("testcase"):
             el = next((c for c in tc if c.tag in ("failure", "error", "skipped")), None)
             out[f"{suite.get('name')}/{tc.get('name')}"] = {
-                "outcome": el.tag if el is not None else "passed", "text": "" if el is None else (el.text or ""),
-                "file": tc.get("file"), "line": tc.get("line")}
+                "outcome": el.tag if el is not None else "passed",
+                "text": "" if el is None else (el.text or ""),
+                "file": tc.get("file"),
+                "line": tc.get("line"),
+            }
     return out
 
 
@@ -32,8 +35,14 @@ def test_gate_stops_a_collective_under_a_rank_local_branch(tmp_path, no_leftover
     path, line = add_rank_local_collective(project)
     source = line - 2  # lint reports the rank-local source, `if dist.get_rank(self.group) == 0:`
     step_summary = tmp_path / "summary.md"
-    res = gate(project, "--junit", "out/junit.xml", "--sarif", "out/lint.sarif",
-               extra_env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(step_summary)})
+    res = gate(
+        project,
+        "--junit",
+        "out/junit.xml",
+        "--sarif",
+        "out/lint.sarif",
+        extra_env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(step_summary)},
+    )
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
 
     junit = (project / "out" / "junit.xml").read_text()
@@ -77,7 +86,8 @@ def test_a_step_past_its_deadline_is_ended_with_its_processes(tmp_path, no_lefto
     (project / "tests" / "test_slow.py").write_text(
         "import subprocess, sys, time\n\ndef test_sleeps():\n"
         "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
-        "    time.sleep(600)\n")
+        "    time.sleep(600)\n"
+    )
     text = (project / "pyproject.toml").read_text().replace("tests = 300", "tests = 4")
     (project / "pyproject.toml").write_text(text)
     res = gate(project, "--only", "tests", "--junit", "junit.xml", "--json")
@@ -91,14 +101,17 @@ def test_a_step_past_its_deadline_is_ended_with_its_processes(tmp_path, no_lefto
     assert left == []
 
 
-@pytest.mark.parametrize("table, needle", [
-    ("", "has no [tool.hctool.gate] table"),
-    ("[tool.hctool.gate]\nlint = ['tpmini']\nbogus = 1\n", "unknown key(s) in [tool.hctool.gate]: bogus"),
-    ("[tool.hctool.gate]\ntests = ['nowhere']\n", "tests: 'nowhere' does not exist"),
-    ("[tool.hctool.gate]\nlint = ['tpmini']\ntimeouts = {lint = -1}\n", "timeouts] lint must be between 0.1 and"),
-    ("[tool.hctool.gate]\nchaos = {target = 'x'}\n", "chaos needs a target and a positive budget"),
-    ("[tool.hctool.gate\n", "invalid TOML"),
-])
+@pytest.mark.parametrize(
+    "table, needle",
+    [
+        ("", "has no [tool.hctool.gate] table"),
+        ("[tool.hctool.gate]\nlint = ['tpmini']\nbogus = 1\n", "unknown key(s) in [tool.hctool.gate]: bogus"),
+        ("[tool.hctool.gate]\ntests = ['nowhere']\n", "tests: 'nowhere' does not exist"),
+        ("[tool.hctool.gate]\nlint = ['tpmini']\ntimeouts = {lint = -1}\n", "timeouts] lint must be between 0.1 and"),
+        ("[tool.hctool.gate]\nchaos = {target = 'x'}\n", "chaos needs a target and a positive budget"),
+        ("[tool.hctool.gate\n", "invalid TOML"),
+    ],
+)
 def test_bad_config_is_one_line_and_exit_2(tmp_path, table, needle):
     (tmp_path / "tpmini").mkdir()
     (tmp_path / "pyproject.toml").write_text(table)
@@ -116,4 +129,3 @@ def test_a_step_that_cannot_run_is_exit_2_with_its_reason(tmp_path, no_leftover_
     [case] = json.loads(res.stdout)["steps"][0]["cases"]
     assert case["status"] == "error" and "no-such-incident" in case["text"]
     assert junit_errors((project / "j.xml").read_text()) == []
-

@@ -25,7 +25,9 @@ def test_outcomes_pass_diverge_raise_hang(tmp_path, no_leftover_processes):
     assert f"rank 1: all_reduce @ test_ranks.py:{site_line(CASES, 'common')} (test_diverge)" in text
 
     outcome, text = res["test_raise"]
-    assert outcome == "failure" and text.index("rank 1 of 2 failed in call") < text.index("ValueError: rank one is broken")
+    assert outcome == "failure" and text.index("rank 1 of 2 failed in call") < text.index(
+        "ValueError: rank one is broken"
+    )
     assert f"rank 0: all_reduce @ test_ranks.py:{site_line(CASES, 'waits')}" in text  # where its peer was left
 
     outcome, text = res["test_hang"]
@@ -59,11 +61,14 @@ def test_no_collective_hang_fails_at_the_timeout_with_stacks(tmp_path, no_leftov
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("xdist") is None, reason="pytest-xdist is not installed (pip install -e '.[test]')")
+@pytest.mark.skipif(
+    importlib.util.find_spec("xdist") is None, reason="pytest-xdist is not installed (pip install -e '.[test]')"
+)
 def test_xdist_workers_run_their_own_ranks(tmp_path, no_leftover_processes):
-    proc, res = run_pytest([str(CASES), "-n", "2", "-k", "test_pass or diverge or plain"], tmp_path / "n.xml", CASES.parent)
+    proc, res = run_pytest(
+        [str(CASES), "-n", "2", "-k", "test_pass or diverge or plain"], tmp_path / "n.xml", CASES.parent
+    )
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert res["test_pass"][0] == "passed" and res["test_plain_runs_in_process"][0] == "passed"
     assert res["test_diverge"][0] == "failure"
     assert f"all_reduce @ test_ranks.py:{site_line(CASES, 'extra')}" in res["test_diverge"][1]
-

@@ -10,17 +10,29 @@ from hctool.gate.report import github_annotations, write_junit, write_sarif
 from hctool.gate.steps import Case, StepResult
 from tests.gate.schemas import junit_errors, sarif_errors
 
-HOSTILE = "rank 0: all_reduce @ x.py:3 <&> \"quoted\" ]]> \x00\x1b[31m tail – ünïcode\nsecond line, with: colons %"
+HOSTILE = 'rank 0: all_reduce @ x.py:3 <&> "quoted" ]]> \x00\x1b[31m tail – ünïcode\nsecond line, with: colons %'
 
 
 def _steps() -> list[StepResult]:
-    lint = StepResult("lint", "failed", 1.5, [Case("HC102 a/b.py:7", "lint.HC102", "failed", HOSTILE, HOSTILE,
-                                                  file="a/b.py", line=7)], "1 finding(s)")
-    tests = StepResult("tests", "error", 9.0, [
-        Case("test_ok[1-2]", "tests.test_x", "passed", seconds=0.5, file="tests/test_x.py", line=4),
-        Case("test_skip", "tests.test_x", "skipped", "no GPU"),
-        Case("test_bad", "tests.test_x", "failed", "boom", "trace\n" + HOSTILE),
-        Case("pytest tests", "tests", "error", "deadline passed", "")], "1 passed, 1 failed")
+    lint = StepResult(
+        "lint",
+        "failed",
+        1.5,
+        [Case("HC102 a/b.py:7", "lint.HC102", "failed", HOSTILE, HOSTILE, file="a/b.py", line=7)],
+        "1 finding(s)",
+    )
+    tests = StepResult(
+        "tests",
+        "error",
+        9.0,
+        [
+            Case("test_ok[1-2]", "tests.test_x", "passed", seconds=0.5, file="tests/test_x.py", line=4),
+            Case("test_skip", "tests.test_x", "skipped", "no GPU"),
+            Case("test_bad", "tests.test_x", "failed", "boom", "trace\n" + HOSTILE),
+            Case("pytest tests", "tests", "error", "deadline passed", ""),
+        ],
+        "1 passed, 1 failed",
+    )
     return [lint, tests]
 
 
@@ -37,15 +49,28 @@ def test_validators_reject_broken_documents(tmp_path):
     path = tmp_path / "j.xml"
     write_junit(_steps(), path)
     good = path.read_text()
-    assert any("failures=2 but the suite holds 1" in e for e in junit_errors(good.replace('failures="1"', 'failures="2"', 1)))
-    assert any("missing required attribute 'name'" in e for e in junit_errors(good.replace('<testcase name="test_skip"', '<testcase')))
+    assert any(
+        "failures=2 but the suite holds 1" in e for e in junit_errors(good.replace('failures="1"', 'failures="2"', 1))
+    )
+    assert any(
+        "missing required attribute 'name'" in e
+        for e in junit_errors(good.replace('<testcase name="test_skip"', "<testcase"))
+    )
     assert any("<bogus> not allowed" in e for e in junit_errors(good.replace("<system-err />", "<bogus />", 1)))
     assert any("not a number" in e for e in junit_errors(good.replace('time="9.000"', 'time="9s"')))
     assert junit_errors("<testsuites><testsuite") != []
     assert sarif_errors({"version": "2.0.0", "runs": []}) == ["version is '2.0.0', must be '2.1.0'"]
-    bad = {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "x"}},
-                                         "results": [{"level": "fatal", "message": {},
-                                                      "locations": [{"physicalLocation": {"region": {"startLine": 0}}}]}]}]}
+    bad = {
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {"driver": {"name": "x"}},
+                "results": [
+                    {"level": "fatal", "message": {}, "locations": [{"physicalLocation": {"region": {"startLine": 0}}}]}
+                ],
+            }
+        ],
+    }
     errors = sarif_errors(bad)
     assert len(errors) == 4 and any("level 'fatal'" in e for e in errors)
 
@@ -69,19 +94,49 @@ def test_chaos_report_becomes_one_case_per_schedule_and_anomaly(tmp_path):
     from hctool.gate.steps import chaos_cases
 
     # the shape of `hctool chaos explore --json` (docs/contracts.md)
-    report = {"verdict": "invalid", "target": "--scenario 30760", "seed": 3, "schedules": 3, "history": "h.jsonl",
-              "anomalies": [{"invariant": "consensus", "evidence": {"site": "x.py:1"},
-                             "schedule": [{"kind": "free-delay"}], "shrunk": None,
-                             "replay": "hctool chaos run a.toml --scenario 30760", "reproduced": "4/5"}],
-              "runs": [{"name": "s1", "schedule": ["free-delay:rank=1,ms=30"], "verdict": "valid", "invariants": [],
-                        "seconds": 20.5, "artifacts": "r1"},
-                       {"name": "s2", "schedule": ["clock-skew:rank=0,ms=5"], "verdict": "invalid",
-                        "invariants": ["consensus"], "seconds": 31.0, "artifacts": "r2"},
-                       {"name": "s3", "schedule": [], "verdict": "unknown", "invariants": [], "seconds": 9.0}]}
+    report = {
+        "verdict": "invalid",
+        "target": "--scenario 30760",
+        "seed": 3,
+        "schedules": 3,
+        "history": "h.jsonl",
+        "anomalies": [
+            {
+                "invariant": "consensus",
+                "evidence": {"site": "x.py:1"},
+                "schedule": [{"kind": "free-delay"}],
+                "shrunk": None,
+                "replay": "hctool chaos run a.toml --scenario 30760",
+                "reproduced": "4/5",
+            }
+        ],
+        "runs": [
+            {
+                "name": "s1",
+                "schedule": ["free-delay:rank=1,ms=30"],
+                "verdict": "valid",
+                "invariants": [],
+                "seconds": 20.5,
+                "artifacts": "r1",
+            },
+            {
+                "name": "s2",
+                "schedule": ["clock-skew:rank=0,ms=5"],
+                "verdict": "invalid",
+                "invariants": ["consensus"],
+                "seconds": 31.0,
+                "artifacts": "r2",
+            },
+            {"name": "s3", "schedule": [], "verdict": "unknown", "invariants": [], "seconds": 9.0},
+        ],
+    }
     cases = chaos_cases(report, "--scenario 30760", 3, 70.0)
     assert [(c.name, c.status) for c in cases] == [
-        ("s1: free-delay:rank=1,ms=30", "passed"), ("s2: clock-skew:rank=0,ms=5", "failed"),
-        ("s3: no faults", "skipped"), ("anomaly 1: consensus", "failed")]
+        ("s1: free-delay:rank=1,ms=30", "passed"),
+        ("s2: clock-skew:rank=0,ms=5", "failed"),
+        ("s3: no faults", "skipped"),
+        ("anomaly 1: consensus", "failed"),
+    ]
     assert "hctool chaos run a.toml" in cases[-1].message and '"reproduced": "4/5"' in cases[-1].text
     write_junit([StepResult("chaos", "failed", 70.0, cases, "invalid")], tmp_path / "j.xml")
     assert junit_errors((tmp_path / "j.xml").read_text()) == []

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine.model_executor.model import TinyTransformer
+from engine.server_args import ModelConfig
 from tests.engine import test_engine_cache as cache
 from tests.engine import test_engine_serving as serving
-from engine.server_args import ModelConfig
-from engine.model_executor.model import TinyTransformer
 from tests.engine.engine_tp_worker import compute_cases, run_tp_workers
 from tests.engine.test_engine_cache import groups, tiers  # noqa: F401 - fixtures
 

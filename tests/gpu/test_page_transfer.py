@@ -26,7 +26,7 @@ SHAPES = [(16, 16, 64), (16, 4, 32), (1, 3, 5)]
 def random_bits(pool: KVPool) -> None:
     """Every bit pattern, NaNs included: the copy must move bytes, not floats."""
     for buf in (pool.k_buffer, pool.v_buffer):
-        bits = torch.randint(-2**31, 2**31 - 1, buf.shape, dtype=torch.int32)
+        bits = torch.randint(-(2**31), 2**31 - 1, buf.shape, dtype=torch.int32)
         buf.view(torch.int32).copy_(bits)
 
 
@@ -53,8 +53,8 @@ def reference(src: KVPool, dst: KVPool, src_pages, dst_pages) -> tuple[torch.Ten
     k, v = dst.k_buffer.cpu().clone(), dst.v_buffer.cpu().clone()
     sk, sv = src.k_buffer.cpu(), src.v_buffer.cpu()
     for s, d in zip(src_pages, dst_pages):
-        k[:, d * p:(d + 1) * p] = sk[:, s * p:(s + 1) * p]
-        v[:, d * p:(d + 1) * p] = sv[:, s * p:(s + 1) * p]
+        k[:, d * p : (d + 1) * p] = sk[:, s * p : (s + 1) * p]
+        v[:, d * p : (d + 1) * p] = sv[:, s * p : (s + 1) * p]
     return k, v
 
 

@@ -6,7 +6,6 @@ equal a TP1 no-cache server's on CUDA."""
 from __future__ import annotations
 
 import pytest
-
 import requests
 
 from engine.server_args import ServerArgs
@@ -27,8 +26,13 @@ def test_pd_prefill_gpu0_decode_gpu1_matches_tp1(tmp_path, no_leftover_processes
     ref_args = ServerArgs(tp_size=1, device="cuda", disable_radix_cache=True, max_total_tokens=2048)
     with Topology(ref_args, tmp_path / "ref") as topo:
         reference = [a["output_ids"] for a in generate_all(topo.start(timeout=240), prompts)]
-    args = ServerArgs(device="cuda", max_total_tokens=256, disaggregation_decode_enable_radix_cache=True,
-                      enable_hierarchical_cache=True, hicache_ratio=4)
+    args = ServerArgs(
+        device="cuda",
+        max_total_tokens=256,
+        disaggregation_decode_enable_radix_cache=True,
+        enable_hierarchical_cache=True,
+        hicache_ratio=4,
+    )
     with PDTopology(args, 1, 1, tmp_path / "pd") as pd:
         url = pd.start(timeout=240)
         assert [a["output_ids"] for a in generate_all(url, prompts)] == reference, "round 1"

@@ -30,8 +30,12 @@ def expected(files: dict[str, str]) -> set[tuple[str, str, int]]:
 
 
 def expected_gated(files: dict[str, str]) -> set[tuple[str, int]]:
-    return {(name, lineno) for name, text in files.items()
-            for lineno, line in enumerate(textwrap.dedent(text).splitlines(), 1) if GATED_RE.search(line)}
+    return {
+        (name, lineno)
+        for name, text in files.items()
+        for lineno, line in enumerate(textwrap.dedent(text).splitlines(), 1)
+        if GATED_RE.search(line)
+    }
 
 
 def gated(report) -> set[tuple[str, int]]:

@@ -58,7 +58,9 @@ def test_baseline_survives_line_shifts_and_reports_only_new(repo: Path):
     assert res.exit_code == 0, res.output
     entries = json.loads((repo / "bl.json").read_text())["entries"]
     assert [(e["rule"], e["function"], e["condition"], e["count"]) for e in entries] == [
-        ("HC102", "f", "if pool.available_size() > 0:", 1), ("HC103", "g", "if not ev.query():", 1)]
+        ("HC102", "f", "if pool.available_size() > 0:", 1),
+        ("HC103", "g", "if not ev.query():", 1),
+    ]
     # Unrelated edits shift every line: still nothing new, exit 0.
     (repo / "m.py").write_text("# header\n# more\n" + SRC)
     res = run(".", "--baseline", "bl.json", "-f", "json")
@@ -77,14 +79,20 @@ def test_baseline_entries_that_no_longer_match_are_reported_fixed(repo: Path):
     assert "fixed: HC103 m.py in g: if not ev.query():" in res.stderr
 
 
-@pytest.mark.parametrize("content, needle", [
-    ("{not json", "not JSON"),
-    ('{"version": 2}', "missing key 'entries'"),
-    ('{"version": 2, "entries": [{"rule": "HC102"}]}', "missing key"),
-    ('{"version": 2, "entries": [{"rule": "a", "path": "b", "function": "c", "source": "d", '
-     '"condition": "e", "count": 0}]}', "bad entry"),
-    ('{"version": 1, "entries": []}', "version 1"),  # keyed on collective lines: regenerate
-])
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        ("{not json", "not JSON"),
+        ('{"version": 2}', "missing key 'entries'"),
+        ('{"version": 2, "entries": [{"rule": "HC102"}]}', "missing key"),
+        (
+            '{"version": 2, "entries": [{"rule": "a", "path": "b", "function": "c", "source": "d", '
+            '"condition": "e", "count": 0}]}',
+            "bad entry",
+        ),
+        ('{"version": 1, "entries": []}', "version 1"),  # keyed on collective lines: regenerate
+    ],
+)
 def test_invalid_baseline_is_a_usage_error(tmp_path, content, needle):
     from hctool.errors import UsageError
     from hctool.lint.adopt import read_baseline
@@ -95,8 +103,14 @@ def test_invalid_baseline_is_a_usage_error(tmp_path, content, needle):
 
 
 def test_missing_baseline_is_exit_2_with_one_line(repo: Path, hctool_cmd, clean_env):
-    res = subprocess.run([*hctool_cmd, "lint", ".", "--baseline", "bl.json"], cwd=repo, env=clean_env,
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [*hctool_cmd, "lint", ".", "--baseline", "bl.json"],
+        cwd=repo,
+        env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 2
     assert res.stderr.startswith("Error: baseline file not found: bl.json") and "Traceback" not in res.stderr
 

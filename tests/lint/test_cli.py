@@ -52,11 +52,20 @@ def test_json_contract_on_the_30760_fixture(cli, tmp_path):
     assert set(f) == {"rule", "name", "path", "line", "col", "severity", "premise", "count", "message", "related"}
     # One finding at the rank-local source (the KV free count in PrefillAdder), a premise stated.
     assert (f["rule"], f["name"], f["path"], f["line"], f["col"]) == (
-        "HC101", "collective-in-rank-local-loop", "sglang30760/prefill.py", 9, 16)
+        "HC101",
+        "collective-in-rank-local-loop",
+        "sglang30760/prefill.py",
+        9,
+        16,
+    )
     assert f["severity"] == "medium" and "KV free count" in f["premise"] and f["count"] == 1
     related = [(r["role"], r["path"], r["line"]) for r in f["related"]]
-    assert related[:4] == [("collective", "sglang30760/scheduler.py", 20), ("loop", "sglang30760/scheduler.py", 16),
-                           ("condition", "sglang30760/scheduler.py", 17), ("exit", "sglang30760/scheduler.py", 19)]
+    assert related[:4] == [
+        ("collective", "sglang30760/scheduler.py", 20),
+        ("loop", "sglang30760/scheduler.py", 16),
+        ("condition", "sglang30760/scheduler.py", 17),
+        ("exit", "sglang30760/scheduler.py", 19),
+    ]
     assert ("chain", "sglang30760/hiradix_cache.py", 18) in related
     assert all(set(r) == {"path", "line", "message", "role"} for r in f["related"])
     alias = cli(tmp_path, "sglang30760", "--json")  # the flag every other command takes
@@ -131,22 +140,41 @@ def test_statistics_prints_counts_only_and_quiet_after_the_subcommand(cli, tmp_p
 def test_quiet_and_verbose_after_the_subcommand_as_a_user_types_them(tmp_path, hctool_cmd, clean_env):
     write(tmp_path, "bad.py", BAD)
     for flags in (["-q"], ["-v"], ["-q", "--format", "json"]):
-        res = subprocess.run([*hctool_cmd, "lint", "bad.py", *flags], cwd=tmp_path, env=clean_env,
-                             capture_output=True, text=True, timeout=120)
+        res = subprocess.run(
+            [*hctool_cmd, "lint", "bad.py", *flags],
+            cwd=tmp_path,
+            env=clean_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert res.returncode == 1, (flags, res.stderr)
         assert "Error" not in res.stderr and "No such option" not in res.stderr
-    assert "peak memory" in subprocess.run([*hctool_cmd, "lint", "bad.py", "-v"], cwd=tmp_path, env=clean_env,
-                                           capture_output=True, text=True, timeout=120).stderr
+    assert (
+        "peak memory"
+        in subprocess.run(
+            [*hctool_cmd, "lint", "bad.py", "-v"],
+            cwd=tmp_path,
+            env=clean_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stderr
+    )
 
 
 def test_noqa_codes_are_honoured_and_stale_ones_reported(cli, tmp_path):
-    write(tmp_path, "n.py", BAD.replace("dist.all_reduce(t)", "dist.all_reduce(t)  # noqa: E501, HC102")
-          + "\n\ndef g():\n    return 1  # noqa: HC101,F401\n\n\ndef h():\n    return 2  # noqa\n")
+    write(
+        tmp_path,
+        "n.py",
+        BAD.replace("dist.all_reduce(t)", "dist.all_reduce(t)  # noqa: E501, HC102")
+        + "\n\ndef g():\n    return 1  # noqa: HC101,F401\n\n\ndef h():\n    return 2  # noqa\n",
+    )
     res = cli(tmp_path, ".", "--format", "json")
     assert res.exit_code == 1
     found = json.loads(res.stdout)
     # HC102 suppressed by noqa; the HC101 in a noqa that matched nothing is stale (F401 is not ours,
-    # and a bare `# noqa` names no hctool code, so it is neither honoured nor reported).
+    # and a bare noqa comment names no hctool code, so it is neither honoured nor reported).
     assert [(f["rule"], f["line"]) for f in found] == [("HC100", 10)]
     assert "`noqa: HC101`" in found[0]["message"]
     # The same finding without the comment is there: the noqa did the suppressing.
@@ -164,8 +192,12 @@ def test_parse_error_reported_and_other_findings_kept(cli, tmp_path):
 
 
 def test_suppression_and_unused_suppression(cli, tmp_path):
-    write(tmp_path, "s.py", BAD.replace("dist.all_reduce(t)", "dist.all_reduce(t)  # hctool: ignore[HC102]")
-          + "\n\ndef g():\n    return 1  # hctool: ignore[HC101]\n")
+    write(
+        tmp_path,
+        "s.py",
+        BAD.replace("dist.all_reduce(t)", "dist.all_reduce(t)  # hctool: ignore[HC102]")
+        + "\n\ndef g():\n    return 1  # hctool: ignore[HC101]\n",
+    )
     res = cli(tmp_path, ".", "--format", "json")
     assert res.exit_code == 1
     assert [(f["rule"], f["line"]) for f in json.loads(res.stdout)] == [("HC100", 10)]
@@ -175,8 +207,11 @@ def test_suppression_and_unused_suppression(cli, tmp_path):
 
 def test_suppression_words_in_strings_are_not_comments(cli, tmp_path):
     # docs that show the syntax (a docstring, a help string) suppress nothing and are not stale
-    write(tmp_path, "d.py", 'def f():\n    """Silence one line with `# hctool: ignore[HC101]`."""\n'
-          '    return "# hctool: ignore[HC102]"\n')
+    write(
+        tmp_path,
+        "d.py",
+        'def f():\n    """Silence one line with `# hctool: ignore[HC101]`."""\n    return "# hctool: ignore[HC102]"\n',
+    )
     res = cli(tmp_path, ".", "--format", "json")
     assert res.exit_code == 0 and json.loads(res.stdout) == []
 
@@ -189,31 +224,42 @@ def test_select_and_ignore(cli, tmp_path):
 
 
 def test_config_from_pyproject(cli, tmp_path):
-    write(tmp_path, "pyproject.toml", """
+    write(
+        tmp_path,
+        "pyproject.toml",
+        """
         [tool.hctool.lint]
         collectives = ["poll_and_all_reduce"]
         rank-local = ["free_slots"]
         uniform = ["agreed_size"]
         exclude = ["vendored/*"]
-    """)
-    write(tmp_path, "m.py", """
+    """,
+    )
+    write(
+        tmp_path,
+        "m.py",
+        """
         def f(pool, group):
             if pool.free_slots > 0:
                 poll_and_all_reduce(group)
             if pool.agreed_size() > 0:
                 poll_and_all_reduce(group)
-    """)
+    """,
+    )
     write(tmp_path, "vendored/v.py", BAD)
     res = cli(tmp_path, ".", "--format", "json")
     assert [(f["path"], f["rule"], f["line"]) for f in json.loads(res.stdout)] == [("m.py", "HC102", 3)]
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["nope.py"], "no such file or directory"),
-    (["--format", "xml", "."], "unknown format"),
-    (["--select", "HC999", "."], "unknown rule code"),
-    (["--json", "--format", "sarif", "."], "exclude each other"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["nope.py"], "no such file or directory"),
+        (["--format", "xml", "."], "unknown format"),
+        (["--select", "HC999", "."], "unknown rule code"),
+        (["--json", "--format", "sarif", "."], "exclude each other"),
+    ],
+)
 def test_usage_errors_exit_2(tmp_path, hctool_cmd, clean_env, args, needle):
     res = subprocess.run([*hctool_cmd, "lint", *args], cwd=tmp_path, env=clean_env, capture_output=True, text=True)
     assert res.returncode == 2
@@ -228,8 +274,9 @@ def test_bad_config_key_exits_2(tmp_path, hctool_cmd, clean_env):
 
 def test_subprocess_json_stdout_is_only_json(tmp_path, hctool_cmd, clean_env):
     write(tmp_path, "bad.py", BAD)
-    res = subprocess.run([*hctool_cmd, "lint", ".", "--format", "json"], cwd=tmp_path, env=clean_env,
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [*hctool_cmd, "lint", ".", "--format", "json"], cwd=tmp_path, env=clean_env, capture_output=True, text=True
+    )
     assert res.returncode == 1
     assert json.loads(res.stdout)[0]["rule"] == "HC102"
 
@@ -261,7 +308,12 @@ def test_severity_filter_and_premise_accepted_away(cli, tmp_path):
 
 
 def test_suppression_on_the_source_line_suppresses_the_finding(cli, tmp_path):
-    write(tmp_path, "s.py", BAD.replace("if pool.available_size() > 0:",
-                                        "if pool.available_size() > 0:  # hctool: ignore[HC102] frees are agreed"))
+    write(
+        tmp_path,
+        "s.py",
+        BAD.replace(
+            "if pool.available_size() > 0:", "if pool.available_size() > 0:  # hctool: ignore[HC102] frees are agreed"
+        ),
+    )
     res = cli(tmp_path, ".", "-f", "json")
     assert res.exit_code == 0 and json.loads(res.stdout) == []

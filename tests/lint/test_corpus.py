@@ -24,8 +24,10 @@ def _lint_alone(name: str, tmp_path: Path):
 
 def _marks(name: str) -> tuple[set, set]:
     text = (CORPUS / name).read_text()
-    return ({(code, lineno) for (_, code, lineno) in expected({name: text})},
-            {lineno for (_, lineno) in expected_gated({name: text})})
+    return (
+        {(code, lineno) for (_, code, lineno) in expected({name: text})},
+        {lineno for (_, lineno) in expected_gated({name: text})},
+    )
 
 
 def test_corpus_has_both_kinds():

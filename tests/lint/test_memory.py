@@ -6,12 +6,21 @@ from __future__ import annotations
 import json
 import subprocess
 
-BAD = "import torch.distributed as dist\n\n\ndef f(pool, t):\n    if pool.available_size() > 0:\n        dist.all_reduce(t)\n"
+BAD = (
+    "import torch.distributed as dist\n\n\n"
+    "def f(pool, t):\n    if pool.available_size() > 0:\n        dist.all_reduce(t)\n"
+)
 
 
 def _lint(tmp_path, hctool_cmd, clean_env, *args):
-    return subprocess.run([*hctool_cmd, "lint", ".", "--format", "json", "--no-cache", *args], cwd=tmp_path,
-                          env=clean_env, capture_output=True, text=True, timeout=240)
+    return subprocess.run(
+        [*hctool_cmd, "lint", ".", "--format", "json", "--no-cache", *args],
+        cwd=tmp_path,
+        env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
 
 
 def test_a_dense_file_over_the_budget_is_refused_with_its_reason(tmp_path, hctool_cmd, clean_env):
@@ -23,8 +32,10 @@ def test_a_dense_file_over_the_budget_is_refused_with_its_reason(tmp_path, hctoo
     assert res.returncode == 2, res.stderr
     assert [(f["path"], f["rule"]) for f in json.loads(res.stdout)] == [("bad.py", "HC102")]
     errors = [ln for ln in res.stderr.splitlines() if ln.startswith("Error:")]
-    assert errors == ["Error: generated.py:1: needs more than 64 MiB of memory to parse (lint's budget per file, "
-                      "[tool.hctool.lint] memory-per-file)"]
+    assert errors == [
+        "Error: generated.py:1: needs more than 64 MiB of memory to parse (lint's budget per file, "
+        "[tool.hctool.lint] memory-per-file)"
+    ]
 
 
 def test_a_large_file_within_the_budget_is_analyzed_in_its_child(tmp_path, hctool_cmd, clean_env):

@@ -9,7 +9,10 @@ from .test_rules import check
 
 def test_barrier_before_and_after_yield_is_one_barrier_each(lint_snippets):
     # Ranks other than the executor wait before the body, the executor after it: one barrier each.
-    check(lint_snippets, {"m.py": """
+    check(
+        lint_snippets,
+        {
+            "m.py": """
 from contextlib import contextmanager
 
 @contextmanager
@@ -21,11 +24,16 @@ def priority_execution(executor_rank=0, group=None):
     yield
     if not should_block:
         dist.barrier(group=group)
-"""})
+"""
+        },
+    )
 
 
 def test_barrier_before_yield_on_one_side_only_stays(lint_snippets):
-    check(lint_snippets, {"m.py": """
+    check(
+        lint_snippets,
+        {
+            "m.py": """
 from contextlib import contextmanager
 
 @contextmanager
@@ -37,11 +45,16 @@ def priority_execution(executor_rank=0, group=None):
     yield
     if should_block:
         dist.barrier(group=group)  # gated
-"""})
+"""
+        },
+    )
 
 
 def test_barrier_and_return_ahead_of_the_one_later_barrier(lint_snippets):
-    check(lint_snippets, {"m.py": """
+    check(
+        lint_snippets,
+        {
+            "m.py": """
 def save(rank, pp_size, write, group):
     if rank != 0:
         dist.barrier(group=group)
@@ -61,11 +74,16 @@ def roles(src, inputs, out, group):
         dist.gather(inputs, dst=src, group=group)
         dist.scatter(out, src=src, group=group)
     return out
-"""})
+"""
+        },
+    )
 
 
 def test_barrier_and_return_ahead_of_two_later_barriers_stays(lint_snippets):
-    check(lint_snippets, {"m.py": """
+    check(
+        lint_snippets,
+        {
+            "m.py": """
 def save(pp_size, write, group):
     rank = dist.get_rank()  # expect: HC102
     if rank != 0:
@@ -80,13 +98,18 @@ def other_group(write, group, other):
         dist.barrier(group=group)  # gated
         return
     dist.barrier(group=other)  # gated
-"""})
+"""
+        },
+    )
 
 
 def test_rank_of_another_dimension_2p5d(lint_snippets):
     # 2.5D: the depth ("dep") rank is the same on every rank of one row group, and row and column
     # ranks are the same on every rank of one depth group.
-    check(lint_snippets, {"m.py": """
+    check(
+        lint_snippets,
+        {
+            "m.py": """
 class ParallelMode:
     PARALLEL_2P5D_ROW = "row"
     PARALLEL_2P5D_COL = "col"
@@ -100,13 +123,18 @@ def save(gpc, state):
     col, row = gpc.get_local_rank(ParallelMode.PARALLEL_2P5D_COL), gpc.get_local_rank(ParallelMode.PARALLEL_2P5D_ROW)
     if col == 0 and row == 0:
         dist.broadcast(state, 0, group=gpc.get_group(ParallelMode.PARALLEL_2P5D_DEP))
-"""})
+"""
+        },
+    )
 
 
 def test_rank_of_the_same_dimension_beside_another_stays(lint_snippets):
     # The row rank beside the depth rank decides a row-group collective: a finding of the row rank,
     # whichever of the two the condition names first.
-    check(lint_snippets, {"m.py": """
+    check(
+        lint_snippets,
+        {
+            "m.py": """
 class ParallelMode:
     PARALLEL_2P5D_ROW = "row"
     PARALLEL_2P5D_DEP = "dep"
@@ -116,4 +144,6 @@ def save(gpc, state):
     row = gpc.get_local_rank(ParallelMode.PARALLEL_2P5D_ROW)  # expect: HC102
     if dep == 0 and row == 0:
         dist.all_reduce(state, group=gpc.get_group(ParallelMode.PARALLEL_2P5D_ROW))  # gated
-"""})
+"""
+        },
+    )

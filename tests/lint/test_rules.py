@@ -21,43 +21,60 @@ def check(lint_snippets, files):
 
 
 def test_hc101_loop_exits_on_free_count(lint_snippets):
-    report = check(lint_snippets, {"m.py": """
+    report = check(
+        lint_snippets,
+        {
+            "m.py": """
 def admit(pool, reqs, group):
     for req in reqs:
         if pool.available_size() < req.size:  # expect: HC101
             break
         flag = torch.tensor([1])
         dist.all_reduce(flag, group=group)  # gated
-"""})
+"""
+        },
+    )
     (f,) = report.findings
     assert (f.severity, f.count) == ("medium", 1) and "free count" in f.premise  # a pool: a premise
 
 
 def test_hc101_loop_trip_count_from_event_polls(lint_snippets):
-    report = check(lint_snippets, {"m.py": """
+    report = check(
+        lint_snippets,
+        {
+            "m.py": """
 def drain(events, group):
     n = 0
     while events[n].query():  # expect: HC101
         dist.barrier(group=group)  # gated
         n += 1
-"""})
+"""
+        },
+    )
     assert report.findings[0].severity == "high" and report.findings[0].premise is None
 
 
 def test_hc101_continue_only_skips_later_collectives(lint_snippets):
-    check(lint_snippets, {"m.py": """
+    check(
+        lint_snippets,
+        {
+            "m.py": """
 def poll(reqs, group, t):
     for req in reqs:
         dist.all_reduce(t, group=group)
         if not req.event.query():  # expect: HC101
             continue
         dist.all_reduce(t, group=group)  # gated
-"""})
+"""
+        },
+    )
 
 
 def test_hc101_30760_shape_through_helpers_and_attributes(lint_snippets):
-    report = check(lint_snippets, {
-        "sched.py": """
+    report = check(
+        lint_snippets,
+        {
+            "sched.py": """
 from adder import Adder
 from cache import Cache
 
@@ -76,7 +93,7 @@ class Scheduler:
             if adder.add_one(req) != 0:
                 break
 """,
-        "adder.py": """
+            "adder.py": """
 class Adder:
     def __init__(self, allocator):
         self.allocator = allocator
@@ -89,7 +106,7 @@ class Adder:
     def add_one(self, req):
         return 0 if req.n <= self.rem_tokens else 1
 """,
-        "cache.py": """
+            "cache.py": """
 class Cache:
     def check_progress(self, rid):
         return self._vote(rid)
@@ -99,18 +116,26 @@ class Cache:
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
         return bool(t.item())
 """,
-    })
+        },
+    )
     (f,) = report.findings
     lines = [(r.path, r.line, r.role) for r in f.related]
-    assert lines[:4] == [("sched.py", 17, "collective"), ("sched.py", 13, "loop"), ("sched.py", 14, "condition"),
-                         ("sched.py", 16, "exit")]  # the call, the loop, the break's condition, the break
+    assert lines[:4] == [
+        ("sched.py", 17, "collective"),
+        ("sched.py", 13, "loop"),
+        ("sched.py", 14, "condition"),
+        ("sched.py", 16, "exit"),
+    ]  # the call, the loop, the break's condition, the break
     assert lines[-2:] == [("cache.py", 6, "chain"), ("cache.py", 10, "chain")]  # down to the all_reduce
     assert f.rule == "HC101" and "`break` at line 16" in f.message and f.function == "Adder.rem_tokens"
 
 
 def test_one_finding_per_source_with_every_gated_collective(lint_snippets):
     """One early return that skips three collectives, two of them one call apart: one finding."""
-    report = check(lint_snippets, {"m.py": """
+    report = check(
+        lint_snippets,
+        {
+            "m.py": """
 class Cache:
     def sync(self, t):
         if not self.event.query():  # expect: HC103
@@ -121,22 +146,32 @@ class Cache:
 
     def vote(self, t):
         dist.all_reduce(t, group=self.group)
-"""})
+"""
+        },
+    )
     (f,) = report.findings
     assert f.count == 3 and "3 collective calls" in f.message
 
 
 def test_two_sources_of_one_collective_are_two_findings(lint_snippets):
-    check(lint_snippets, {"m.py": """
+    check(
+        lint_snippets,
+        {
+            "m.py": """
 def step(pool, event, t):
     if event.query():  # expect: HC102
         if pool.available_size() > 4:  # expect: HC102
             dist.all_reduce(t)  # gated
-"""})
+"""
+        },
+    )
 
 
 def test_hc101_negative_broadcast_list_and_uniform_exits(lint_snippets):
-    check(lint_snippets, {"m.py": """
+    check(
+        lint_snippets,
+        {
+            "m.py": """
 def tick(rank, group, t):
     reqs = [None]
     dist.broadcast_object_list(reqs, src=0, group=group)
@@ -153,23 +188,33 @@ def tick(rank, group, t):
     while ready.item() > 0:
         dist.all_reduce(t, group=group)
         ready -= 1
-"""})
+"""
+        },
+    )
 
 
 def test_hc102_branch_on_rank_local_state(lint_snippets):
-    report = check(lint_snippets, {"m.py": """
+    report = check(
+        lint_snippets,
+        {
+            "m.py": """
 def step(pool, event, group, t):
     if pool.available_size() > 8:  # expect: HC102
         dist.all_reduce(t, group=group)  # gated
     if dist.get_rank() == 0:  # expect: HC102
         dist.barrier()  # gated
     ok = event.query() and dist.all_reduce(t, group=group)  # expect: HC102, gated
-"""})
+"""
+        },
+    )
     assert [f.severity for f in report.findings] == ["medium", "high", "high"]  # pool, rank id compared, poll
 
 
 def test_hc102_negatives_uniform_guards_balanced_arms_collective_results(lint_snippets):
-    check(lint_snippets, {"m.py": """
+    check(
+        lint_snippets,
+        {
+            "m.py": """
 def step(pool, group, t, world_size):
     if dist.is_initialized():
         dist.barrier(group=group)
@@ -189,11 +234,16 @@ def step(pool, group, t, world_size):
         dist.send(t, dst=1)
     else:
         dist.recv(t, src=0)
-"""})
+"""
+        },
+    )
 
 
 def test_hc103_early_return_skips_collective(lint_snippets):
-    check(lint_snippets, {"m.py": """
+    check(
+        lint_snippets,
+        {
+            "m.py": """
 class Controller:
     def is_load_back_done(self, idx):
         if not self.events[idx].query():  # expect: HC103
@@ -204,11 +254,16 @@ class Controller:
         n = torch.tensor([self.ready])
         dist.all_reduce(n, op=dist.ReduceOp.MIN, group=self.group)
         return int(n.item())
-"""})
+"""
+        },
+    )
 
 
 def test_hc103_negatives_uniform_exit_and_exit_after_agreement(lint_snippets):
-    check(lint_snippets, {"m.py": """
+    check(
+        lint_snippets,
+        {
+            "m.py": """
 def f(group, t, tp_size, pool):
     if tp_size == 1:
         return t
@@ -220,13 +275,18 @@ def f(group, t, tp_size, pool):
         return None
     dist.all_reduce(t, group=group)
     return t
-"""})
+"""
+        },
+    )
 
 
 def test_hc104_stamp_order_in_a_collectives_contents(lint_snippets):
     """An order of per-rank stamps is an order of replicated events within one rank, so sorting or
     heaping by them decides nothing across ranks; it does where the ordered list is what ranks send."""
-    check(lint_snippets, {"m.py": """
+    check(
+        lint_snippets,
+        {
+            "m.py": """
 import heapq
 
 
@@ -250,7 +310,9 @@ def share_victims(nodes, group):
     victims = sorted(nodes, key=lambda n: n.last_access_time)  # expect: HC104
     ids = torch.tensor([v.node_id for v in victims])
     dist.all_reduce(ids, group=group)  # gated
-"""})
+"""
+        },
+    )
 
 
 def test_hc104_needs_collectives_in_the_tree(lint_snippets):
@@ -261,9 +323,12 @@ def test_hc104_needs_collectives_in_the_tree(lint_snippets):
 def test_hc104_deadline_decides_replicated_request_state(lint_snippets):
     """`_abort_on_running_timeout`: a per-rank deadline finishes requests of the replicated batch; only in
     a program that issues collectives (a launcher's own deadlines order nothing ranks replicate)."""
-    check(lint_snippets, {
-        "engine/__init__.py": "", "launcher/__init__.py": "",
-        "engine/sched.py": """
+    check(
+        lint_snippets,
+        {
+            "engine/__init__.py": "",
+            "launcher/__init__.py": "",
+            "engine/sched.py": """
 clock = time
 
 
@@ -292,18 +357,22 @@ class Scheduler:
     def step(self, t):
         dist.all_reduce(t)
 """,
-        "launcher/supervise.py": """
+            "launcher/supervise.py": """
 def reap(procs, deadline):
     for p in procs:
         if time.monotonic() > deadline:
             p.killed = True
 """,
-    })
+        },
+    )
 
 
 def test_a_name_defined_twice_is_checked_in_both_definitions(lint_snippets):
     # both arms of an `if` define f; a property's setter reuses its getter's name
-    check(lint_snippets, {"m.py": """
+    check(
+        lint_snippets,
+        {
+            "m.py": """
 DEBUG = False
 if DEBUG:
     def f(ev):
@@ -324,24 +393,34 @@ class C:
     @x.setter
     def x(self, v):
         self._x = v
-"""})
+"""
+        },
+    )
 
 
 def test_a_decorator_in_parentheses_over_several_lines_parses(lint_snippets):
-    check(lint_snippets, {"m.py": """
+    check(
+        lint_snippets,
+        {
+            "m.py": """
 @(
     staticmethod
 )
 def f(ev):
     if ev.query():  # expect: HC102
         dist.barrier()  # gated
-"""})
+"""
+        },
+    )
 
 
 def test_suppress_and_a_swallowing_try_are_per_rank_failures(lint_snippets):
     # Issue 34's miss: a shared-memory create on the source rank inside suppress(OSError), ahead of the
     # broadcast the other ranks enter. A create that fails on that rank skips its broadcast only.
-    report = check(lint_snippets, {"m.py": """
+    report = check(
+        lint_snippets,
+        {
+            "m.py": """
 import contextlib
 from multiprocessing import shared_memory
 
@@ -374,12 +453,17 @@ def not_swallowed(t):
         dist.all_reduce(t)
     except OSError:
         raise
-"""})
+"""
+        },
+    )
     assert all(f.severity == "high" for f in report.findings)
 
 
 def test_rank_translations_memberships_and_other_dimensions_are_uniform(lint_snippets):
-    check(lint_snippets, {"m.py": """
+    check(
+        lint_snippets,
+        {
+            "m.py": """
 def translated(group, t, src_rank):
     g = dist.get_global_rank(group, src_rank)  # the same rank translated on every rank
     if g == 0:
@@ -408,4 +492,6 @@ def shards(mpu, names, weights, t):
 def same_dimension(mpu, t):
     if mpu.get_tensor_model_parallel_rank() == 0:  # expect: HC102
         dist.all_reduce(t, group=mpu.get_tensor_model_parallel_group())  # gated
-"""})
+"""
+        },
+    )

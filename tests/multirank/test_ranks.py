@@ -19,7 +19,7 @@ def test_engine_tp2_logits_equal_tp1(rank, world_size, group):
     tp2 = compute_cases(TinyTransformer(ModelConfig(), rank, world_size, cpu, group=group), cpu)
     tp1 = compute_cases(TinyTransformer(ModelConfig(), 0, 1, cpu), cpu)
     for name, want in tp1.items():
-        torch.testing.assert_close(tp2[name], want, rtol=1e-4, atol=1e-4, msg=lambda m: f"case {name}: {m}")
+        torch.testing.assert_close(tp2[name], want, rtol=1e-4, atol=1e-4, msg=lambda m: f"case {name}: {m}")  # noqa: B023  (msg is called within this iteration)
 
 
 @pytest.mark.world_size(2)
@@ -34,14 +34,20 @@ def test_padded_forward_equals_tp1_and_pairs_different_batches_silently(rank, wo
     tp2 = compute_cases(padded, cpu)
     tp1 = compute_cases(TinyTransformer(ModelConfig(), 0, 1, cpu), cpu)
     for name, want in tp1.items():
-        torch.testing.assert_close(tp2[name], want, rtol=1e-4, atol=1e-4, msg=lambda m: f"case {name}: {m}")
+        torch.testing.assert_close(tp2[name], want, rtol=1e-4, atol=1e-4, msg=lambda m: f"case {name}: {m}")  # noqa: B023  (msg is called within this iteration)
     # rank 1 recomputes a 48-token prefix rank 0 holds: 16 vs 64 tokens, one padded shape
     pool = KVPool(8, PAGE, padded.cfg.num_layers, padded.local_heads, padded.cfg.head_dim, cpu)
     ids, slots = list(range(1, 65)), pool.page_slots([0, 1, 2, 3])[:64]
     item = ForwardItem(ids[48:], 48, slots) if rank == 0 else ForwardItem(ids, 0, slots)
     got = padded.forward([item], pool).float()
-    want = TinyTransformer(ModelConfig(), 0, 1, cpu).forward([ForwardItem(ids, 0, slots)], KVPool(
-        8, PAGE, padded.cfg.num_layers, padded.cfg.num_heads, padded.cfg.head_dim, cpu)).float()
+    want = (
+        TinyTransformer(ModelConfig(), 0, 1, cpu)
+        .forward(
+            [ForwardItem(ids, 0, slots)],
+            KVPool(8, PAGE, padded.cfg.num_layers, padded.cfg.num_heads, padded.cfg.head_dim, cpu),
+        )
+        .float()
+    )
     if rank == 1:  # its own KV is complete: only the silently paired rows make it wrong
         assert not torch.allclose(got, want, rtol=1e-3, atol=1e-3)
 

@@ -43,9 +43,14 @@ class Server:
 
     def __init__(self, run_dir: Path, *args: str):
         self.run_dir = run_dir
-        self.proc = subprocess.Popen([sys.executable, "-m", "hctool", "launch", "--cpu", "--run-dir", str(run_dir),
-                                      *args], cwd=REPO, env=child_env(), stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hctool", "launch", "--cpu", "--run-dir", str(run_dir), *args],
+            cwd=REPO,
+            env=child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.lines: queue.Queue[str] = queue.Queue()
         self.stderr: list[str] = []
         threading.Thread(target=lambda: [self.lines.put(x) for x in self.proc.stdout], daemon=True).start()

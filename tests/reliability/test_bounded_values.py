@@ -22,8 +22,14 @@ TICKER = str(REPO / "tests" / "consensus" / "programs" / "ticker.py")
 
 
 def _hctool(*args: str, cwd: Path = REPO, timeout: float = 60, **env) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hctool", *args], cwd=cwd, env={**child_env(), **env},
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "hctool", *args],
+        cwd=cwd,
+        env={**child_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e300", "0"])
@@ -31,8 +37,9 @@ def test_gate_step_timeouts_that_are_not_a_finite_range_are_refused(tmp_path, va
     """Before: `timeouts = {tests = nan}` (or inf) passed the `<= 0` check and the step waited forever."""
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
-    (tmp_path / "pyproject.toml").write_text(f'[tool.hctool.gate]\ntests = ["tests"]\n\n'
-                                             f"[tool.hctool.gate.timeouts]\ntests = {value}\n")
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.hctool.gate]\ntests = ["tests"]\n\n[tool.hctool.gate.timeouts]\ntests = {value}\n'
+    )
     one_error(_hctool("gate", cwd=tmp_path), "[tool.hctool.gate.timeouts] tests")
     assert not (tmp_path / "hctool-runs").exists()
 
@@ -55,9 +62,26 @@ def test_sum(rank, world_size):
 def test_the_plugin_refuses_a_timeout_that_is_not_finite_before_any_test_runs(tmp_path, value, no_leftover_processes):
     """Before: `--hctool-timeout nan` (or inf) failed a passing multi-rank test with a ValueError."""
     (tmp_path / "test_ranks.py").write_text(MULTIRANK_TEST)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "hctool.pytest_plugin", "-p", "no:cacheprovider",
-                           "--hctool-timeout", value, "test_ranks.py"], cwd=tmp_path, env=child_env(),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "hctool.pytest_plugin",
+            "-p",
+            "no:cacheprovider",
+            "--hctool-timeout",
+            value,
+            "test_ranks.py",
+        ],
+        cwd=tmp_path,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 4, out  # pytest's exit code for a usage error
     assert "--hctool-timeout must be" in out and "passed" not in out and "failed" not in out, out
@@ -68,22 +92,41 @@ def test_a_schedule_heal_that_is_not_finite_is_refused_before_the_baseline(tmp_p
     """Before: `heal_s = nan` was an internal error after the baseline had run."""
     sched = tmp_path / "s.toml"
     sched.write_text(f'heal_s = {heal}\n\n[[faults]]\nkind = "clock-skew"\nms = 5\n')
-    one_error(_hctool("chaos", "run", str(sched), "--scenario", "30760", "--artifacts", str(tmp_path / "art")),
-               "heal_s must be")
+    one_error(
+        _hctool("chaos", "run", str(sched), "--scenario", "30760", "--artifacts", str(tmp_path / "art")),
+        "heal_s must be",
+    )
 
 
-@pytest.mark.parametrize("spec, words", [
-    ("collective-delay:rank=1,ms=1e300", "ms must be between"),        # before: OverflowError in the rank
-    ("clock-skew:rank=1,ms=5,duration_s=1e303", "duration_s must be"),  # before: "dur":Infinity in the export
-    ("clock-skew:rank=1,ms=5,start_s=1e300", "start_s must be"),
-    ("io-delay:rank=1,ms=5,path=/tmp/a;b", "without ';'"),              # before: two faults in the ranks, exit 2
-    ("thread-slow:ms=5,thread=x;clock-skew", "without ';'"),
-])
-def test_a_fault_spec_out_of_bounds_or_with_the_separator_is_refused_before_anything_runs(tmp_path, spec, words,
-                                                                                        no_leftover_processes):
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("collective-delay:rank=1,ms=1e300", "ms must be between"),  # before: OverflowError in the rank
+        ("clock-skew:rank=1,ms=5,duration_s=1e303", "duration_s must be"),  # before: "dur":Infinity in the export
+        ("clock-skew:rank=1,ms=5,start_s=1e300", "start_s must be"),
+        ("io-delay:rank=1,ms=5,path=/tmp/a;b", "without ';'"),  # before: two faults in the ranks, exit 2
+        ("thread-slow:ms=5,thread=x;clock-skew", "without ';'"),
+    ],
+)
+def test_a_fault_spec_out_of_bounds_or_with_the_separator_is_refused_before_anything_runs(
+    tmp_path, spec, words, no_leftover_processes
+):
     trace = tmp_path / "trace"
-    proc = _hctool("check-consensus", "run", "--nproc", "2", "--timeout", "60", "--trace-dir", str(trace),
-                   "--inject", spec, "--", TICKER, TICKER_SECONDS="0.3")
+    proc = _hctool(
+        "check-consensus",
+        "run",
+        "--nproc",
+        "2",
+        "--timeout",
+        "60",
+        "--trace-dir",
+        str(trace),
+        "--inject",
+        spec,
+        "--",
+        TICKER,
+        TICKER_SECONDS="0.3",
+    )
     one_error(proc, "--inject", words)
     assert not list(trace.glob("rank*")) if trace.exists() else True
 
@@ -91,15 +134,17 @@ def test_a_fault_spec_out_of_bounds_or_with_the_separator_is_refused_before_anyt
 def test_a_schedule_fault_with_the_separator_in_a_text_value_is_refused(tmp_path):
     sched = tmp_path / "s.toml"
     sched.write_text('[[faults]]\nkind = "io-delay"\nms = 5\npath = "/tmp/a;clock-jump:ms=9000"\n')
-    one_error(_hctool("chaos", "run", str(sched), "--scenario", "30760", "--artifacts", str(tmp_path / "art")),
-               "without ';'")
+    one_error(
+        _hctool("chaos", "run", str(sched), "--scenario", "30760", "--artifacts", str(tmp_path / "art")), "without ';'"
+    )
 
 
 def test_gate_junit_is_well_formed_with_control_characters_in_file_names(tmp_path, no_leftover_processes):
     """Before: a test file named with \\x01 made pytest's JUnit (and the gate) fail: internal error."""
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_a\x01b.py").write_text(
-        "def test_ok():\n    pass\n\n\ndef test_bad():\n    assert False, 'x\\x01\\x1b y'\n")
+        "def test_ok():\n    pass\n\n\ndef test_bad():\n    assert False, 'x\\x01\\x1b y'\n"
+    )
     (tmp_path / "pyproject.toml").write_text('[tool.hctool.gate]\ntests = ["tests"]\n')
     proc = _hctool("gate", "--junit", "out/junit.xml", cwd=tmp_path, timeout=240)
     assert proc.returncode == 1, proc.stderr  # one test fails: the gate fails, as it should
@@ -126,8 +171,20 @@ def test_a_huge_assert_same_label_is_stored_bounded_and_still_compared(tmp_path,
     """Before: a 1.2 MB label made a side-table line the reader refused ("line too long"): no verdict."""
     prog = tmp_path / "labels.py"
     prog.write_text(LABELS.format(folder=str(REPO / "tests" / "consensus" / "programs")))
-    proc = _hctool("check-consensus", "run", "--nproc", "2", "--timeout", "60", "--trace-dir", str(tmp_path / "t"),
-                   "--json", "--", str(prog), timeout=120)
+    proc = _hctool(
+        "check-consensus",
+        "run",
+        "--nproc",
+        "2",
+        "--timeout",
+        "60",
+        "--trace-dir",
+        str(tmp_path / "t"),
+        "--json",
+        "--",
+        str(prog),
+        timeout=120,
+    )
     assert "line too long" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     report = json.loads(proc.stdout)
     assert report["verdict"] == "diverged", proc.stderr
@@ -157,8 +214,19 @@ def test_a_helper_a_rank_starts_in_its_own_session_does_not_outlive_the_run(tmp_
     pidfile = tmp_path / "helper.pid"
     prog = tmp_path / "helper.py"
     prog.write_text(HELPER.format(folder=str(REPO / "tests" / "consensus" / "programs"), pidfile=str(pidfile)))
-    proc = _hctool("check-consensus", "run", "--nproc", "2", "--timeout", "60", "--trace-dir", str(tmp_path / "t"),
-                   "--", str(prog), timeout=120)
+    proc = _hctool(
+        "check-consensus",
+        "run",
+        "--nproc",
+        "2",
+        "--timeout",
+        "60",
+        "--trace-dir",
+        str(tmp_path / "t"),
+        "--",
+        str(prog),
+        timeout=120,
+    )
     pid = int(pidfile.read_text())
     try:
         assert proc.returncode == 0, proc.stderr

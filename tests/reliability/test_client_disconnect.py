@@ -22,11 +22,15 @@ HICACHE = ["--enable-hierarchical-cache", "--hicache-ratio", "4", "--state-diges
 
 def _send_and_leave(url: str, ids: list[int], max_new: int, stay_s: float) -> None:
     host, port = url.removeprefix("http://").split(":")
-    body = json.dumps({"input_ids": ids, "sampling_params": {"max_new_tokens": max_new, "temperature": 0,
-                                                             "ignore_eos": True}}).encode()
+    body = json.dumps(
+        {"input_ids": ids, "sampling_params": {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True}}
+    ).encode()
     s = socket.create_connection((host, int(port)), timeout=10)
-    s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    s.sendall(
+        b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
     time.sleep(stay_s)
     s.close()  # gone before the answer
 
@@ -60,8 +64,11 @@ def test_abandoned_requests_are_aborted_on_every_rank(tmp_path, no_leftover_proc
             c.join()
         generated = _settled(url, "generation_tokens_total") - before
         assert generated < 8 * LONG / 4, f"{generated:.0f} tokens decoded for clients that had left"
-        r = requests.post(url + "/generate", json={"input_ids": [1, 2, 3], "sampling_params": {
-            "max_new_tokens": 8, "temperature": 0}}, timeout=60)
+        r = requests.post(
+            url + "/generate",
+            json={"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 8, "temperature": 0}},
+            timeout=60,
+        )
         assert r.status_code == 200 and len(r.json()["output_ids"]) <= 8, r.text
         assert requests.get(url + "/health", timeout=10).status_code == 200
         assert "StateDiverged" not in srv.log()
@@ -70,8 +77,9 @@ def test_abandoned_requests_are_aborted_on_every_rank(tmp_path, no_leftover_proc
 
 
 def test_max_queued_requests_answers_503_beyond_the_bound(tmp_path, no_leftover_processes):
-    srv = Server(tmp_path / "run", "--tp", "1", *SMALL_ENGINE, "--max-running-requests", "1",
-                 "--max-queued-requests", "2")
+    srv = Server(
+        tmp_path / "run", "--tp", "1", *SMALL_ENGINE, "--max-running-requests", "1", "--max-queued-requests", "2"
+    )
     try:
         url = srv.wait_ready()
         busy = threading.Thread(target=_send_and_leave, args=(url, [7, 8, 9], LONG, 3.0))
@@ -80,8 +88,11 @@ def test_max_queued_requests_answers_503_beyond_the_bound(tmp_path, no_leftover_
         statuses: list[int] = []
 
         def one(i: int) -> None:
-            r = requests.post(url + "/generate", json={"input_ids": [40 + i, 41], "sampling_params": {
-                "max_new_tokens": 4, "temperature": 0}}, timeout=120)
+            r = requests.post(
+                url + "/generate",
+                json={"input_ids": [40 + i, 41], "sampling_params": {"max_new_tokens": 4, "temperature": 0}},
+                timeout=120,
+            )
             statuses.append(r.status_code)
             if r.status_code == 503:
                 assert r.json()["error"] == "The request queue is full."

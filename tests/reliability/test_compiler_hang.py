@@ -35,9 +35,28 @@ def hanging_compiler(tmp_path):
 
 
 def _start(env, tmp_path: Path, timeout: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "hctool", "check-consensus", "run", "--nproc", "1", "--timeout",
-                             timeout, "--trace-dir", str(tmp_path / "trace"), "--", TICKER],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hctool",
+            "check-consensus",
+            "run",
+            "--nproc",
+            "1",
+            "--timeout",
+            timeout,
+            "--trace-dir",
+            str(tmp_path / "trace"),
+            "--",
+            TICKER,
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _compiler_pids(pids: Path, deadline_s: float = 60) -> list[int]:
@@ -72,7 +91,8 @@ def test_the_build_is_bounded_by_the_run_timeout(hanging_compiler, tmp_path, no_
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_a_signal_to_hctool_during_the_build_leaves_no_compiler_and_no_partial_file(
-        hanging_compiler, tmp_path, sig, no_leftover_processes):
+    hanging_compiler, tmp_path, sig, no_leftover_processes
+):
     env, pids, cache = hanging_compiler
     proc = _start(env, tmp_path, "120")
     try:

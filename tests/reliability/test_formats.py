@@ -17,19 +17,22 @@ GOOD = page.encode(ME, "k1", PAYLOAD)
 
 
 def _flip(data: bytes, pos: int) -> bytes:
-    return data[:pos] + bytes([data[pos] ^ 0xFF]) + data[pos + 1:]
+    return data[:pos] + bytes([data[pos] ^ 0xFF]) + data[pos + 1 :]
 
 
-@pytest.mark.parametrize("data, key, identity, problem", [
-    (_flip(GOOD, page.HEADER.size + 100), "k1", ME, "checksum mismatch"),
-    (GOOD, "k2", ME, "holds another page"),
-    (GOOD, "k1", page.writer_identity({"seed": 1}, "float32", 16, 2, 0, SHAPE), "another model"),
-    (GOOD, "k1", page.writer_identity({"seed": 0}, "float32", 16, 2, 1, SHAPE), "TP rank"),
-    (page.encode(ME, "k1", np.full(len(PAYLOAD) // 4, np.nan, np.float32).tobytes()), "k1", ME, "non-finite"),
-    (PAYLOAD + bytes(page.HEADER.size), "k1", ME, "layout version"),
-    (GOOD[:-1], "k1", ME, "size"),
-    (_flip(GOOD, 0), "k1", ME, "layout version"),
-])
+@pytest.mark.parametrize(
+    "data, key, identity, problem",
+    [
+        (_flip(GOOD, page.HEADER.size + 100), "k1", ME, "checksum mismatch"),
+        (GOOD, "k2", ME, "holds another page"),
+        (GOOD, "k1", page.writer_identity({"seed": 1}, "float32", 16, 2, 0, SHAPE), "another model"),
+        (GOOD, "k1", page.writer_identity({"seed": 0}, "float32", 16, 2, 1, SHAPE), "TP rank"),
+        (page.encode(ME, "k1", np.full(len(PAYLOAD) // 4, np.nan, np.float32).tobytes()), "k1", ME, "non-finite"),
+        (PAYLOAD + bytes(page.HEADER.size), "k1", ME, "layout version"),
+        (GOOD[:-1], "k1", ME, "size"),
+        (_flip(GOOD, 0), "k1", ME, "layout version"),
+    ],
+)
 def test_damaged_or_foreign_page_is_refused(data, key, identity, problem):
     check = page.decode(data, identity, key, len(PAYLOAD))
     assert check.payload is None and problem in check.problem
@@ -40,18 +43,21 @@ def test_intact_page_round_trips():
     assert check.problem == "" and check.payload.tobytes() == PAYLOAD
 
 
-@pytest.mark.parametrize("body, reason", [
-    (b'{"text": "\\ud800"}', "lone surrogate"),
-    (b'{"a": {"\\udfff": 1}}', "lone surrogate"),
-    (b'{"t": NaN}', "NaN is not a JSON number"),
-    (b'{"t": -Infinity}', "-Infinity is not a JSON number"),
-    (b'{"t": 1e400}', "out of range"),
-    (b'{"a": 1, "a": 2}', "duplicate key 'a'"),
-    (b"[" * 100_000 + b"]" * 100_000, "nested deeper than 16"),
-    (b'{"a": ' + b"[" * 17 + b"]" * 17 + b"}", "nested deeper than 16"),
-    (b'{"a": "\xc3\x28"}', "not UTF-8 (byte 0xc3 at offset 7)"),
-    (b'{"a": ', "malformed JSON"),
-])
+@pytest.mark.parametrize(
+    "body, reason",
+    [
+        (b'{"text": "\\ud800"}', "lone surrogate"),
+        (b'{"a": {"\\udfff": 1}}', "lone surrogate"),
+        (b'{"t": NaN}', "NaN is not a JSON number"),
+        (b'{"t": -Infinity}', "-Infinity is not a JSON number"),
+        (b'{"t": 1e400}', "out of range"),
+        (b'{"a": 1, "a": 2}', "duplicate key 'a'"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested deeper than 16"),
+        (b'{"a": ' + b"[" * 17 + b"]" * 17 + b"}", "nested deeper than 16"),
+        (b'{"a": "\xc3\x28"}', "not UTF-8 (byte 0xc3 at offset 7)"),
+        (b'{"a": ', "malformed JSON"),
+    ],
+)
 def test_strict_json_refuses_with_a_reason(body, reason):
     with pytest.raises(ValueError) as err:
         parse_json(body)

@@ -31,9 +31,28 @@ def expected_line(rank: int, n: int = CALLS) -> str:
 def run(trace: Path, env_extra: dict, calls: int = CALLS) -> tuple[subprocess.CompletedProcess, dict]:
     env = dict(os.environ, PYTHONUNBUFFERED="1", CALLS=str(calls), **env_extra)
     env.pop("HCTOOL_DEBUG", None)
-    proc = subprocess.run([sys.executable, "-m", "hctool", "check-consensus", "run", "--nproc", "2", "--timeout", "200",
-                           "--json", "--trace-dir", str(trace), "--", str(PROGRAM)],
-                          capture_output=True, text=True, env=env, timeout=280)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hctool",
+            "check-consensus",
+            "run",
+            "--nproc",
+            "2",
+            "--timeout",
+            "200",
+            "--json",
+            "--trace-dir",
+            str(trace),
+            "--",
+            str(PROGRAM),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=280,
+    )
     try:
         report = json.loads(proc.stdout)
     except ValueError:
@@ -64,8 +83,10 @@ def test_a_full_trace_disk_stops_recording_and_the_program_finishes(small_tmpfs,
     assert report["exit_codes"] == {"0": 0, "1": 0}
     assert report["verdict"] == "consistent", report
     assert proc.returncode == 0, proc.stderr
-    assert [(e["rank"], e["reason"], e["seq"]) for e in report["incomplete"]] == \
-        [(0, "trace disk full", PER_SEGMENT), (1, "trace disk full", PER_SEGMENT)]
+    assert [(e["rank"], e["reason"], e["seq"]) for e in report["incomplete"]] == [
+        (0, "trace disk full", PER_SEGMENT),
+        (1, "trace disk full", PER_SEGMENT),
+    ]
     assert f"hctool: incomplete: trace disk full at seq {PER_SEGMENT} of group 0:[0,1] on rank 1" in proc.stderr
 
 
@@ -79,10 +100,15 @@ def test_one_rank_trace_cut_short_is_compared_as_far_as_it_goes(tmp_path, no_lef
     assert report["verdict"] == "incomplete", report.get("first_divergence")
     assert "trace file too large at seq" in report["reason"] and proc.returncode == 1, proc.stderr
     assert log1.count("hctool: the trace folder cannot take more (File too large)") == 1, log1
-    assert report["incomplete"] == [{"rank": 1, "reason": "trace file too large", "errno": "EFBIG",
-                                     "group": "0:[0,1]", "seq": PER_SEGMENT}]
+    assert report["incomplete"] == [
+        {"rank": 1, "reason": "trace file too large", "errno": "EFBIG", "group": "0:[0,1]", "seq": PER_SEGMENT}
+    ]
     assert report["counts"]["0"]["all_reduce"] == calls and report["exit_codes"] == {"0": 0, "1": 0}
     # `analyze` later reads the mark and says the same
-    again = subprocess.run([sys.executable, "-m", "hctool", "check-consensus", "analyze", "--json", str(trace)],
-                           capture_output=True, text=True, timeout=120)
+    again = subprocess.run(
+        [sys.executable, "-m", "hctool", "check-consensus", "analyze", "--json", str(trace)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert json.loads(again.stdout)["incomplete"] == report["incomplete"], again.stderr

@@ -47,16 +47,23 @@ CASES = [  # (edits of MINIMAL..., text the one-line error must contain)
     (("deadline = 60", "hang_after = inf"), "field 'hang_after' must be between"),
     (("deadline = 60", "deadline = true"), "field 'deadline' must be a float"),
     (("deadline = 60", "deadlines = 5"), "[run]: unknown fields ['deadlines']"),
-    (("[[variants]]\nname = \"fixed\"\nexpected = [\"healthy\"]\n", ""), ('id = "x1"', 'id = "x1"\nvariants = [1, 2]'),
-     "variants[0]: must be a [[variants]] table, got 1"),
-    (("name = \"fixed\"", "name = \"../../etc\""), "field 'name' must be 1-64 letters"),
+    (
+        ('[[variants]]\nname = "fixed"\nexpected = ["healthy"]\n', ""),
+        ('id = "x1"', 'id = "x1"\nvariants = [1, 2]'),
+        "variants[0]: must be a [[variants]] table, got 1",
+    ),
+    (('name = "fixed"', 'name = "../../etc"'), "field 'name' must be 1-64 letters"),
     (('id = "x1"', 'id = "a/b"'), "field 'id' must be 1-64 letters"),
     (("[run]", "[topology]\ntp = 0\n[run]"), "field 'tp' must be between 1 and 64"),
     (("[run]", "[topology]\ntp = 1.5\n[run]"), "field 'tp' must be a int"),
     (("[run]", "[upstream]\nissues = 5\n[run]"), "field 'issues' must be a list of integers"),
     (("[run]", "[upstream]\nwhen = 2024-01-01\n[run]"), "[upstream] may hold strings"),
     (('id = "x1"', 'id = "x1"\ncolour = "red"'), "unknown fields ['colour']"),
-    (("[[variants]]\nname = \"fixed\"\nexpected = [\"healthy\"]\n", ""), ('id = "x1"', 'id = "x1"\nvariants = "all"'), "field 'variants' must be a list"),
+    (
+        ('[[variants]]\nname = "fixed"\nexpected = ["healthy"]\n', ""),
+        ('id = "x1"', 'id = "x1"\nvariants = "all"'),
+        "field 'variants' must be a list",
+    ),
     (('"1024"]', '"1024", "--hicache-ratio", "nan"]'), "engine flags: --hicache-ratio must be between"),
     (('"1024"]', '"1024", "--dist-timeout", "-1"]'), "engine flags: --dist-timeout must be between"),
     (('"1024"]', '"1000000000000"]'), "engine flags: --max-total-tokens must be between"),
@@ -110,7 +117,12 @@ def test_huge_file_is_refused(tmp_path):
 
 def test_cli_exits_2_with_one_line(hctool_cmd, clean_env, tmp_path):
     _write(tmp_path, MINIMAL.replace("rounds = 1", "rounds = 100000000000000000"))
-    res = subprocess.run([*hctool_cmd, "repro", "list", "--catalogue", str(tmp_path)], capture_output=True,
-                         text=True, env=clean_env, timeout=60)
+    res = subprocess.run(
+        [*hctool_cmd, "repro", "list", "--catalogue", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        timeout=60,
+    )
     assert res.returncode == 2 and res.stdout == "" and "Traceback" not in res.stderr
     assert res.stderr.startswith(f"Error: {tmp_path / 'x1' / 'scenario.toml'} [workload]: field 'rounds'")

@@ -30,16 +30,18 @@ def _prompts() -> list[list[int]]:
 def server(tmp_path_factory):
     srv = Server(tmp_path_factory.mktemp("probes") / "run", "--tp", "2", *SMALL_ENGINE)
     srv.wait_ready()
-    srv.reference = [post(srv.url, {"input_ids": p, "sampling_params": GREEDY}).json()["output_ids"]
-                     for p in _prompts()]
+    srv.reference = [
+        post(srv.url, {"input_ids": p, "sampling_params": GREEDY}).json()["output_ids"] for p in _prompts()
+    ]
     yield srv
     srv.close()  # no survivors; the last test kills a rank, so the exit code is its business
 
 
 def post(url: str, body, **kw) -> requests.Response:
     data = body if isinstance(body, (bytes, str)) else json.dumps(body)
-    return requests.post(url + "/generate", data=data, headers={"Content-Type": "application/json"},
-                         timeout=TIMEOUT, **kw)
+    return requests.post(
+        url + "/generate", data=data, headers={"Content-Type": "application/json"}, timeout=TIMEOUT, **kw
+    )
 
 
 def assert_still_correct(srv: Server) -> None:
@@ -67,7 +69,8 @@ REJECTED = {
     "temperature 1e308": b'{"input_ids": [1, 2], "sampling_params": {"temperature": 1e308}}',
     "temperature 1e400": b'{"input_ids": [1, 2], "sampling_params": {"temperature": 1e400}}',
     "temperature string": b'{"input_ids": [1, 2], "sampling_params": {"temperature": "0.5"}}',
-    "max_new_tokens 10^30": b'{"input_ids": [1], "sampling_params": {"max_new_tokens": 1000000000000000000000000000000}}',
+    "max_new_tokens 10^30": b'{"input_ids": [1], "sampling_params": {"max_new_tokens": '
+    b"1000000000000000000000000000000}}",
     "max_new_tokens float": b'{"input_ids": [1], "sampling_params": {"max_new_tokens": 4.0}}',
     "input id 10^30": b'{"input_ids": [1000000000000000000000000000000]}',
     "lone surrogate text": b'{"text": "\\ud800"}',
@@ -112,8 +115,7 @@ def _raw(url: str, head: bytes, body_chunks=(), read_timeout: float = 30.0) -> b
 
 
 def test_declared_huge_body_is_413_without_reading_it(server):
-    head = (b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: 50000000\r\n\r\n")
+    head = b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 50000000\r\n\r\n"
     t0 = time.monotonic()
     answer = _raw(server.url, head)  # the body is never sent: the server must not wait for it
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
@@ -122,8 +124,7 @@ def test_declared_huge_body_is_413_without_reading_it(server):
 
 
 def test_chunked_huge_body_is_413(server):
-    head = (b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n")
+    head = b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
     piece = b'{"input_ids": [' + b"1, " * 20000
     chunk = b"%x\r\n%s\r\n" % (len(piece), piece)
     answer = _raw(server.url, head, [chunk] * 40)  # 2.4 MB, never terminated
@@ -137,6 +138,7 @@ def test_concurrent_hostile_mix_keeps_answers_correct(server):
 
     def client(body: bytes) -> None:
         codes.append(post(server.url, body).status_code)
+
     threads = [threading.Thread(target=client, args=(b,)) for b in bodies]
     for t in threads:
         t.start()
@@ -160,25 +162,46 @@ def test_every_listening_socket_is_on_loopback(server):
     assert len(listening) >= 3, listening  # HTTP, rank link, store at least
     assert {ip for _, ip, _ in listening} == {"127.0.0.1"}, listening
 
+
 # --- fuzz: hypothesis builds bodies, the server must answer each with 200/400/413 ---
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 VOCAB = 32768
-_scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_infinity=True),
-                     st.text(st.characters() | st.characters(categories=["Cs"]), max_size=8))
-_json = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
-                     max_leaves=12)
-_temperature = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0, 1e-39, 1e-320, 0.7, 2]),
-                         st.integers(-3, 3), _scalars)
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(st.characters() | st.characters(categories=["Cs"]), max_size=8),
+)
+_json = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=12,
+)
+_temperature = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0, 1e-39, 1e-320, 0.7, 2]),
+    st.integers(-3, 3),
+    _scalars,
+)
 # max_new_tokens is always given (SGLang's default of 128 would make each valid case slow)
-_sampling = st.fixed_dictionaries({"max_new_tokens": st.one_of(st.integers(0, 4), st.integers(-2**64, 2**64), _scalars)},
-                                  optional={"temperature": _temperature, "ignore_eos": st.one_of(st.booleans(), _scalars),
-                                            "top_p": _json})
+_sampling = st.fixed_dictionaries(
+    {"max_new_tokens": st.one_of(st.integers(0, 4), st.integers(-(2**64), 2**64), _scalars)},
+    optional={"temperature": _temperature, "ignore_eos": st.one_of(st.booleans(), _scalars), "top_p": _json},
+)
 _ids = st.lists(st.one_of(st.integers(1, VOCAB + 2), st.integers(-5, 2**65), _scalars), min_size=0, max_size=40)
-_body = st.fixed_dictionaries({"sampling_params": _sampling}, optional={
-    "input_ids": st.one_of(_ids, _json), "text": st.one_of(st.text(max_size=40), _json),
-    "rid": st.one_of(st.uuids().map(str), _scalars), "stream": st.booleans(), "extra": _json})
+_body = st.fixed_dictionaries(
+    {"sampling_params": _sampling},
+    optional={
+        "input_ids": st.one_of(_ids, _json),
+        "text": st.one_of(st.text(max_size=40), _json),
+        "rid": st.one_of(st.uuids().map(str), _scalars),
+        "stream": st.booleans(),
+        "extra": _json,
+    },
+)
 _bodies = st.one_of(_body.map(lambda b: json.dumps(b, allow_nan=True).encode()), st.binary(max_size=200))
 
 
@@ -235,6 +258,7 @@ def test_load_with_hostile_clients_stays_correct(server):
             r = post(server.url, hostile[(c + i) % len(hostile)])
             if r.status_code != 400:
                 bad.append(r.status_code)
+
     threads = [threading.Thread(target=good_client, args=(c,)) for c in range(32)]
     threads += [threading.Thread(target=bad_client, args=(c,)) for c in range(16)]
     t0 = time.monotonic()

@@ -20,8 +20,15 @@ def _lint(*args: str) -> subprocess.CompletedProcess:
     def cap_memory():  # the /dev/zero case must not take the box's memory if a read is unbounded
         resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
 
-    return subprocess.run([sys.executable, "-m", "hctool", "lint", "--format", "json", *args], cwd=REPO,
-                          env=child_env(), capture_output=True, text=True, timeout=60, preexec_fn=cap_memory)
+    return subprocess.run(
+        [sys.executable, "-m", "hctool", "lint", "--format", "json", *args],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=cap_memory,
+    )
 
 
 def _errors(done: subprocess.CompletedProcess) -> list[str]:

@@ -53,7 +53,7 @@ def test_every_numeric_option_has_bounds_and_its_default_is_within_them():
     options = _command_options()
     assert len(options) >= 30  # the walk sees the tree (launch, repro, check-consensus, chaos, lint)
     tree = typer.main.get_command(app)
-    for path, param, kind in numeric_options(tree):
+    for path, param, _kind in numeric_options(tree):
         low, high = OPTION_LIMITS[param.opts[0]]
         assert param.default is None or low <= param.default <= high, (path, param.opts[0], param.default)
 
@@ -88,15 +88,24 @@ def test_every_numeric_engine_flag_refuses_bad_values(name, capsys):
 TICKER = str(REPO / "tests" / "consensus" / "programs" / "ticker.py")
 
 
-@pytest.mark.parametrize("argv", [
-    ["launch", "--cpu", "--disaggregation-transfer-timeout", "nan"],
-    ["check-consensus", "run", "--timeout", "inf", "--", TICKER],
-    ["check-consensus", "run", "--hang-after", "nan", "--", TICKER],
-    ["lint", "--jobs", "nan", TICKER],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["launch", "--cpu", "--disaggregation-transfer-timeout", "nan"],
+        ["check-consensus", "run", "--timeout", "inf", "--", TICKER],
+        ["check-consensus", "run", "--hang-after", "nan", "--", TICKER],
+        ["lint", "--jobs", "nan", TICKER],
+    ],
+)
 def test_a_real_process_refuses_before_it_starts_anything(argv, tmp_path):
-    done = subprocess.run([sys.executable, "-m", "hctool", *argv], cwd=tmp_path,
-                          env={**child_env(), "TICKER_SECONDS": "0.5"}, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "hctool", *argv],
+        cwd=tmp_path,
+        env={**child_env(), "TICKER_SECONDS": "0.5"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("Error:")]
     assert done.returncode == 2 and len(errors) == 1 and done.stdout == "", done.stderr
     assert list(tmp_path.iterdir()) == [], "a refused command created files"

@@ -77,9 +77,28 @@ def test_sigkill_of_launch_leaves_no_process(tmp_path, when):
     """`starting`: killed once its 3 processes run (the watch starts before any
     engine import, so this is the same mechanism, without the wait for torch);
     `ready`: killed while serving."""
-    proc = subprocess.Popen([sys.executable, "-m", "hctool", "launch", "--cpu", "--tp", "2", "--run-dir",
-                             str(tmp_path), "--max-total-tokens", "2048", "--page-size", "16"],
-                            cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hctool",
+            "launch",
+            "--cpu",
+            "--tp",
+            "2",
+            "--run-dir",
+            str(tmp_path),
+            "--max-total-tokens",
+            "2048",
+            "--page-size",
+            "16",
+        ],
+        cwd=REPO,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         if when == "ready":
             _Lines(proc.stdout).wait_for("ready: ", 240)
@@ -103,10 +122,30 @@ def test_sigkill_of_launch_leaves_no_process(tmp_path, when):
 
 @pytest.mark.slow  # the launch case covers the mechanism in the default run
 def test_sigkill_of_check_consensus_run_torchrun_leaves_no_process(tmp_path):
-    cmd = [sys.executable, "-m", "hctool", "check-consensus", "run", "--timeout", "300", "--hang-after", "60",
-           "--trace-dir", str(tmp_path / "trace"), "--", sys.executable, "-m", "torch.distributed.run",
-           "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-           str(PROGRAMS / "forever.py")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hctool",
+        "check-consensus",
+        "run",
+        "--timeout",
+        "300",
+        "--hang-after",
+        "60",
+        "--trace-dir",
+        str(tmp_path / "trace"),
+        "--",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        str(PROGRAMS / "forever.py"),
+    ]
     proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     log = tmp_path / "trace" / "cmd.log"
     try:  # wait for both workers (torchrun's grandchildren of hctool) to run collectives
@@ -156,17 +195,26 @@ def test_supervisor_already_gone_exits_at_start():
     dead.wait()
     env = inject_env(child_env())
     env["HCTOOL_SUPERVISOR_PID"] = str(dead.pid)
-    res = subprocess.run([sys.executable, "-c", "import time; time.sleep(60); print('survived')"], env=env,
-                         capture_output=True, text=True, timeout=30)
+    res = subprocess.run(
+        [sys.executable, "-c", "import time; time.sleep(60); print('survived')"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert res.returncode == -signal.SIGTERM and "survived" not in res.stdout
     assert f"supervisor (pid {dead.pid}) is gone" in res.stderr
 
 
 @pytest.mark.slow
 def test_sigkill_of_repro_leaves_no_process(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "hctool", "repro", "30760", "--variant", "bulk", "--artifacts",
-                             str(tmp_path)], cwd=REPO, env=child_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hctool", "repro", "30760", "--variant", "bulk", "--artifacts", str(tmp_path)],
+        cwd=REPO,
+        env=child_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:  # wait until a topology (frontend + 2 ranks) runs under it
         end = time.monotonic() + 120
         while sum(_is_engine(p) for p in _tree(proc.pid)) < 3:

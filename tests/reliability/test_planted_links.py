@@ -25,10 +25,29 @@ def _victim(tmp_path: Path) -> Path:
 
 
 def _run(trace: Path, *extra: str, timeout: float = 120, **env) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "hctool", "check-consensus", "run", "--nproc", "2", "--timeout",
-                             "60", "--trace-dir", str(trace), *extra, "--", TICKER],
-                            cwd=REPO, env={**child_env(), "TICKER_SECONDS": "1", **env},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hctool",
+            "check-consensus",
+            "run",
+            "--nproc",
+            "2",
+            "--timeout",
+            "60",
+            "--trace-dir",
+            str(trace),
+            *extra,
+            "--",
+            TICKER,
+        ],
+        cwd=REPO,
+        env={**child_env(), "TICKER_SECONDS": "1", **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_a_link_planted_at_a_rank_log_is_refused(tmp_path, no_leftover_processes):
@@ -55,7 +74,9 @@ def test_a_fifo_planted_at_a_rank_log_is_refused_not_waited_on(tmp_path, no_left
     assert proc.returncode == 2 and "rank1.log is not a regular file" in err, err
 
 
-def test_links_planted_at_the_run_record_clock_and_report_names_are_replaced_not_followed(tmp_path, no_leftover_processes):
+def test_links_planted_at_the_run_record_clock_and_report_names_are_replaced_not_followed(
+    tmp_path, no_leftover_processes
+):
     """hctool-run.json, the fault clock and report.html are written under a temporary name and
     renamed into place: before, the temporary name was `.NAME.<hctool pid>.tmp`, so a link
     planted there as soon as the pid is known took the write."""
@@ -77,8 +98,9 @@ def test_links_planted_at_the_run_record_clock_and_report_names_are_replaced_not
 def _agent_process(tmp_path: Path, code: str, **env) -> subprocess.CompletedProcess:
     full = inject_env(child_env(), **env)
     full.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=full, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=full, capture_output=True, text=True, timeout=60
+    )
 
 
 def _free_port() -> int:
@@ -90,9 +112,11 @@ def _free_port() -> int:
 def test_a_link_planted_at_a_trace_file_name_is_refused_and_the_program_runs_on(tmp_path):
     victim, trace = _victim(tmp_path), tmp_path / "trace"
     trace.mkdir()
-    code = (f"import os; os.symlink({str(victim)!r}, os.path.join({str(trace)!r}, f'rank0-{{os.getpid()}}.jsonl'))\n"
-            "import torch, torch.distributed as dist\n"
-            "dist.init_process_group('gloo'); x = torch.ones(1); dist.all_reduce(x); print('result', int(x))\n")
+    code = (
+        f"import os; os.symlink({str(victim)!r}, os.path.join({str(trace)!r}, f'rank0-{{os.getpid()}}.jsonl'))\n"
+        "import torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo'); x = torch.ones(1); dist.all_reduce(x); print('result', int(x))\n"
+    )
     done = _agent_process(tmp_path, code, TRACE_DIR=str(trace))
     assert done.returncode == 0 and "result 1" in done.stdout, done.stderr
     assert "hctool: recording is off in this process" in done.stderr

@@ -29,6 +29,7 @@ def kill_rank_with_requests_in_flight(srv: Server, rank: int) -> None:
         except requests.RequestException as exc:
             code = type(exc).__name__
         answers[i] = (code, time.monotonic())
+
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(IN_FLIGHT)]
     for t in threads:
         t.start()

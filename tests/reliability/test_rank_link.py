@@ -57,8 +57,9 @@ def frontend(tmp_path):
     ipc, http, key = free_port(), free_port(), os.urandom(16)
     log = open(tmp_path / "frontend.log", "wb")  # noqa: SIM115
     env = {**child_env(), **contract.frontend_env(ServerArgs().to_json(), ipc, key.hex(), "127.0.0.1", http)}
-    proc = subprocess.Popen([sys.executable, "-m", contract.FRONTEND_MODULE], cwd=REPO, env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", contract.FRONTEND_MODULE], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
     yield ipc, http, key, tmp_path / "frontend.log"
     proc.terminate()
     proc.wait(timeout=30)
@@ -67,7 +68,7 @@ def frontend(tmp_path):
 
 def test_stray_connections_are_dropped_and_rank0_still_connects(frontend):
     ipc, http, key, log = frontend
-    silent = _connect(ipc)                       # connects and says nothing
+    silent = _connect(ipc)  # connects and says nothing
     garbage = _connect(ipc)
     garbage.sendall(b"\x00\x00\x00\x10GET / HTTP/1.1\r\n\r\n")  # a length-prefixed message that is no answer
     wrong = _client_within(ipc, b"not the key")
@@ -111,8 +112,11 @@ def test_a_launch_with_a_stray_connection_on_its_link_becomes_ready(tmp_path, no
     strays.append(_connect(port))  # silent
     try:
         url = srv.wait_ready(120)
-        r = requests.post(url + "/generate", json={"input_ids": [5, 6, 7], "sampling_params": {
-            "max_new_tokens": 3, "temperature": 0}}, timeout=60)
+        r = requests.post(
+            url + "/generate",
+            json={"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 3, "temperature": 0}},
+            timeout=60,
+        )
         assert r.status_code == 200, r.text
     finally:
         for s in strays:

@@ -33,10 +33,29 @@ __attribute__((constructor)) static void planted(void) {
 
 
 def _run(trace: Path, cache: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hctool", "check-consensus", "run", "--nproc", "2", "--timeout", "60",
-                           "--trace-dir", str(trace), "--json", "--", TICKER], cwd=REPO,
-                          env={**child_env(), "TICKER_SECONDS": "0.5", "HCTOOL_CACHE_DIR": str(cache)},
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hctool",
+            "check-consensus",
+            "run",
+            "--nproc",
+            "2",
+            "--timeout",
+            "60",
+            "--trace-dir",
+            str(trace),
+            "--json",
+            "--",
+            TICKER,
+        ],
+        cwd=REPO,
+        env={**child_env(), "TICKER_SECONDS": "0.5", "HCTOOL_CACHE_DIR": str(cache)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _plant_kernel(cache: Path, marker: Path, monkeypatch) -> Path:
@@ -49,8 +68,11 @@ def _plant_kernel(cache: Path, marker: Path, monkeypatch) -> Path:
     where.parent.mkdir(parents=True)
     src = cache.parent / "planted.c"
     src.write_text(PLANTED_C % marker)
-    subprocess.run([os.environ.get("CXX") or "c++", "-x", "c", "-shared", "-fPIC", "-o", str(where), str(src)],
-                   check=True, timeout=120)
+    subprocess.run(
+        [os.environ.get("CXX") or "c++", "-x", "c", "-shared", "-fPIC", "-o", str(where), str(src)],
+        check=True,
+        timeout=120,
+    )
     return where
 
 
@@ -89,8 +111,12 @@ def test_a_cache_that_cannot_be_made_is_bypassed_with_one_line(tmp_path, kind, n
     else:
         cache = tmp_path / "ro"
         cache.mkdir()
-        if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(cache)],
-                          capture_output=True).returncode != 0:
+        if (
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(cache)], capture_output=True
+            ).returncode
+            != 0
+        ):
             pytest.skip("a read-only mount needs root")
     try:
         proc = _run(tmp_path / "trace", cache / "hctool" if kind == "read-only" else cache)
@@ -106,6 +132,7 @@ def test_a_cache_that_cannot_be_made_is_bypassed_with_one_line(tmp_path, kind, n
 
 
 # -- the chaos cache: its storage seed and reference answers decide a verdict -----------------
+
 
 def _harness(tmp_path: Path):
     from hctool.repro.catalogue import find_scenario
@@ -154,10 +181,21 @@ def test_a_chaos_reference_others_control_is_not_read(tmp_path, monkeypatch, cap
     assert entry.is_dir(), "a folder that is not ours is bypassed, not deleted"
 
 
-@pytest.mark.parametrize("damage", [
-    b"", b"{not json", b'{"a": 1}', b"[[0, 0, [1, 2]], [0]]", b'[[0, "0", [1]]]', b"[" * 100_000,
-    b"\xff\xfe", "link", "fifo", "folder",
-])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        b"",
+        b"{not json",
+        b'{"a": 1}',
+        b"[[0, 0, [1, 2]], [0]]",
+        b'[[0, "0", [1]]]',
+        b"[" * 100_000,
+        b"\xff\xfe",
+        "link",
+        "fifo",
+        "folder",
+    ],
+)
 def test_a_damaged_chaos_cache_entry_is_ignored_and_recomputed(tmp_path, monkeypatch, capfd, damage):
     """Before: a damaged entry was an internal error on every later run until deleted by hand."""
     from hctool.chaos import cache

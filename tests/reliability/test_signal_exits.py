@@ -43,9 +43,28 @@ def _ranks_running(proc: subprocess.Popen, n: int = 2, deadline_s: float = 90) -
 
 
 def test_check_consensus_run_ends_by_sigterm(tmp_path, no_leftover_processes):
-    proc = subprocess.Popen([sys.executable, "-m", "hctool", "check-consensus", "run", "--nproc", "2", "--timeout", "60",
-                             "--trace-dir", str(tmp_path / "trace"), "--", FOREVER],
-                            cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hctool",
+            "check-consensus",
+            "run",
+            "--nproc",
+            "2",
+            "--timeout",
+            "60",
+            "--trace-dir",
+            str(tmp_path / "trace"),
+            "--",
+            FOREVER,
+        ],
+        cwd=REPO,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         ranks = _ranks_running(proc)
         proc.send_signal(signal.SIGTERM)
@@ -59,10 +78,19 @@ def test_check_consensus_run_ends_by_sigterm(tmp_path, no_leftover_processes):
 def test_ctrl_c_stops_a_shell_loop_of_hctool_runs(tmp_path, no_leftover_processes):
     """Ctrl-C reaches the terminal's process group: bash and hctool. bash stops its loop only if
     the child died of SIGINT (it goes on after a child that exited 130)."""
-    loop = (f"for i in 1 2; do {sys.executable} -m hctool check-consensus run --nproc 2 --timeout 15 "
-            f"--trace-dir {tmp_path}/trace$i -- {FOREVER}; done; echo LOOP-WENT-ON")
-    bash = subprocess.Popen(["bash", "-c", loop], cwd=REPO, env=child_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    loop = (
+        f"for i in 1 2; do {sys.executable} -m hctool check-consensus run --nproc 2 --timeout 15 "
+        f"--trace-dir {tmp_path}/trace$i -- {FOREVER}; done; echo LOOP-WENT-ON"
+    )
+    bash = subprocess.Popen(
+        ["bash", "-c", loop],
+        cwd=REPO,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         ranks = _ranks_running(bash)
         os.killpg(bash.pid, signal.SIGINT)  # what the terminal does on Ctrl-C

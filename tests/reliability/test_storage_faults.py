@@ -22,9 +22,14 @@ def test_unusable_storage_dir_is_a_one_line_error(tmp_path, make):
     blocker = tmp_path / "blocker"
     blocker.write_text("not a directory")
     store = blocker if make == "file" else blocker / "store"
-    res = subprocess.run([sys.executable, "-m", "hctool", "launch", "--cpu", "--run-dir", str(tmp_path / "run"),
-                          *storage_flags(store)], cwd=REPO, env=child_env(), capture_output=True, text=True,
-                         timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "hctool", "launch", "--cpu", "--run-dir", str(tmp_path / "run"), *storage_flags(store)],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 2, res.stderr[-2000:]
     assert res.stderr.startswith("Error: ") and str(store) in res.stderr.splitlines()[0], res.stderr
     assert "Traceback" not in res.stderr and res.stdout == ""

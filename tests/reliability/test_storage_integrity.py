@@ -29,16 +29,36 @@ def _prompts(seed: int = 3) -> list[list[int]]:
 
 
 def storage_flags(store: Path, *extra: str) -> list[str]:
-    return ["--tp", "2", "--page-size", str(PAGE), "--max-total-tokens", "1024", "--enable-hierarchical-cache",
-            "--hicache-ratio", "4", "--hicache-storage-backend", "file", "--hicache-storage-dir", str(store),
-            "--hicache-storage-prefetch-policy", "wait_complete", "--prefetch-threshold", str(PAGE), *extra]
+    return [
+        "--tp",
+        "2",
+        "--page-size",
+        str(PAGE),
+        "--max-total-tokens",
+        "1024",
+        "--enable-hierarchical-cache",
+        "--hicache-ratio",
+        "4",
+        "--hicache-storage-backend",
+        "file",
+        "--hicache-storage-dir",
+        str(store),
+        "--hicache-storage-prefetch-policy",
+        "wait_complete",
+        "--prefetch-threshold",
+        str(PAGE),
+        *extra,
+    ]
 
 
 def wave(url: str, prompts: list[list[int]]) -> list[dict]:
     out = []
     for ids in prompts:
-        r = requests.post(url + "/generate", json={"input_ids": ids, "sampling_params": {
-            "max_new_tokens": 6, "temperature": 0, "ignore_eos": True}}, timeout=TIMEOUT)
+        r = requests.post(
+            url + "/generate",
+            json={"input_ids": ids, "sampling_params": {"max_new_tokens": 6, "temperature": 0, "ignore_eos": True}},
+            timeout=TIMEOUT,
+        )
         assert r.status_code == 200, r.text
         out.append(r.json())
     return out
@@ -116,6 +136,7 @@ def test_damaged_pages_are_misses_counted_and_rewritten(tmp_path):
         assert metric(url, "hicache_storage_corrupt_pages_total") == corrupt, "rewritten pages still bad"
 
         from tests.reliability.test_storage_faults import fail_storage_and_check_degrade
+
         fail_storage_and_check_degrade(srv, store)  # then the disk fails (one server start less)
     finally:
         assert srv.close() == 0, srv.log()[-3000:]
@@ -131,8 +152,18 @@ def test_store_of_another_model_seed_is_never_served(tmp_path):
         wait_pages(store, len(prompts) * 6 * 2)
     finally:
         assert writer.close() == 0
-    ref_srv = Server(tmp_path / "ref1", "--tp", "2", "--page-size", str(PAGE), "--max-total-tokens", "1024",
-                     "--disable-radix-cache", "--model-seed", "1")
+    ref_srv = Server(
+        tmp_path / "ref1",
+        "--tp",
+        "2",
+        "--page-size",
+        str(PAGE),
+        "--max-total-tokens",
+        "1024",
+        "--disable-radix-cache",
+        "--model-seed",
+        "1",
+    )
     try:
         reference = [a["output_ids"] for a in wave(ref_srv.wait_ready(), prompts)]
     finally:

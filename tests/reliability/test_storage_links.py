@@ -12,7 +12,6 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from tests.reliability.helpers import REPO, Server, child_env
 from tests.reliability.test_storage_integrity import _prompts, flush, metric, pages, storage_flags, wait_pages, wave
@@ -49,8 +48,9 @@ def test_links_in_the_storage_folder_are_refused_never_followed(tmp_path):
 
         second = wave(url, prompts)
         assert [a["output_ids"] for a in second] == reference
-        assert sum(a["meta_info"]["cached_tokens_details"]["storage"] for a in second) == 0, \
+        assert sum(a["meta_info"]["cached_tokens_details"]["storage"] for a in second) == 0, (
             "a page was served through a link"
+        )
         wait_pages(store, len(files))
         deadline = time.monotonic() + 60  # every page is a regular file again
         while any(f.is_symlink() or not f.is_file() for f in files):
@@ -73,12 +73,15 @@ def test_the_storage_check_writes_no_file_through_a_planted_link(tmp_path):
     store, victim = tmp_path / "store", tmp_path / "victim"
     store.mkdir()
     victim.write_bytes(VICTIM)
-    code = ("import os, sys\n"
-            f"os.symlink({str(victim)!r}, os.path.join({str(store)!r}, f'.hctool-probe-{{os.getpid()}}'))\n"
-            "from engine.lab import check_storage_dir\n"
-            f"check_storage_dir({str(store)!r}); print('checked')\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=child_env(), capture_output=True, text=True,
-                          timeout=60)
+    code = (
+        "import os, sys\n"
+        f"os.symlink({str(victim)!r}, os.path.join({str(store)!r}, f'.hctool-probe-{{os.getpid()}}'))\n"
+        "from engine.lab import check_storage_dir\n"
+        f"check_storage_dir({str(store)!r}); print('checked')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0 and "checked" in done.stdout, done.stderr
     assert victim.read_bytes() == VICTIM
     assert not [n for n in os.listdir(store) if not n.startswith(".hctool-probe-")]

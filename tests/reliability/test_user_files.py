@@ -23,8 +23,14 @@ HOSTILE = ["fifo", "dev-zero"]
 
 
 def _hctool(*args: str, cwd: Path = REPO, timeout: float = 60, **env) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hctool", *args], cwd=cwd, env={**child_env(), **env},
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "hctool", *args],
+        cwd=cwd,
+        env={**child_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _plant(path: Path, how: str) -> Path:
@@ -53,11 +59,17 @@ def test_chaos_merge_of_a_fifo_or_dev_zero_is_refused_at_once(tmp_path, how, no_
     one_error(proc, "shard.json is not a regular file")
 
 
-@pytest.mark.parametrize("doc", [
-    {"verdict": "valid", "anomalies": 5}, {"verdict": ["valid"], "anomalies": []},
-    {"verdict": "valid", "anomalies": [1]}, {"verdict": "valid", "anomalies": [], "runs": {"a": 1}},
-    {"verdict": "valid", "anomalies": [], "target": ["a"]}, [1, 2],
-])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"verdict": "valid", "anomalies": 5},
+        {"verdict": ["valid"], "anomalies": []},
+        {"verdict": "valid", "anomalies": [1]},
+        {"verdict": "valid", "anomalies": [], "runs": {"a": 1}},
+        {"verdict": "valid", "anomalies": [], "target": ["a"]},
+        [1, 2],
+    ],
+)
 def test_chaos_merge_of_a_report_of_wrong_types_isone_error(tmp_path, doc):
     bad = tmp_path / "shard.json"
     bad.write_text(json.dumps(doc))
@@ -73,12 +85,25 @@ def test_a_gate_pyproject_that_is_a_fifo_or_dev_zero_is_refused_at_once(tmp_path
 
 # -- hctool report -----------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def run_folder(tmp_path_factory) -> Path:
     """One real 2-rank run (ticker.py), copied by each test that changes it."""
     trace = tmp_path_factory.mktemp("run") / "trace"
-    proc = _hctool("check-consensus", "run", "--nproc", "2", "--timeout", "60", "--trace-dir", str(trace), "--",
-                   str(PROGRAMS / "ticker.py"), timeout=120, TICKER_SECONDS="0.5")
+    proc = _hctool(
+        "check-consensus",
+        "run",
+        "--nproc",
+        "2",
+        "--timeout",
+        "60",
+        "--trace-dir",
+        str(trace),
+        "--",
+        str(PROGRAMS / "ticker.py"),
+        timeout=120,
+        TICKER_SECONDS="0.5",
+    )
     assert proc.returncode == 0, proc.stderr
     return trace
 
@@ -101,12 +126,23 @@ def test_hctool_report_replaces_a_link_planted_at_report_html(run_folder, tmp_pa
     assert not (run / "report.html").is_symlink() and "<!DOCTYPE html>" in (run / "report.html").read_text()
 
 
-@pytest.mark.parametrize("doc", [
-    {"verdict": ["consistent"]}, {"variants": [1, 2]}, {"variants": [{"name": "v", "expected": 3}]},
-    {"runs": [1], "anomalies": []}, {"runs": [], "anomalies": [1]}, {"incidents": [1]},
-    {"name": ["x"]}, {"reason": {"a": 1}}, {"schedule": 5}, {"stacks": [1]}, {"first_divergence": "x"},
-    {"runs": [{"name": "r", "artifacts": "x", "schedule": 3}], "anomalies": []},
-])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"verdict": ["consistent"]},
+        {"variants": [1, 2]},
+        {"variants": [{"name": "v", "expected": 3}]},
+        {"runs": [1], "anomalies": []},
+        {"runs": [], "anomalies": [1]},
+        {"incidents": [1]},
+        {"name": ["x"]},
+        {"reason": {"a": 1}},
+        {"schedule": 5},
+        {"stacks": [1]},
+        {"first_divergence": "x"},
+        {"runs": [{"name": "r", "artifacts": "x", "schedule": 3}], "anomalies": []},
+    ],
+)
 def test_a_report_json_of_wrong_types_is_one_folder_error(run_folder, tmp_path, doc):
     """Before: TypeError, KeyError or AttributeError: `Error: internal error`."""
     run = _copy(run_folder, tmp_path)
@@ -129,8 +165,20 @@ def test_a_script_name_that_is_not_utf8_keeps_the_html_report(tmp_path, no_lefto
     script = os.fsdecode(bytes(folder) + b"/tick\xff.py")
     shutil.copy(PROGRAMS / "ticker.py", script)
     trace = tmp_path / "trace"
-    proc = _hctool("check-consensus", "run", "--nproc", "2", "--timeout", "60", "--trace-dir", str(trace), "--", script,
-                   timeout=120, TICKER_SECONDS="0.3")
+    proc = _hctool(
+        "check-consensus",
+        "run",
+        "--nproc",
+        "2",
+        "--timeout",
+        "60",
+        "--trace-dir",
+        str(trace),
+        "--",
+        script,
+        timeout=120,
+        TICKER_SECONDS="0.3",
+    )
     assert proc.returncode == 0, proc.stderr
     assert "no HTML report" not in proc.stderr
     page = (trace / "report.html").read_bytes().decode("utf-8")  # valid UTF-8 throughout
@@ -148,9 +196,18 @@ def test_the_chrome_export_is_strict_json_whatever_the_folder_holds(run_folder, 
     start = json.loads((run / "hctool-run.json").read_text()).get("started_at") or 0
     (run / "chaos").mkdir()
     (run / "chaos" / "t0").write_text(f"{start}\n")
-    (tmp_path / "history.jsonl").write_text("\n".join(json.dumps(e) for e in [
-        {"event": "invoke", "run": run.name}, {"event": "fault-on", "fault": "clock-skew:ms=5", "at_s": 0.1},
-        {"event": "fault-off", "fault": "clock-skew:ms=5", "at_s": 1e308}, {"event": "verdict"}]) + "\n")
+    (tmp_path / "history.jsonl").write_text(
+        "\n".join(
+            json.dumps(e)
+            for e in [
+                {"event": "invoke", "run": run.name},
+                {"event": "fault-on", "fault": "clock-skew:ms=5", "at_s": 0.1},
+                {"event": "fault-off", "fault": "clock-skew:ms=5", "at_s": 1e308},
+                {"event": "verdict"},
+            ]
+        )
+        + "\n"
+    )
     proc = _hctool("check-consensus", "export", str(run), "-o", str(tmp_path / "trace.json"))
     assert proc.returncode == 0, proc.stderr
 

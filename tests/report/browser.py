@@ -50,13 +50,34 @@ class Browser:
             os.dup2(r, 3)
             os.dup2(w, 4)
 
-        args = [self.binary, "--headless=new", "--remote-debugging-pipe", f"--user-data-dir={self.profile}",
-                "--no-sandbox", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
-                "--disable-extensions", "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--metrics-recording-only", "--mute-audio", "--hide-scrollbars",
-                "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>", "about:blank"]
-        self.proc = subprocess.Popen(args, preexec_fn=wire_fds, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, close_fds=False)
+        args = [
+            self.binary,
+            "--headless=new",
+            "--remote-debugging-pipe",
+            f"--user-data-dir={self.profile}",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--disable-extensions",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--metrics-recording-only",
+            "--mute-audio",
+            "--hide-scrollbars",
+            "--proxy-server=http://127.0.0.1:9",
+            "--proxy-bypass-list=<-loopback>",
+            "about:blank",
+        ]
+        self.proc = subprocess.Popen(
+            args,
+            preexec_fn=wire_fds,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            close_fds=False,
+        )
         os.close(to_child_r)
         os.close(from_child_w)
         self._buf = b""
@@ -92,6 +113,7 @@ class Browser:
 
     def _read(self, deadline: float) -> dict:
         import select
+
         while b"\0" not in self._buf:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -114,8 +136,11 @@ class Browser:
         page = Page(self, session)
         for domain in ("Page", "Runtime", "Log", "Network"):
             self.send(f"{domain}.enable", session=session)
-        self.send("Emulation.setDeviceMetricsOverride",
-                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session)
+        self.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+            session,
+        )
         self.send("Page.navigate", {"url": url}, session)
         self.wait_event("Page.loadEventFired", session)
         return page
@@ -154,8 +179,9 @@ class Page:
         self.b, self.session = browser, session
 
     def eval(self, expression: str):
-        res = self.b.send("Runtime.evaluate", {"expression": expression, "returnByValue": True,
-                                               "awaitPromise": True}, self.session)
+        res = self.b.send(
+            "Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True}, self.session
+        )
         if "exceptionDetails" in res:
             raise BrowserError(f"{expression[:60]}: {res['exceptionDetails'].get('text')}")
         return res["result"].get("value")
@@ -164,11 +190,12 @@ class Page:
         return self.eval("document.documentElement.outerHTML")
 
     def _box(self, selector: str) -> list[float]:
-        return self.eval(f"(() => {{ const r = document.querySelector({json.dumps(selector)})"
-                         f".getBoundingClientRect(); return [r.left + scrollX, r.top + scrollY, r.width, r.height]; }})()")
+        return self.eval(
+            f"(() => {{ const r = document.querySelector({json.dumps(selector)})"
+            f".getBoundingClientRect(); return [r.left + scrollX, r.top + scrollY, r.width, r.height]; }})()"
+        )
 
-    def screenshot(self, path: Path, selector: str | None = None, until: str | None = None,
-                   scale: float = 1.0) -> Path:
+    def screenshot(self, path: Path, selector: str | None = None, until: str | None = None, scale: float = 1.0) -> Path:
         """The element `selector`, or the page from its top to the bottom of `until`, or all of it."""
         params: dict = {"format": "png", "captureBeyondViewport": True}
         w, h = self.eval("[document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
@@ -190,11 +217,17 @@ class Page:
     def console_errors(self) -> list[str]:
         """Uncaught exceptions, console.error calls and error log entries seen so far."""
         self.eval("0")  # drain what the page emitted up to now
-        out = [e["exceptionDetails"].get("text", "") + " " + str(e["exceptionDetails"].get("exception", {})
-                                                                   .get("description", ""))
-               for e in self._mine("Runtime.exceptionThrown")]
-        out += [" ".join(str(a.get("value", a.get("description", ""))) for a in e.get("args", []))
-                for e in self._mine("Runtime.consoleAPICalled") if e.get("type") in ("error", "assert")]
+        out = [
+            e["exceptionDetails"].get("text", "")
+            + " "
+            + str(e["exceptionDetails"].get("exception", {}).get("description", ""))
+            for e in self._mine("Runtime.exceptionThrown")
+        ]
+        out += [
+            " ".join(str(a.get("value", a.get("description", ""))) for a in e.get("args", []))
+            for e in self._mine("Runtime.consoleAPICalled")
+            if e.get("type") in ("error", "assert")
+        ]
         out += [e["entry"].get("text", "") for e in self._mine("Log.entryAdded") if e["entry"].get("level") == "error"]
         return out
 
@@ -204,6 +237,7 @@ class Page:
 
 def main(argv: list[str]) -> int:
     import argparse
+
     ap = argparse.ArgumentParser(description="Screenshot an HTML file with headless Chromium.")
     ap.add_argument("page", type=Path)
     ap.add_argument("out", type=Path)

@@ -17,8 +17,19 @@ from tests.report.trace_format import check
 
 
 def export(folder, out, *extra) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "hctool", "check-consensus", "export", str(folder), "--format", "chrome",
-           "-o", str(out), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hctool",
+        "check-consensus",
+        "export",
+        str(folder),
+        "--format",
+        "chrome",
+        "-o",
+        str(out),
+        *extra,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
@@ -63,8 +74,14 @@ def test_divergence_marker_on_the_culprit_track(vote_run, tmp_path):
     assert threads[(m["pid"], m["tid"])] == "group 0:[0,1]"
     assert m["args"]["site"] == site("vote_loop.py", "vote")
     # the marker sits on the divergent call itself: rank 0's extra all_reduce at seq 9
-    under = [e for e in doc["traceEvents"] if e["ph"] == "X" and (e["pid"], e["tid"]) == (1, m["tid"])
-             and e["ts"] <= m["ts"] <= e["ts"] + e["dur"] and e["args"]["seq"] == 9]
+    under = [
+        e
+        for e in doc["traceEvents"]
+        if e["ph"] == "X"
+        and (e["pid"], e["tid"]) == (1, m["tid"])
+        and e["ts"] <= m["ts"] <= e["ts"] + e["dur"]
+        and e["args"]["seq"] == 9
+    ]
     assert under and under[0]["args"]["site"] == site("vote_loop.py", "vote")
     assert under[0]["args"]["first_divergence"]["culprit_ranks"] == [0]
     assert {x["pid"] for x in markers} == {1, 2}  # the peer is marked too
@@ -106,8 +123,18 @@ def test_flight_recorder_dumps_export(tmp_path, no_leftover_processes):
     fr = tmp_path / "fr"
     fr.mkdir()
     env = dict(os.environ, TORCH_FR_BUFFER_SIZE="1000", TORCH_FR_DUMP_TEMP_FILE=str(fr / "rank"))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), str(PROGRAMS / "fr_dump.py")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        str(PROGRAMS / "fr_dump.py"),
+    ]
     assert subprocess.run(cmd, env=env, capture_output=True, timeout=90).returncode == 0
     proc = export(fr, tmp_path / "t.json")
     assert proc.returncode == 0, proc.stderr
@@ -119,14 +146,21 @@ def test_flight_recorder_dumps_export(tmp_path, no_leftover_processes):
     assert marker and marker[0]["args"]["site"] == site("fr_dump.py", "extra0")
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["/nonexistent"], "not a folder"),
-    (["{tmp}", "--format", "svg"], "unknown format"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["/nonexistent"], "not a folder"),
+        (["{tmp}", "--format", "svg"], "unknown format"),
+    ],
+)
 def test_bad_input_is_one_error_line(argv, needle, tmp_path):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    proc = subprocess.run([sys.executable, "-m", "hctool", "check-consensus", "export", *argv, "-o", str(tmp_path / "x")],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "hctool", "check-consensus", "export", *argv, "-o", str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith("Error: ") and needle in proc.stderr and "Traceback" not in proc.stderr
 
@@ -140,8 +174,12 @@ def test_a_legitimate_cross_site_pairing_is_drawn_as_a_pairing(tmp_path):
     names = {e["name"] for e in doc["traceEvents"] if e.get("cat") == "pair"}
     assert "paired across call sites" in names and not any("mismatched" in n for n in names), names
     out = tmp_path / "r.html"
-    proc = subprocess.run([sys.executable, "-m", "hctool", "report", str(tmp_path / "trace"), "-o", str(out)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "hctool", "report", str(tmp_path / "trace"), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     page = out.read_text()
     assert "mismatched" not in page and 'class="mismatch' not in page and "paired across call sites" in page

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-TARGET = ["hctool", "engine"]   # enough files (~200) that the progress line is drawn
+TARGET = ["hctool", "engine"]  # enough files (~200) that the progress line is drawn
 
 
 def _lint(*flags: str, tty: bool) -> tuple[int, bytes, bytes]:
@@ -55,7 +55,7 @@ def test_a_terminal_sees_progress():
     code, out, err = _lint(tty=True)
     assert code in (0, 1), err[-2000:]
     assert b"lint" in err and b"files summarized" in err and "━".encode() in err, err[-2000:]
-    assert b"findings in" in out and b"\x1b" not in out   # stdout: the same plain data
+    assert b"findings in" in out and b"\x1b" not in out  # stdout: the same plain data
 
 
 def test_no_terminal_no_progress_and_the_same_lines():
@@ -66,7 +66,7 @@ def test_no_terminal_no_progress_and_the_same_lines():
     assert b"\x1b" not in err and "━".encode() not in err
     _, out_tty, _ = _lint(tty=True)
     timing = re.compile(rb"[0-9.]+s\)")
-    assert timing.sub(b"", out) == timing.sub(b"", out_tty)   # the data does not depend on where stderr goes
+    assert timing.sub(b"", out) == timing.sub(b"", out_tty)  # the data does not depend on where stderr goes
 
 
 def test_quiet_silences_progress_and_diagnostics():

@@ -12,8 +12,10 @@ import pytest
 from tests.consensus.helpers import site
 from tests.report.browser import Browser, find_chromium
 
-needs_chromium = pytest.mark.skipif(find_chromium() is None, reason="no Chromium installed (apt-get install chromium; "
-                                                                     ".ci/run installs it): the report's browser test needs one")
+needs_chromium = pytest.mark.skipif(
+    find_chromium() is None,
+    reason="no Chromium installed (apt-get install chromium; .ci/run installs it): the report's browser test needs one",
+)
 
 
 def test_check_consensus_run_writes_the_report(vote_run):
@@ -31,16 +33,23 @@ def test_report_in_headless_chromium(vote_run, tmp_path):
     with Browser() as browser:
         page = browser.open((folder / "report.html").as_uri())
         assert page.eval("document.getElementById('verdict').textContent") == "diverged"
-        culprit = page.eval("Array.from(document.querySelectorAll('table.divergence tr.culprit'))"
-                            ".map(r => [r.dataset.rank, r.querySelector('td.site').textContent])")
+        culprit = page.eval(
+            "Array.from(document.querySelectorAll('table.divergence tr.culprit'))"
+            ".map(r => [r.dataset.rank, r.querySelector('td.site').textContent])"
+        )
         assert culprit == [["0", vote]]
         # the calls aligned by seq: rank 0's cell at the divergent seq names the vote's site
-        at = page.eval("Array.from(document.querySelectorAll('table.seq-lanes tr[data-rank=\"0\"] td.at .cell-site'))"
-                       ".map(s => s.textContent)")
+        at = page.eval(
+            "Array.from(document.querySelectorAll('table.seq-lanes tr[data-rank=\"0\"] td.at .cell-site'))"
+            ".map(s => s.textContent)"
+        )
         assert vote in at
         assert page.eval("document.querySelectorAll('svg.timeline rect.call.div').length") >= 2
         # the script ran: clicking a call outlines it and its partner on the other rank, with details
-        page.eval("document.querySelector('svg.timeline rect.call.div').dispatchEvent(new MouseEvent('click', {bubbles: true}))")
+        page.eval(
+            "document.querySelector('svg.timeline rect.call.div').dispatchEvent(new "
+            "MouseEvent('click', {bubbles: true}))"
+        )
         assert page.eval("document.querySelectorAll('rect.call.sel').length") == 2
         assert vote in page.eval("document.getElementById('detail').textContent")
         assert page.eval("document.body.dataset.ready") == "1"
@@ -54,12 +63,20 @@ def test_report_in_headless_chromium(vote_run, tmp_path):
 def test_report_command(vote_run, tmp_path):
     folder, _, _ = vote_run
     out = tmp_path / "r.html"
-    proc = subprocess.run([sys.executable, "-m", "hctool", "report", str(folder), "-o", str(out)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "hctool", "report", str(folder), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "" and proc.stderr.strip() == f"hctool: report in {out}"
     html = out.read_text()
     assert 'id="verdict">diverged<' in html and site("vote_loop.py", "vote") in html
-    bad = subprocess.run([sys.executable, "-m", "hctool", "report", str(tmp_path / "nothing")],
-                         capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "hctool", "report", str(tmp_path / "nothing")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and bad.stderr.startswith("Error: ") and "Traceback" not in bad.stderr

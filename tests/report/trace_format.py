@@ -24,7 +24,7 @@ def check(doc: dict) -> list[str]:
     proc_names, thread_names = set(), set()
     used_pids, used_tracks = set(), set()
     open_b: dict = defaultdict(list)
-    slices: dict = defaultdict(list)      # (pid, tid) -> [(start, end)]
+    slices: dict = defaultdict(list)  # (pid, tid) -> [(start, end)]
     flows: dict = defaultdict(list)
     for i, e in enumerate(evs):
         where = f"event {i} ({e.get('ph')} {e.get('name')!r})"

@@ -6,18 +6,55 @@ from __future__ import annotations
 from hctool.commands.repro import _render
 from hctool.gate.steps import counts_line
 
-FD = {"group": "0:[0,1]", "seq": 2884, "kind": "extra", "culprit_ranks": [0],
-      "ranks": {"0": {"op": "all_reduce", "site": "hiradix_cache.py:812", "function": "_vote_prefetch", "shapes": [[2]],
-                      "dtypes": ["int64"], "reduce_op": "MAX", "root": None, "label": None, "state": "blocked",
-                      "stack": []},
-                "1": {"op": "broadcast_object_list", "site": "scheduler.py:301", "function": "recv_requests",
-                      "shapes": [[1]], "dtypes": ["object"], "reduce_op": None, "root": 0, "label": None,
-                      "state": "blocked", "stack": []}}}
-VARIANT = {"name": "per-poll", "expected": ["deadlocked"], "verdict": "deadlocked", "ok": True, "seconds": 20.0,
-           "requests": {"sent": 16, "succeeded": 3, "failed": 0}, "reason": "ranks blocked", "mechanism": None,
-           "first_divergence": FD, "stacks": {}, "artifacts": "/tmp/x",
-           "counts": {"0": {"all_reduce": 2885, "broadcast_object_list": 140}, "1": {"all_reduce": 2884,
-                                                                                      "broadcast_object_list": 141}}}
+FD = {
+    "group": "0:[0,1]",
+    "seq": 2884,
+    "kind": "extra",
+    "culprit_ranks": [0],
+    "ranks": {
+        "0": {
+            "op": "all_reduce",
+            "site": "hiradix_cache.py:812",
+            "function": "_vote_prefetch",
+            "shapes": [[2]],
+            "dtypes": ["int64"],
+            "reduce_op": "MAX",
+            "root": None,
+            "label": None,
+            "state": "blocked",
+            "stack": [],
+        },
+        "1": {
+            "op": "broadcast_object_list",
+            "site": "scheduler.py:301",
+            "function": "recv_requests",
+            "shapes": [[1]],
+            "dtypes": ["object"],
+            "reduce_op": None,
+            "root": 0,
+            "label": None,
+            "state": "blocked",
+            "stack": [],
+        },
+    },
+}
+VARIANT = {
+    "name": "per-poll",
+    "expected": ["deadlocked"],
+    "verdict": "deadlocked",
+    "ok": True,
+    "seconds": 20.0,
+    "requests": {"sent": 16, "succeeded": 3, "failed": 0},
+    "reason": "ranks blocked",
+    "mechanism": None,
+    "first_divergence": FD,
+    "stacks": {},
+    "artifacts": "/tmp/x",
+    "counts": {
+        "0": {"all_reduce": 2885, "broadcast_object_list": 140},
+        "1": {"all_reduce": 2884, "broadcast_object_list": 141},
+    },
+}
 
 
 def test_repro_text_prints_the_variants_counts(capsys):
@@ -37,7 +74,12 @@ def test_cuda_without_a_gpu_is_refused_before_any_folder_is_made(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    out = subprocess.run([sys.executable, "-m", "hctool", "repro", "26921", "--cuda"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "hctool", "repro", "26921", "--cuda"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and out.stderr.startswith("Error: --cuda but torch sees no CUDA device"), out.stderr
     assert list(tmp_path.iterdir()) == []

@@ -25,8 +25,13 @@ def test_builtin_29483_is_a_pd_scenario():
 @pytest.mark.timeout(600)
 def test_repro_29483_bug_and_fix(hctool_cmd, clean_env, tmp_path, no_leftover_processes):
     run_dir = tmp_path / "run"
-    out = subprocess.run(hctool_cmd + ["repro", "29483", "--json", "--artifacts", str(run_dir)],
-                         capture_output=True, text=True, env=clean_env, timeout=540)
+    out = subprocess.run(
+        hctool_cmd + ["repro", "29483", "--json", "--artifacts", str(run_dir)],
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        timeout=540,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     variants = {v["name"]: v for v in json.loads(out.stdout)["variants"]}
 

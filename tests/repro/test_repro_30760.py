@@ -17,8 +17,13 @@ import pytest
 @pytest.mark.timeout(900)
 def test_repro_30760_bug_and_fixes(hctool_cmd, clean_env, tmp_path, no_leftover_processes):
     run_dir = tmp_path / "run"
-    out = subprocess.run(hctool_cmd + ["repro", "30760", "--json", "--artifacts", str(run_dir)],
-                         capture_output=True, text=True, env=clean_env, timeout=840)
+    out = subprocess.run(
+        hctool_cmd + ["repro", "30760", "--json", "--artifacts", str(run_dir)],
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        timeout=840,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout)
     variants = {v["name"]: v for v in result["variants"]}
@@ -29,9 +34,12 @@ def test_repro_30760_bug_and_fixes(hctool_cmd, clean_env, tmp_path, no_leftover_
     fd = bug["first_divergence"]
     assert fd is not None, bug
     # One rank votes inside check_prefetch_progress, reached from the admission loop ...
-    voters = [r for r, e in fd["ranks"].items()
-              if any("check_prefetch_progress" in f for f in e.get("stack", []))
-              and any("get_new_batch_prefill" in f for f in e.get("stack", []))]
+    voters = [
+        r
+        for r, e in fd["ranks"].items()
+        if any("check_prefetch_progress" in f for f in e.get("stack", []))
+        and any("get_new_batch_prefill" in f for f in e.get("stack", []))
+    ]
     assert len(voters) == 1, json.dumps(fd, indent=1)
     assert fd["ranks"][voters[0]]["function"] == "_vote_prefetch"
     assert fd["kind"] == "extra" and fd["culprit_ranks"] == [int(voters[0])], fd  # it voted once more

@@ -21,8 +21,13 @@ def test_builtin_36928_is_a_pd_scenario():
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_repro_36928_bug_and_fix(hctool_cmd, clean_env, tmp_path, no_leftover_processes):
-    out = subprocess.run(hctool_cmd + ["repro", "36928", "--json", "--artifacts", str(tmp_path / "run")],
-                         capture_output=True, text=True, env=clean_env, timeout=540)
+    out = subprocess.run(
+        hctool_cmd + ["repro", "36928", "--json", "--artifacts", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        timeout=540,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     variants = {v["name"]: v for v in json.loads(out.stdout)["variants"]}
     bug = variants["queue"]

@@ -35,9 +35,13 @@ def _is_rank(p: psutil.Process) -> bool:
 def test_interrupt_reaps_every_process(hctool_cmd, clean_env, tmp_path, sig):
     (tmp_path / "cat" / "tiny").mkdir(parents=True)
     (tmp_path / "cat" / "tiny" / "scenario.toml").write_text(SCENARIO)
-    proc = subprocess.Popen(hctool_cmd + ["repro", "tiny", "--catalogue", str(tmp_path / "cat"),
-                                         "--artifacts", str(tmp_path / "run")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env)
+    proc = subprocess.Popen(
+        hctool_cmd + ["repro", "tiny", "--catalogue", str(tmp_path / "cat"), "--artifacts", str(tmp_path / "run")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env,
+    )
     seen: set[int] = set()
     deadline = time.monotonic() + 120
     try:

@@ -54,16 +54,19 @@ def test_minimal_scenario_gets_defaults(tmp_path):
     assert s.tp == 2 and s.workload.rounds == 1 and s.stall_timeout == 20.0
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda t: t.replace('title = "a test incident"\n', ""), "missing field 'title'"),
-    (lambda t: t.replace('expected = ["healthy"]', 'expected = ["fine"]'), "expected must list verdicts"),
-    (lambda t: t.replace("h2d-sleep:rank=1,ms=5", "h2d-nap:ms=5"), "unknown fault 'h2d-nap'"),
-    (lambda t: t.replace("rounds = 1", "rounds = 1\nround = 2"), "unknown fields ['round']"),
-    (lambda t: t.replace("rounds = 1", 'rounds = "two"'), "field 'rounds' must be a int"),
-    (lambda t: t.replace('"per-tick"]', '"sometimes"]'), "variant 'fixed': engine flags"),
-    (lambda t: t + '[[variants]]\nname = "fixed"\nexpected = ["healthy"]\n', "variant names must be unique"),
-    (lambda t: t.replace('[engine]', 'oops = [').replace('flags = ["--max', 'x = ["--max'), "scenario.toml"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda t: t.replace('title = "a test incident"\n', ""), "missing field 'title'"),
+        (lambda t: t.replace('expected = ["healthy"]', 'expected = ["fine"]'), "expected must list verdicts"),
+        (lambda t: t.replace("h2d-sleep:rank=1,ms=5", "h2d-nap:ms=5"), "unknown fault 'h2d-nap'"),
+        (lambda t: t.replace("rounds = 1", "rounds = 1\nround = 2"), "unknown fields ['round']"),
+        (lambda t: t.replace("rounds = 1", 'rounds = "two"'), "field 'rounds' must be a int"),
+        (lambda t: t.replace('"per-tick"]', '"sometimes"]'), "variant 'fixed': engine flags"),
+        (lambda t: t + '[[variants]]\nname = "fixed"\nexpected = ["healthy"]\n', "variant names must be unique"),
+        (lambda t: t.replace("[engine]", "oops = [").replace('flags = ["--max', 'x = ["--max'), "scenario.toml"),
+    ],
+)
 def test_bad_scenarios_name_the_problem(tmp_path, edit, message):
     path = _write(tmp_path, edit(MINIMAL))
     with pytest.raises(ScenarioError) as err:
@@ -95,7 +98,8 @@ def test_repro_list_json_and_errors(tmp_path):
 
 def test_repro_cli_usage_errors_exit_2(hctool_cmd, clean_env, tmp_path):
     import subprocess
-    bad = _write(tmp_path, MINIMAL.replace('expected = ["healthy"]', 'expected = []'))
+
+    bad = _write(tmp_path, MINIMAL.replace('expected = ["healthy"]', "expected = []"))
     cases = [
         ["repro", "nope"],
         ["repro", "30760", "--variant", "sometimes"],
@@ -111,15 +115,22 @@ def test_repro_cli_usage_errors_exit_2(hctool_cmd, clean_env, tmp_path):
 
 
 def test_mechanism_and_measured_in_scenarios(tmp_path):
-    bug = MINIMAL.replace('expected = ["healthy"]', 'expected = ["deadlocked"]\n'
-                          'mechanism = { function = "check_prefetch_progress" }\n'
-                          'measured = { runs = 10, as_expected = 9, date = "2026-11-30" }')
+    bug = MINIMAL.replace(
+        'expected = ["healthy"]',
+        'expected = ["deadlocked"]\n'
+        'mechanism = { function = "check_prefetch_progress" }\n'
+        'measured = { runs = 10, as_expected = 9, date = "2026-11-30" }',
+    )
     v = load_scenario(_write(tmp_path, bug)).variant("fixed")
     assert v.mechanism.function == "check_prefetch_progress" and v.measured["as_expected"] == 9
-    for text, message in ((MINIMAL.replace('expected = ["healthy"]', 'expected = ["healthy"]\nmechanism = { output = "differs" }'),
-                           "expected healthy shows no mechanism"),
-                          (bug.replace("functon", "x").replace("function =", "functon ="), "unknown fields"),
-                          (bug.replace("as_expected = 9", "as_expected = 11"), "as_expected <= runs")):
+    for text, message in (
+        (
+            MINIMAL.replace('expected = ["healthy"]', 'expected = ["healthy"]\nmechanism = { output = "differs" }'),
+            "expected healthy shows no mechanism",
+        ),
+        (bug.replace("functon", "x").replace("function =", "functon ="), "unknown fields"),
+        (bug.replace("as_expected = 9", "as_expected = 11"), "as_expected <= runs"),
+    ):
         with pytest.raises(ScenarioError, match=message):
             load_scenario(_write(tmp_path, text))
     per_poll = load_scenario(BUILTIN).variant("per-poll")
@@ -128,6 +139,7 @@ def test_mechanism_and_measured_in_scenarios(tmp_path):
 
 def test_repro_all_shards_and_usage():
     from hctool.commands.repro import shard_ids
+
     ids = ["38268", "30760", "26921", "wall-clock-lru", "27221"]
     parts = [shard_ids(ids, (i, 3)) for i in (1, 2, 3)]
     assert sorted(sum(parts, [])) == sorted(ids) and not set(parts[0]) & set(parts[1])

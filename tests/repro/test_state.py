@@ -11,10 +11,16 @@ FIELDS = ["waiting_queue", "running", "lru_order", "radix_tree", "device_free"]
 
 
 def _write(d, rank, **state):
-    base = {"waiting_queue": ["a", "b"], "running": ["c"], "lru_order": ["n1", "n2", "n3"],
-            "radix_tree": ["n1 device=1", "n2 device=1", "n3 device=1"], "device_free": [512]}
-    (d / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "tick": 41, "fields": FIELDS,
-                                                    "state": {**base, **state}}))
+    base = {
+        "waiting_queue": ["a", "b"],
+        "running": ["c"],
+        "lru_order": ["n1", "n2", "n3"],
+        "radix_tree": ["n1 device=1", "n2 device=1", "n3 device=1"],
+        "device_free": [512],
+    }
+    (d / f"rank{rank}.json").write_text(
+        json.dumps({"rank": rank, "tick": 41, "fields": FIELDS, "state": {**base, **state}})
+    )
 
 
 def test_names_the_first_differing_field(tmp_path):

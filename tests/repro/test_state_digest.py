@@ -8,10 +8,10 @@ import torch
 
 from engine.lab.seams import SEAMS
 from engine.lab.snapshot import cache_state
+from engine.lab.variants import Variants
 from engine.managers.state_digest import StateDigest
 from engine.mem_cache.cache_factory import create_tree_cache, host_pool_pages
 from engine.mem_cache.memory_pool import KVPool, PagedAllocator
-from engine.lab.variants import Variants
 from engine.server_args import ServerArgs
 from hctool.repro.state import find_state_divergence
 
@@ -42,8 +42,9 @@ def test_same_state_same_digest_and_a_reordered_lru_is_named(tmp_path, monkeypat
     da, db = StateDigest(str(tmp_path / "x"), 0), StateDigest(str(tmp_path / "x"), 1)
     assert da.digest(cache_state(a)[0]) == db.digest(cache_state(b)[0])
 
-    wall = ServerArgs(enable_hierarchical_cache=True, max_total_tokens=1024, variants=Variants(lru_clock="wall"),
-                      state_digest=True)
+    wall = ServerArgs(
+        enable_hierarchical_cache=True, max_total_tokens=1024, variants=Variants(lru_clock="wall"), state_digest=True
+    )
     a = _rank(wall, [0, 1, 2, 3])
     b = _rank(wall, [0, 2, 1, 3])  # rank 1's noisy clock ordered two accesses the other way
     da, db = StateDigest(str(tmp_path), 0), StateDigest(str(tmp_path), 1)

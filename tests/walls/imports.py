@@ -82,6 +82,7 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
                 out.append(sorted(comp))
 
     import sys
+
     sys.setrecursionlimit(10000)
     for v in g:
         if v not in index:

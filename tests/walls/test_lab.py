@@ -76,7 +76,8 @@ def test_variant_flags_come_from_the_one_table():
     for v in VARIANTS:
         assert v.flag in help_text and v.default == v.choices[0]
         assert ServerArgs.from_cli([v.flag, v.choices[-1]]).variants.non_default() == (
-            {} if len(v.choices) == 1 else {v.name: v.choices[-1]})
+            {} if len(v.choices) == 1 else {v.name: v.choices[-1]}
+        )
 
 
 @pytest.fixture
@@ -103,10 +104,21 @@ def test_a_real_schedulers_snapshot_feeds_the_chaos_observer(world_of_one, tmp_p
     from hctool.agent.chaos_observer import ChaosObserver
 
     cpu_group, io_group = world_of_one
-    args = ServerArgs(enable_hierarchical_cache=True, hicache_ratio=4, max_total_tokens=512, page_size=16,
-                      hicache_storage_backend="file", hicache_storage_dir=str(tmp_path / "store"), run_dir=str(tmp_path))
-    requests = [TokenizedGenerateReqInput(f"r{i}", list(range(1, 49)) + [100 + i],
-                                          SamplingParams(max_new_tokens=3, temperature=0.0)) for i in range(2)]
+    args = ServerArgs(
+        enable_hierarchical_cache=True,
+        hicache_ratio=4,
+        max_total_tokens=512,
+        page_size=16,
+        hicache_storage_backend="file",
+        hicache_storage_dir=str(tmp_path / "store"),
+        run_dir=str(tmp_path),
+    )
+    requests = [
+        TokenizedGenerateReqInput(
+            f"r{i}", list(range(1, 49)) + [100 + i], SamplingParams(max_new_tokens=3, temperature=0.0)
+        )
+        for i in range(2)
+    ]
     answers, checked = [], []
     quiesce = tmp_path / "quiesce-rank0.json"
     deadline = time.monotonic() + 60
@@ -122,8 +134,9 @@ def test_a_real_schedulers_snapshot_feeds_the_chaos_observer(world_of_one, tmp_p
     observer = ChaosObserver(str(tmp_path), starve_ticks=1000)
     add_tick_observer(observer)
     add_tick_observer(lambda snap: (check_accounting(snap), checked.append(snap.tick)))
-    s = Scheduler(args, 0, 1, cpu_group, io_group, torch.device("cpu"), recv_from_frontend=recv,
-                  send_to_frontend=answers.append)
+    s = Scheduler(
+        args, 0, 1, cpu_group, io_group, torch.device("cpu"), recv_from_frontend=recv, send_to_frontend=answers.append
+    )
     try:
         s.event_loop()
     finally:

@@ -28,8 +28,11 @@ def test_no_import_cycles_in_the_house():
 
 
 def test_the_tool_reaches_the_engine_only_through_engine_lab():
-    bad = {m: sorted(i for i in imports(p, m) if i == "engine" or _outside_lab(i))
-           for m, p in modules().items() if m.startswith(("hctool", "repros"))}
+    bad = {
+        m: sorted(i for i in imports(p, m) if i == "engine" or _outside_lab(i))
+        for m, p in modules().items()
+        if m.startswith(("hctool", "repros"))
+    }
     assert {m: v for m, v in bad.items() if v} == {}
 
 
@@ -47,25 +50,36 @@ def test_no_engine_module_is_named_in_a_string_outside_engine_lab():
 
 
 def test_the_engine_never_imports_hctool():
-    bad = {m: sorted(i for i in imports(p, m) if _top(i) == "hctool") for m, p in modules().items()
-           if m.startswith("engine")}
+    bad = {
+        m: sorted(i for i in imports(p, m) if _top(i) == "hctool")
+        for m, p in modules().items()
+        if m.startswith("engine")
+    }
     assert {m: v for m, v in bad.items() if v} == {}
 
 
-@pytest.mark.parametrize("package, allowed", [
-    # in-rank code: stdlib, torch, the protocol, its own modules, the engine's surface
-    ("hctool.agent", ("torch", "hctool.agent", "hctool.protocol", "engine.lab")),
-    # what both sides read: stdlib only
-    ("hctool.protocol", ("hctool.protocol",)),
-])
+@pytest.mark.parametrize(
+    "package, allowed",
+    [
+        # in-rank code: stdlib, torch, the protocol, its own modules, the engine's surface
+        ("hctool.agent", ("torch", "hctool.agent", "hctool.protocol", "engine.lab")),
+        # what both sides read: stdlib only
+        ("hctool.protocol", ("hctool.protocol",)),
+    ],
+)
 def test_agent_and_protocol_import_only_what_they_may(package, allowed):
     bad = {}
     for m, p in modules().items():
         if m != package and not m.startswith(package + "."):
             continue
-        wrong = sorted(i for i in imports(p, m) if _top(i) not in STDLIB and _top(i) != "__future__"
-                       and i != "hctool"  # sitecustomize checks the package is importable
-                       and not any(i == a or i.startswith(a + ".") for a in allowed))
+        wrong = sorted(
+            i
+            for i in imports(p, m)
+            if _top(i) not in STDLIB
+            and _top(i) != "__future__"
+            and i != "hctool"  # sitecustomize checks the package is importable
+            and not any(i == a or i.startswith(a + ".") for a in allowed)
+        )
         if wrong:
             bad[m] = wrong
     assert bad == {}
@@ -76,8 +90,11 @@ def test_the_supervisor_never_imports_the_agent_in_process():
     # Exempt: hctool.consensus re-exports the in-rank API (assert_same) lazily, for user code in
     # ranks; the pytest plugin's worker is its in-rank half (it runs inside each rank process).
     exempt = ("hctool.agent", "hctool.consensus", "hctool.pytest_plugin.worker")
-    bad = {m: sorted(i for i in imports(p, m) if i.startswith("hctool.agent")) for m, p in modules().items()
-           if m.startswith("hctool") and m not in exempt and not m.startswith("hctool.agent.")}
+    bad = {
+        m: sorted(i for i in imports(p, m) if i.startswith("hctool.agent"))
+        for m, p in modules().items()
+        if m.startswith("hctool") and m not in exempt and not m.startswith("hctool.agent.")
+    }
     assert {m: v for m, v in bad.items() if v} == {}
 
 

@@ -73,13 +73,18 @@ C10D_OPS = {
 # _c10d_functional op -> (recorded op, contributed-tensors arg). What a compiled graph runs
 # (dynamo turns dist.* calls into these); the group is always the `group_name` argument.
 FUNCTIONAL_OPS = {
-    "all_reduce": ("all_reduce", 0), "all_reduce_": ("all_reduce", 0),
-    "all_reduce_coalesced": ("all_reduce_coalesced", 0), "all_reduce_coalesced_": ("all_reduce_coalesced", 0),
-    "all_gather_into_tensor": ("all_gather_into_tensor", 0), "all_gather_into_tensor_out": ("all_gather_into_tensor", 0),
+    "all_reduce": ("all_reduce", 0),
+    "all_reduce_": ("all_reduce", 0),
+    "all_reduce_coalesced": ("all_reduce_coalesced", 0),
+    "all_reduce_coalesced_": ("all_reduce_coalesced", 0),
+    "all_gather_into_tensor": ("all_gather_into_tensor", 0),
+    "all_gather_into_tensor_out": ("all_gather_into_tensor", 0),
     "all_gather_into_tensor_coalesced": ("all_gather_into_tensor_coalesced", 0),
     "reduce_scatter_tensor": ("reduce_scatter_tensor", 0),
     "reduce_scatter_tensor_coalesced": ("reduce_scatter_tensor_coalesced", 0),
-    "all_to_all_single": ("all_to_all_single", 0), "broadcast": ("broadcast", 0), "broadcast_": ("broadcast", 0),
+    "all_to_all_single": ("all_to_all_single", 0),
+    "broadcast": ("broadcast", 0),
+    "broadcast_": ("broadcast", 0),
 }
 
 _libs: list = []  # torch.library registrations live as long as these objects
@@ -88,9 +93,9 @@ _cxx = None  # the C++ capture kernel's module (_c10d_kernel.cpp), when built an
 
 
 def load_kernel() -> None:
-    """Load the C++ capture kernel (cxx_kernel.py, built by hctool/consensus/kernel_build.py) if check-consensus built one: called by
-    init_process_group before the default group is registered, so every sequence number and
-    slot comes from its Counters (taken without the GIL by C++, atomically by Python)."""
+    """Load the C++ capture kernel (cxx_kernel.py, built by hctool/consensus/kernel_build.py) if
+    check-consensus built one: called by init_process_group before the default group is registered,
+    so every sequence number and slot comes from its Counters (taken without the GIL by C++, atomically by Python)."""
     global _cxx
     if _cxx is not None:
         return  # a second init_process_group: loaded already
@@ -120,7 +125,6 @@ def set_backward_site(site: int) -> int:
 def cxx_stats() -> dict | None:
     """Calls the C++ kernel recorded itself / handed to the Python kernel (None: not loaded)."""
     return None if _cxx is None else dict(_cxx.stats())
-
 
 
 def _redispatch_once(packet, keyset, args, kwargs, token: int):
@@ -249,8 +253,9 @@ def _c10d_kernel(op_name: str, packet):
             # hctool's frames and falls back to the main thread's line.
             if state.S.before_call is not None:  # an in-rank fault (collective-delay)
                 state.S.before_call(recorded, state.group_index(group))
-            token = recorder.record_collective(recorded, group, tensors, reduce_op=ro, root=root,
-                                               async_op=True, frame=sys._getframe())
+            token = recorder.record_collective(
+                recorded, group, tensors, reduce_op=ro, root=root, async_op=True, frame=sys._getframe()
+            )
             if token and _cxx is not None:  # the C++ kernel may record the next such call itself
                 g = state.S.groups.get(id(group))
                 if g is not None:
@@ -293,7 +298,11 @@ def _install_c10d() -> None:
         packet = getattr(torch.ops.c10d, name, None)
         if packet is None or "default" not in packet.overloads():
             continue  # an op this torch version does not have
-        _cxx.register(name, _c10d_kernel(name, packet.default), *(-1 if a is None else a for a in (t_arg, g_arg, ro_arg, root_arg)))
+        _cxx.register(
+            name,
+            _c10d_kernel(name, packet.default),
+            *(-1 if a is None else a for a in (t_arg, g_arg, ro_arg, root_arg)),
+        )
 
 
 def _functional_kernel(op_name: str, packet):
@@ -317,11 +326,19 @@ def _functional_kernel(op_name: str, packet):
             return packet.redispatch(keyset & below, *args, **kwargs)
         token = 0
         try:
-            pg = dist.distributed_c10d._resolve_process_group(args[g_arg] if g_arg < len(args) else kwargs["group_name"])
+            pg = dist.distributed_c10d._resolve_process_group(
+                args[g_arg] if g_arg < len(args) else kwargs["group_name"]
+            )
             ro = args[ro_arg] if ro_arg is not None and ro_arg < len(args) else None
-            token = recorder.record_collective(recorded, pg, args[t_arg], reduce_op=str(ro).upper() if ro else None,
-                                               root=args[root_arg] if root_arg is not None else None,
-                                               async_op=True, frame=sys._getframe())
+            token = recorder.record_collective(
+                recorded,
+                pg,
+                args[t_arg],
+                reduce_op=str(ro).upper() if ro else None,
+                root=args[root_arg] if root_arg is not None else None,
+                async_op=True,
+                frame=sys._getframe(),
+            )
         except Exception as exc:
             recorder.note_failure(exc)
         result = _redispatch_once(packet, keyset & below, args, kwargs, token)
@@ -348,5 +365,6 @@ def install() -> None:
         try:
             layer()
         except Exception as exc:
-            sys.stderr.write(f"hctool: capturing C++-issued collectives ({layer.__name__}) failed: "
-                             f"{type(exc).__name__}: {exc}\n")
+            sys.stderr.write(
+                f"hctool: capturing C++-issued collectives ({layer.__name__}) failed: {type(exc).__name__}: {exc}\n"
+            )

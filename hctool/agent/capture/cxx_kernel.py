@@ -29,8 +29,10 @@ def load():
             raise ImportError(f"built for torch {module.torch_version}, this is {torch.__version__}")
         return module
     except Exception as exc:
-        sys.stderr.write(f"hctool: the C++ capture kernel is not used here ({type(exc).__name__}: {exc}); "
-                         "C++-issued collectives go through the Python kernel\n")
+        sys.stderr.write(
+            f"hctool: the C++ capture kernel is not used here ({type(exc).__name__}: {exc}); "
+            "C++-issued collectives go through the Python kernel\n"
+        )
         return None
 
 

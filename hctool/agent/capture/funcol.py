@@ -17,14 +17,19 @@ from hctool.agent.capture import recorder, state
 
 # functional collective -> recorded op (named like the torch.distributed call it mirrors)
 FUNCOL_OPS = {
-    "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce_coalesced",
-    "broadcast": "broadcast", "all_gather_tensor": "all_gather_into_tensor",
-    "all_gather_single": "all_gather_into_tensor", "all_gather_tensor_autograd": "all_gather_into_tensor",
+    "all_reduce": "all_reduce",
+    "all_reduce_coalesced": "all_reduce_coalesced",
+    "broadcast": "broadcast",
+    "all_gather_tensor": "all_gather_into_tensor",
+    "all_gather_single": "all_gather_into_tensor",
+    "all_gather_tensor_autograd": "all_gather_into_tensor",
     "all_gather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
-    "reduce_scatter_tensor": "reduce_scatter_tensor", "reduce_scatter_single": "reduce_scatter_tensor",
+    "reduce_scatter_tensor": "reduce_scatter_tensor",
+    "reduce_scatter_single": "reduce_scatter_tensor",
     "reduce_scatter_tensor_autograd": "reduce_scatter_tensor",
     "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
-    "all_to_all_single": "all_to_all_single", "all_to_all_single_autograd": "all_to_all_single",
+    "all_to_all_single": "all_to_all_single",
+    "all_to_all_single_autograd": "all_to_all_single",
     "permute_tensor": "permute_tensor",
 }
 
@@ -53,10 +58,15 @@ def _funcol_wrapper(recorded: str, fn):
             name = funcol._resolve_group_name(group, bound.get("tag", ""))
             pg = dist.distributed_c10d._resolve_process_group(name)
             ro = bound.get(ro_name) if ro_name else None
-            token = recorder.record_collective(recorded, pg, bound.get(t_name),
-                                               reduce_op=str(ro).upper() if ro else None,
-                                               root=bound.get(root_name) if root_name else None,
-                                               async_op=True, frame=sys._getframe())
+            token = recorder.record_collective(
+                recorded,
+                pg,
+                bound.get(t_name),
+                reduce_op=str(ro).upper() if ro else None,
+                root=bound.get(root_name) if root_name else None,
+                async_op=True,
+                frame=sys._getframe(),
+            )
         except Exception as exc:
             recorder.note_failure(exc)
         ident = threading.get_ident()

@@ -15,24 +15,53 @@ import hashlib
 import sys
 import threading
 
-from hctool.agent.clock import REAL
 from hctool.agent.capture.state import _S, enabled  # noqa: F401 - recorder.enabled() is its API
-from hctool.agent.capture.tracefile import (_desc_id, _grow, _group, _intern, _new_site, _reduce_id, _side,
-                                            _site_value, _thread_id, _user_frame, note_failure)
-from hctool.protocol.records import (CALL, DONE, FLAG_ASYNC, KIND_CALL, KIND_VOID, NO_ROOT, PER_SEGMENT,
-                                     RECORD_SIZE, STATE_COMPLETED, STATE_FAILED, T_DONE_OFFSET, bounded_label)
+from hctool.agent.capture.tracefile import (
+    _desc_id,
+    _group,
+    _grow,
+    _intern,
+    _new_site,
+    _reduce_id,
+    _side,
+    _site_value,
+    _thread_id,
+    _user_frame,
+    note_failure,
+)
+from hctool.agent.clock import REAL
+from hctool.protocol.records import (
+    CALL,
+    DONE,
+    FLAG_ASYNC,
+    KIND_CALL,
+    KIND_VOID,
+    NO_ROOT,
+    PER_SEGMENT,
+    RECORD_SIZE,
+    STATE_COMPLETED,
+    STATE_FAILED,
+    T_DONE_OFFSET,
+    bounded_label,
+)
 
 _monotonic = REAL.monotonic  # the real clock: clock faults skew the program's, not the trace's
 _get_ident = threading.get_ident
 _get_native_id = threading.get_native_id
-P2P = {"send": "send", "isend": "send", "send_object_list": "send",
-       "recv": "recv", "irecv": "recv", "recv_object_list": "recv"}
+P2P = {
+    "send": "send",
+    "isend": "send",
+    "send_object_list": "send",
+    "recv": "recv",
+    "irecv": "recv",
+    "recv_object_list": "recv",
+}
 
 
 # ---------------------------------------------------------------- the hot path
 
-def record_collective(op: str, group, tensors, *, reduce_op=None, root=None, async_op: bool = False,
-                      frame=None) -> int:
+
+def record_collective(op: str, group, tensors, *, reduce_op=None, root=None, async_op: bool = False, frame=None) -> int:
     """Record that this rank entered collective `op` on `group` (None: the default
     group). `tensors`: what this rank contributes (a tensor, a list of tensors, an
     object list, or for "batch_isend_irecv" the P2POp list). `root`: the root of
@@ -40,8 +69,9 @@ def record_collective(op: str, group, tensors, *, reduce_op=None, root=None, asy
     the call to (default: the first frame outside torch and hctool on the calling
     thread). Returns a token for record_complete, 0 when nothing was recorded
     (recorder off, or this rank is not a member). Never raises."""
-    return _record(op, group, tensors, reduce_op, root, async_op,
-                   frame if frame is not None else sys._getframe(1), _get_ident())
+    return _record(
+        op, group, tensors, reduce_op, root, async_op, frame if frame is not None else sys._getframe(1), _get_ident()
+    )
 
 
 def _record(op: str, group, tensors, reduce_op, root, async_op: bool, f, ident: int) -> int:
@@ -78,7 +108,11 @@ def _record(op: str, group, tensors, reduce_op, root, async_op: bool, f, ident: 
             back = f.f_back
             if back is not None and S.code_internal.get(id(back.f_code)) is not False:
                 back = _user_frame(back)  # one of our wrappers (a probe) sits between the call and its caller
-            key = (id(f.f_code), f.f_lasti, id(back.f_code), back.f_lasti) if back is not None else (id(f.f_code), f.f_lasti)
+            key = (
+                (id(f.f_code), f.f_lasti, id(back.f_code), back.f_lasti)
+                if back is not None
+                else (id(f.f_code), f.f_lasti)
+            )
             site = interned["site"].get(key) or _intern("site", key, lambda: _new_site(f, back))
         shape = getattr(tensors, "shape", None)
         desc = interned["desc"].get((shape, tensors.dtype)) if shape is not None else None
@@ -93,8 +127,23 @@ def _record(op: str, group, tensors, reduce_op, root, async_op: bool, f, ident: 
         index = slot // PER_SEGMENT
         mm = segs[index] if index < len(segs) else _grow(index)
         off = (slot % PER_SEGMENT) * RECORD_SIZE
-        CALL.pack_into(mm, off, 0, 1, FLAG_ASYNC if async_op else 0, opid, g.id, site, desc, th, ro,
-                       NO_ROOT if root is None else root, seq, _monotonic(), 0.0)
+        CALL.pack_into(
+            mm,
+            off,
+            0,
+            1,
+            FLAG_ASYNC if async_op else 0,
+            opid,
+            g.id,
+            site,
+            desc,
+            th,
+            ro,
+            NO_ROOT if root is None else root,
+            seq,
+            _monotonic(),
+            0.0,
+        )
         mm[off] = KIND_CALL  # last: the record is whole once its kind byte is set
         return slot + 1
     except Exception as exc:  # never break the program
@@ -151,6 +200,7 @@ def record_failed(token: int, exc: BaseException) -> None:
 
 # ---------------------------------------------------------------- labelled events
 
+
 def record_label(label: str, value, depth: int = 2, frame=None) -> None:
     """A labelled value at the caller `depth` frames up (or at `frame`, when given)."""
     if _S.trace_dir is None:
@@ -159,9 +209,22 @@ def record_label(label: str, value, depth: int = 2, frame=None) -> None:
         digest = hashlib.sha1(_canonical(value)).hexdigest()[:16]
         at = frame if frame is not None else sys._getframe(depth)
         site = _site_value(_user_frame(at) or at)
-        _side({"e": next(_S.label_ids), "g": "labels", "s": next(_S.label_seq), "op": "assert_same",
-               "label": bounded_label(str(label)), "digest": digest, "value": repr(value)[:80], "st": "c", **site,
-               "th": threading.current_thread().name, "t": REAL.monotonic(), "w": REAL.time()})
+        _side(
+            {
+                "e": next(_S.label_ids),
+                "g": "labels",
+                "s": next(_S.label_seq),
+                "op": "assert_same",
+                "label": bounded_label(str(label)),
+                "digest": digest,
+                "value": repr(value)[:80],
+                "st": "c",
+                **site,
+                "th": threading.current_thread().name,
+                "t": REAL.monotonic(),
+                "w": REAL.time(),
+            }
+        )
     except Exception as exc:
         note_failure(exc)
 
@@ -175,9 +238,20 @@ def record_group_creation(ranks, frame) -> int:
         ident = next(_S.label_ids)
         site = _site_value(_user_frame(frame) or frame)
         members = "all" if ranks is None else json_ranks(ranks)
-        _side({"e": ident, "g": "groups", "s": next(_S.group_seq), "op": "new_group", "label": members,
-               "digest": None, **site, "th": threading.current_thread().name, "t": REAL.monotonic(),
-               "w": REAL.time()})
+        _side(
+            {
+                "e": ident,
+                "g": "groups",
+                "s": next(_S.group_seq),
+                "op": "new_group",
+                "label": members,
+                "digest": None,
+                **site,
+                "th": threading.current_thread().name,
+                "t": REAL.monotonic(),
+                "w": REAL.time(),
+            }
+        )
         return ident
     except Exception as exc:
         note_failure(exc)

@@ -38,7 +38,7 @@ class _Group:
 class _State:
     def __init__(self) -> None:
         self.trace_dir: str | None = None
-        self.run_id: str | None = None   # the run that claimed the trace folder (read at install)
+        self.run_id: str | None = None  # the run that claimed the trace folder (read at install)
         self.internal: tuple[str, ...] = (HCTOOL_DIR, "<frozen")  # torch's folder is added when it is patched
         self.lock = threading.RLock()
         # How wrapped calls are recorded: False (Python), "c" (the C hot path), "c+tls" (and it
@@ -49,27 +49,27 @@ class _State:
         self.reset()
 
     def reset(self) -> None:
-        self.fd: int | None = None      # side table
+        self.fd: int | None = None  # side table
         self.ring_fd: int | None = None
-        self.stopped = False              # the trace folder was full: nothing more is recorded (tracefile.py)
-        self.reserve: str | None = None   # the file freed at that stop, for the mark and the end record
+        self.stopped = False  # the trace folder was full: nothing more is recorded (tracefile.py)
+        self.reserve: str | None = None  # the file freed at that stop, for the mark and the end record
         self.segs: list[mmap.mmap] = []
         self.slots = new_counter()
         self.backward_site = 0  # site id of the main thread's backward call in progress (wrappers.py)
         self.label_ids = itertools.count(1)
         self.label_seq = itertools.count()
-        self.group_seq = itertools.count()   # position in the "groups" sequence (new_group calls)
+        self.group_seq = itertools.count()  # position in the "groups" sequence (new_group calls)
         self.rank: int | None = None
         self.world: _Group | None = None  # the default group
         self.groups: dict[int, _Group] = {}  # id(pg) -> group
-        self.group_ids = itertools.count(1)   # creation index of new_group (0: the default group)
+        self.group_ids = itertools.count(1)  # creation index of new_group (0: the default group)
         self.group_uids = itertools.count(1)  # the id ring records carry
         self.interned: dict[str, dict] = {k: {} for k in ("op", "site", "desc", "th", "ro")}
         self.code_internal: dict = {}
         self.ro_by_id: dict[int, int] = {}
         self.keep: list = []  # objects whose id() is part of a key
         self.error: str | None = None
-        self.dist = None                  # torch.distributed, once imported
+        self.dist = None  # torch.distributed, once imported
         for forget in on_reset:
             forget()
 
@@ -81,6 +81,7 @@ _S = S  # the short name the hot paths use
 def enabled() -> bool:
     return _S.trace_dir is not None
 
+
 inside: set[int] = set()  # threads inside a recorded call (cheaper than a threading.local)
 
 
@@ -90,8 +91,10 @@ def nested() -> bool:
 
 
 # What the C modules read by name (bind() hands them S and the group objects).
-READ_BY_C = {"_State": ("trace_dir", "segs", "slots", "groups", "world", "interned", "code_internal", "ro_by_id"),
-             "_Group": ("id", "member", "seq")}
+READ_BY_C = {
+    "_State": ("trace_dir", "segs", "slots", "groups", "world", "interned", "code_internal", "ro_by_id"),
+    "_Group": ("id", "member", "seq"),
+}
 
 
 def group_index(group) -> str:

@@ -20,7 +20,6 @@ import threading
 from hctool.agent.capture.cxx_kernel import counter_value as cxx_counter_value
 from hctool.agent.capture.state import _S, _Group
 from hctool.agent.clock import REAL
-from hctool.protocol import env as protocol_env
 from hctool.protocol.records import FORMAT_VERSION, PER_SEGMENT, RECORD_SIZE, SEGMENT
 from hctool.protocol.safefile import create_exclusive
 
@@ -57,13 +56,24 @@ def _open() -> int:
                 raise
         except OSError as exc:
             _S.trace_dir, _S.stopped = None, True  # every capture route checks it
-            sys.stderr.write(f"hctool: recording is off in this process: cannot create {base}.jsonl/.ring "
-                             f"({exc.strerror}; something else wrote into the trace folder?)\n")
+            sys.stderr.write(
+                f"hctool: recording is off in this process: cannot create {base}.jsonl/.ring "
+                f"({exc.strerror}; something else wrote into the trace folder?)\n"
+            )
             raise
-        header = {"hdr": FORMAT_VERSION, "rank": _S.rank, "world_size": int(world) if world else None,
-                  "pid": os.getpid(), "host": socket.gethostname(), "argv": sys.argv[:20],
-                  "start": REAL.time(), "mono": REAL.monotonic(), "record_size": RECORD_SIZE,
-                  "fastpath": _S.fastpath, "c10d_kernel": _S.c10d_kernel}
+        header = {
+            "hdr": FORMAT_VERSION,
+            "rank": _S.rank,
+            "world_size": int(world) if world else None,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "argv": sys.argv[:20],
+            "start": REAL.time(),
+            "mono": REAL.monotonic(),
+            "record_size": RECORD_SIZE,
+            "fastpath": _S.fastpath,
+            "c10d_kernel": _S.c10d_kernel,
+        }
         run = _S.run_id
         if run:
             header["run"] = run  # the reader keeps only the files of the run that claimed the folder
@@ -136,11 +146,15 @@ def stop_recording(exc: OSError, slot: int) -> None:
         _S.trace_dir = None  # every capture route checks it: no call is recorded from now on
         _free_reserve()
         why = errno.errorcode.get(exc.errno, "OSError") if exc.errno else type(exc).__name__
-        sys.stderr.write(f"hctool: the trace folder cannot take more ({exc.strerror or exc}): recording stopped "
-                         f"after {slot} calls of this process; the program goes on\n")
+        sys.stderr.write(
+            f"hctool: the trace folder cannot take more ({exc.strerror or exc}): recording stopped "
+            f"after {slot} calls of this process; the program goes on\n"
+        )
         if _S.fd is not None:
             try:
-                _write_line(_S.fd, (json.dumps({"trace_truncated": why, "slot": slot, "t": REAL.monotonic()}) + "\n").encode())
+                _write_line(
+                    _S.fd, (json.dumps({"trace_truncated": why, "slot": slot, "t": REAL.monotonic()}) + "\n").encode()
+                )
             except OSError:
                 pass
 
@@ -185,6 +199,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 def _register_faulthandler(path: str) -> None:
     # Fallback for hctool.stacks when ptrace is denied: SIGUSR1 dumps all threads.
     import faulthandler
+
     try:
         if signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
             stack = REAL.open(create_exclusive(path), "w")  # noqa: SIM115  (never through a planted link)
@@ -209,6 +224,7 @@ def excepthook(orig):
     def hook(exc_type, exc, tb):
         _S.error = f"{exc_type.__name__}: {exc}"[:300]
         return orig(exc_type, exc, tb)
+
     return hook
 
 
@@ -223,6 +239,7 @@ def note_failure(exc: Exception) -> None:
 
 
 # ---------------------------------------------------------------- interning what a call is
+
 
 def _user_frame(frame):
     """The first frame outside torch and hctool (None if there is none)."""
@@ -255,8 +272,11 @@ def _site_value(frame) -> dict:
         if not f.f_code.co_filename.startswith(_S.internal[0]):  # hctool's own frames (a probe's wrapper)
             stack.append(f"{f.f_code.co_filename}:{f.f_lineno} {f.f_code.co_name}")
         f = f.f_back
-    return {"site": f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}", "fn": frame.f_code.co_name,
-            "stack": stack}
+    return {
+        "site": f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}",
+        "fn": frame.f_code.co_name,
+        "stack": stack,
+    }
 
 
 def describe(x) -> dict:
@@ -320,6 +340,7 @@ def _thread_id() -> int:
 
 
 # ---------------------------------------------------------------- groups
+
 
 def register_group(pg, ranks: list[int], default: bool = False) -> _Group:
     """A group gets an id and a key "<creation index>:[ranks]" (index 0: the default group)."""

@@ -21,18 +21,39 @@ from hctool.agent.clock import REAL
 from hctool.protocol import env as protocol_env
 
 COLLECTIVES = (
-    "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
-    "broadcast", "reduce", "gather", "scatter", "all_to_all", "all_to_all_single", "barrier",
-    "monitored_barrier", "broadcast_object_list", "all_gather_object", "gather_object",
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "monitored_barrier",
+    "broadcast_object_list",
+    "all_gather_object",
+    "gather_object",
     "scatter_object_list",
 )
 P2P = recorder.P2P
 # The argument that describes what a rank contributes (default: the first parameter).
-_DESCRIBED_ARG = {"all_gather": "tensor", "all_gather_into_tensor": "input_tensor",
-                  "reduce_scatter_tensor": "input", "all_to_all_single": "input",
-                  "all_to_all": "input_tensor_list", "all_gather_object": "object_list",
-                  "gather_object": "obj", "scatter_object_list": "scatter_object_output_list",
-                  "batch_isend_irecv": "p2p_op_list", "barrier": None, "monitored_barrier": None}
+_DESCRIBED_ARG = {
+    "all_gather": "tensor",
+    "all_gather_into_tensor": "input_tensor",
+    "reduce_scatter_tensor": "input",
+    "all_to_all_single": "input",
+    "all_to_all": "input_tensor_list",
+    "all_gather_object": "object_list",
+    "gather_object": "obj",
+    "scatter_object_list": "scatter_object_output_list",
+    "batch_isend_irecv": "p2p_op_list",
+    "barrier": None,
+    "monitored_barrier": None,
+}
 _ROOT_ARGS = ("src", "dst", "group_src", "group_dst")
 _P2P_PEER_ARGS = ("dst", "src", "group_dst", "group_src")
 
@@ -70,8 +91,10 @@ def _extractor(op: str, fn):
         group = "(p2p_op_list[0].group if p2p_op_list else None)"
     ro = "op" if "op" in names and op != "batch_isend_irecv" else "None"
     is_async = "True" if op in ("isend", "irecv") else ("async_op" if "async_op" in names else "False")
-    src = (f"def extract({', '.join(text)}):\n"
-           f"    return {group}, {described if described in names else 'None'}, {ro}, {root}, {is_async}\n")
+    src = (
+        f"def extract({', '.join(text)}):\n"
+        f"    return {group}, {described if described in names else 'None'}, {ro}, {root}, {is_async}\n"
+    )
     exec(src, ns)  # noqa: S102 - source built from torch's own signature
     return ns["extract"]
 
@@ -86,8 +109,11 @@ _below_autograd_guards: dict[int, object] = {}
 def _autograd_keys():
     from torch._C import DispatchKey, DispatchKeySet
 
-    return (DispatchKeySet(DispatchKey.AutogradFunctionality) | DispatchKeySet(DispatchKey.AutogradOther)
-            | DispatchKeySet(DispatchKey.AutogradNestedTensor))
+    return (
+        DispatchKeySet(DispatchKey.AutogradFunctionality)
+        | DispatchKeySet(DispatchKey.AutogradOther)
+        | DispatchKeySet(DispatchKey.AutogradNestedTensor)
+    )
 
 
 def _new_guard(ident: int):
@@ -212,10 +238,19 @@ def _fast_hook(op: str, fn, slow):
     roots = tuple(index[n] for n in (_P2P_PEER_ARGS if op in P2P else _ROOT_ARGS) if n in index)[:4]
     async_const = op in ("isend", "irecv")
     return _fastpath.hook(
-        op, fn, slow, names, sum(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params),
+        op,
+        fn,
+        slow,
+        names,
+        sum(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params),
         tuple(_MISSING if p.default is p.empty else p.default for p in params),
-        index.get("group", -1), index.get(described, -1) if described else -1, index.get("op", -1),
-        -1 if async_const else index.get("async_op", -1), async_const, roots)
+        index.get("group", -1),
+        index.get(described, -1) if described else -1,
+        index.get("op", -1),
+        -1 if async_const else index.get("async_op", -1),
+        async_const,
+        roots,
+    )
 
 
 def _load_fastpath():
@@ -225,8 +260,16 @@ def _load_fastpath():
         from hctool.agent.capture import _fastpath as module
     except ImportError:  # not built (no compiler at install) or built for another Python
         return None
-    module.bind(state.S, _inside, _below_autograd_guards, _new_guard, tracefile._grow, recorder.record_failed, _MISSING,
-                recorder._void)
+    module.bind(
+        state.S,
+        _inside,
+        _below_autograd_guards,
+        _new_guard,
+        tracefile._grow,
+        recorder.record_failed,
+        _MISSING,
+        recorder._void,
+    )
     state.S.fastpath = "c"
     return module
 
@@ -270,7 +313,8 @@ def _wrap_group_creation(name: str, fn):
                 _patch_backward()
                 pg = dist.distributed_c10d._get_default_group()
                 tracefile.register_group(pg, list(range(dist.get_world_size())), default=True)
-                c10d.install()  # C++-issued and functional collectives; here, not at import: torch is fully imported by now
+                # C++-issued and functional collectives; here, not at import: torch is fully imported by now
+                c10d.install()
             else:
                 ranks = kwargs.get("ranks", args[0] if args else None)
                 ranks = list(ranks) if ranks is not None else list(range(dist.get_world_size()))
@@ -302,8 +346,9 @@ def patch_torch_distributed() -> None:
     for name in ("init_process_group", "new_group"):
         fn = getattr(module, name)
         _install(dist, module, name, fn, _wrap_group_creation(name, fn))
-    _install(dist, module, "destroy_process_group", module.destroy_process_group,
-             _wrap_destroy(module.destroy_process_group))
+    _install(
+        dist, module, "destroy_process_group", module.destroy_process_group, _wrap_destroy(module.destroy_process_group)
+    )
     dist.__hctool_patched__ = True
 
 
@@ -322,7 +367,12 @@ def _patch_backward() -> None:
     @functools.wraps(fn)
     def run_backward(*args, **kwargs):
         # compiling first: dynamo, tracing this, then reads a constant, not threading's calls
-        if _is_compiling() or S.world is None or S.trace_dir is None or threading.get_ident() != threading.main_thread().ident:
+        if (
+            _is_compiling()
+            or S.world is None
+            or S.trace_dir is None
+            or threading.get_ident() != threading.main_thread().ident
+        ):
             return fn(*args, **kwargs)
         try:
             prev = c10d.set_backward_site(recorder.site_of(sys._getframe(1)))
@@ -344,6 +394,7 @@ def _wrap_destroy(fn):
     """destroy_process_group() of the default group: this rank issues no more
     collectives, so it counts as ended clean even if it then hangs in the
     teardown (NCCL) or exits late (the analyzer reads the `end` record)."""
+
     @functools.wraps(fn)
     def destroy(group=None, *args, **kwargs):
         if group is None and state.S.fd is not None:
