@@ -6,7 +6,8 @@ The contract (docs/contracts.md "check-consensus export"):
     ("group <key>"), one for labelled values ("labels") and one for marks
     ("events": faults, controller actions, probes); a track whose calls
     overlap in time (async calls, several threads) gets extra lanes
-    ("group <key> #2"), so slices on one track always nest;
+    ("group <key> #2"), so slices on one track always nest; every track's tid
+    is unique in the file (no tid in two processes, none equal to a pid);
   - a complete event (ph "X", ts and dur in microseconds from the run's first
     call) per collective from enqueue to completion, args: op, group, seq,
     shapes, dtypes, reduce_op, root or peer, site, function, stack, thread,
@@ -31,6 +32,7 @@ from hctool.consensus.model import Divergence, Report
 from hctool.consensus.timeline import Call, Timeline, wall_end
 
 FORMAT = "hctool-chrome-trace/1"
+MAX_NAMED = 12  # runs named in the line that says which run of a folder was exported
 MIN_DUR_US = 1.0  # a call that took no measurable time still shows (and can hold a flow)
 
 
@@ -44,7 +46,8 @@ def _group_order(key: str) -> tuple:
 
 
 class _Tracks:
-    """tids of one rank: "events" 1, "labels" 2, then per group track the lanes it needed."""
+    """The rank's own tids (_global_tids makes them unique in the file): "events" 1, "labels" 2,
+    then per group track the lanes it needed."""
 
     def __init__(self):
         self.names: dict[int, str] = {1: "events", 2: "labels"}
@@ -172,7 +175,10 @@ def to_chrome(tl: Timeline, report: Report, marks: list[Mark] = ()) -> dict:
         events += _absent_markers(tl, divergence, tracks, report, t0)
     events += _flows(placed)
     events += _marks(marks, tl.ranks, tracks, t0, end)
-    meta = _metadata(tl.ranks, tracks, {(e["pid"], e["tid"]) for e in events})
+    tids = _global_tids(tl.ranks, tracks, {(e["pid"], e["tid"]) for e in events})
+    for e in events:
+        e["tid"] = tids.get((e["pid"], e["tid"]), e["tid"])
+    meta = _metadata(tl.ranks, tracks, tids)
     if tl.thinned:
         meta.append(
             {
@@ -298,17 +304,30 @@ def _marks(marks, ranks: list[int], tracks: dict, t0: float, end: float) -> list
     return out
 
 
-def _metadata(ranks: list[int], tracks: dict, used: set) -> list[dict]:
+def _global_tids(ranks: list[int], tracks: dict, used: set) -> dict[tuple[int, int], int]:
+    """(pid, the rank's own tid) -> a tid no other process uses. Viewers key threads by tid:
+    Perfetto's JSON importer took rank 1's "events" (tid 1 in every rank) for a thread that
+    moved from rank 0. They start above every pid, so no track reads as a process's main thread."""
+    out, nxt = {}, max(ranks, default=-1) + 2
+    for r in ranks:
+        pid, tr = r + 1, tracks[r]
+        for tid in sorted((t for t in tr.names if (pid, t) in used), key=lambda t: tr.order[t]):
+            out[(pid, tid)], nxt = nxt, nxt + 1
+    return out
+
+
+def _metadata(ranks: list[int], tracks: dict, tids: dict[tuple[int, int], int]) -> list[dict]:
     out = []
     for r in ranks:
         pid = r + 1
         out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0, "args": {"name": f"rank {r}"}})
         out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "ts": 0, "args": {"sort_index": r}})
         tr = tracks[r]
-        for i, tid in enumerate(sorted((t for t in tr.names if (pid, t) in used), key=lambda t: tr.order[t])):
-            out.append(
-                {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "ts": 0, "args": {"name": tr.names[tid]}}
-            )
+        mine = sorted((t for t in tr.names if (pid, t) in tids), key=lambda t: tr.order[t])
+        for i, local in enumerate(mine):
+            tid = tids[(pid, local)]
+            name = tr.names[local]
+            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "ts": 0, "args": {"name": name}})
             out.append(
                 {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "ts": 0, "args": {"sort_index": i}}
             )
@@ -317,15 +336,44 @@ def _metadata(ranks: list[int], tracks: dict, used: set) -> list[dict]:
 
 def export_folder(path, run: str | None = None, limit: int | None = None, marks: list[Mark] | None = None):
     """(Chrome trace document, the TracedRun it shows) for a run folder of any runner.
+    A folder of several runs (repro, chaos) gives one of them: `run`, else the first that is not
+    clean; which one, and why, is in otherData.hctool.run/run_choice and on stderr.
     marks: more instant events to draw (a probe's entries, a fault's firings) beside
     what the folder's records give. Raises folders.FolderError or trace.TraceError."""
+    from hctool import log
     from hctool.consensus.marks import run_marks
     from hctool.consensus.timeline import collect
-    from hctool.report.folders import analysis, ended_at, identify, pick
+    from hctool.report.folders import analysis, ended_at, identify, interesting, pick, traced_runs
 
-    chosen = pick(identify(path), run)
+    folder = identify(path)
+    chosen = pick(folder, run)
+    runs = traced_runs(folder)
+    choice = _choice(runs, chosen, run, interesting)
+    if choice:
+        log.info(f"hctool: {folder.kind} folder {folder.path}: {choice}")
     report = analysis(chosen)
     tl = collect(chosen.trace_dir, report.first_divergence, limit, ended_at(chosen))
     doc = to_chrome(tl, report, [*run_marks(chosen.run_dir, tl.headers), *(marks or [])])
     doc["otherData"]["hctool"]["run"] = chosen.name
+    doc["otherData"]["hctool"]["run_choice"] = choice
     return doc, chosen
+
+
+def _choice(runs: list, chosen, asked: str | None, interesting) -> str | None:
+    """Which of several runs the export shows and why, as a sentence (None: the folder is one run).
+    A file draws one run; a chaos folder's other failing runs are named so each can be exported."""
+    if len(runs) < 2:
+        return None
+    bad = [r.name for r in runs if interesting(r)]
+    if asked is not None:
+        why = "as --run asked"
+    elif bad:
+        more = bad[1 : MAX_NAMED + 1]
+        why = "the first that is not clean" + (f"; also not clean: {', '.join(more)}" if more else "")
+        why += f" and {len(bad) - 1 - len(more)} more" if len(bad) - 1 > len(more) else ""
+    else:
+        why = "every run is clean: the first"
+    names = ", ".join(r.name for r in runs[:MAX_NAMED]) + (
+        f" and {len(runs) - MAX_NAMED} more" if len(runs) > MAX_NAMED else ""
+    )
+    return f"exporting run {chosen.name} of {len(runs)} ({why}); --run NAME exports another of: {names}"

@@ -198,8 +198,13 @@ def traced_runs(folder: Folder) -> list[TracedRun]:
     elif f.kind == "chaos":
         for r in f.doc["runs"]:
             d = artifacts_dir(f.path, r.get("artifacts")) if isinstance(r, dict) else None
-            if d is not None and (d / "traces").is_dir():
-                out.append(TracedRun(str(r.get("name")), d, d / "traces", {**(read_doc(d / "report.json") or {}), **r}))
+            # an engine run keeps its traces in traces/; a command run (chaos -- torchrun ...) is a
+            # check-consensus run folder, traces beside hctool-run.json
+            traces = (
+                None if d is None else d / "traces" if (d / "traces").is_dir() else d if trace_files(str(d)) else None
+            )
+            if traces is not None:
+                out.append(TracedRun(str(r.get("name")), d, traces, {**(read_doc(d / "report.json") or {}), **r}))
     elif f.kind == "repro-all":
         for inc in f.doc["incidents"]:
             sub = artifacts_dir(f.path, inc.get("artifacts")) if isinstance(inc, dict) else None
