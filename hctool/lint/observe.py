@@ -103,7 +103,7 @@ class Observations:
         if _matches(self.mod.rank_local, last, qual):
             return self._src("rank", f"`{display}()`", line, col)
         if isinstance(func, ast.Attribute):
-            kind = S.method_kind(func, self.mod.imports)
+            kind = S.method_kind(func, self.mod.imports, node)
             if (
                 kind
                 and func.attr in S.SELF_METHODS_EXCLUDED

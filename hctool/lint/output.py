@@ -171,8 +171,9 @@ def print_text(report: Report, console, statistics: bool, quiet: bool = False) -
     if quiet or statistics:
         return
     noun = "finding" if len(report.findings) == 1 else "findings"
+    files = "file" if report.files == 1 else "files"
     console.print(
-        f"{len(report.findings)} {noun} in {report.files} files ({report.lines} lines, "
+        f"{len(report.findings)} {noun} in {report.files} {files} ({report.lines} lines, "
         f"{report.seconds:.2f}s)" + (f", {len(report.errors)} file(s) not analyzed" if report.errors else ""),
         highlight=False,
     )

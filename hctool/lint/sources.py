@@ -3,8 +3,10 @@
 A source kind says why a value can differ between the ranks of one group:
   id, id-local  a rank id compared (who logs, who is root; role arms that pair     high
                 are not findings, see shapes._role_branch)
-  pool          a pool's free count (`available_size()`): differs only where      medium
-                allocations or frees complete per rank, a premise the user can accept away
+  pool          a pool's free count (`available_size()`, `free_count()`,          medium
+                `get_num_free_blocks()`: a method without arguments whose name says "free" or
+                "available" and a quantity): differs only where allocations or frees complete
+                per rank, a premise the user can accept away
   poll          an event or future poll (`query()`, `done()`, `is_set()`)          high
   deadline      a per-rank deadline (`perf_counter() > deadline`)                  high
   thread        a field assigned on another thread (its timing is per rank)        high
@@ -78,9 +80,27 @@ def premise_id(kind: str, what: str) -> str | None:
     return "pool-free-count"
 
 
-def method_kind(func: ast.Attribute, imports: dict) -> str | None:
+# A pool's or an allocator's free count, by the words of its name: one that says "free" (or "available",
+# "unused", "idle") and one that says how many. Not an exhaustive list of any one engine's pools: SGLang's
+# `available_size()`, a `free_count()`, vLLM-style `get_num_free_blocks()` all read as "how many are free".
+_FREE_WORDS = frozenset({"free", "available", "avail", "unused", "idle"})
+_QUANTITY_WORDS = frozenset({"count", "size", "num", "number", "len", "length", "capacity", "amount"})
+
+
+def is_free_count(name: str, call: ast.Call | None) -> bool:
+    """`pool.free_count()`: a question about a pool, so it takes no argument (`free_blocks(blocks)` with
+    one is the verb that frees them)."""
+    if call is not None and (call.args or call.keywords):
+        return False
+    words = set(name.lower().strip("_").split("_"))
+    return bool(words & _FREE_WORDS) and bool(words & _QUANTITY_WORDS)
+
+
+def method_kind(func: ast.Attribute, imports: dict, call: ast.Call | None = None) -> str | None:
     """The kind of `x.NAME()` when NAME is a rank-local observation on this receiver."""
     kind = METHODS.get(func.attr)
+    if kind is None and is_free_count(func.attr, call):
+        kind = "pool"
     if kind is None:
         return None
     base = N.dotted(func.value)

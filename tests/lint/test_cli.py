@@ -105,7 +105,7 @@ def test_clean_tree_exits_0_and_text_output(cli, tmp_path):
     write(tmp_path, "ok.py", "import torch.distributed as dist\n\ndef f(t):\n    dist.all_reduce(t)\n")
     res = cli(tmp_path, ".")
     assert res.exit_code == 0
-    assert "0 findings in 1 files" in res.stdout
+    assert "0 findings in 1 file " in res.stdout
 
 
 def test_text_output_is_one_line_per_finding_as_ruff_prints(cli, tmp_path):
@@ -122,7 +122,7 @@ def test_text_output_is_one_line_per_finding_as_ruff_prints(cli, tmp_path):
     assert "(pkg/bad.py:6)" in matched[0]["m"] and "(bad.py:6)" not in matched[0]["m"]
     related = lines[lines.index(matched[0].group(0)) + 1]
     assert related.startswith("    pkg/bad.py:6: HC102: collective `dist.all_reduce()` runs only under the condition")
-    assert lines[-1].startswith("1 finding in 1 files")
+    assert lines[-1].startswith("1 finding in 1 file ")
 
 
 def test_statistics_prints_counts_only_and_quiet_after_the_subcommand(cli, tmp_path):

@@ -38,6 +38,33 @@ def admit(pool, reqs, group):
     assert (f.severity, f.count) == ("medium", 1) and "free count" in f.premise  # a pool: a premise
 
 
+def test_any_pools_free_count_is_a_premise_source_without_configuration(lint_snippets):
+    # The README's example: no name of this pool or its method is configured anywhere.
+    report = check(
+        lint_snippets,
+        {
+            "m.py": """
+class Scheduler:
+    def step(self, x):
+        if self.pool.free_count() < 4:  # expect: HC102
+            dist.all_reduce(x)  # gated
+
+    def admit(self, allocator, x):
+        while allocator.get_num_free_blocks() > 0:  # expect: HC101
+            dist.broadcast(x, src=0)  # gated
+
+    def release(self, allocator, blocks, x):
+        # the verb that frees (it takes what to free) and names without a quantity are no observations
+        if allocator.free_blocks(blocks) or self.pool.free():
+            dist.all_reduce(x)
+        if allocator.get_free_port():
+            dist.all_reduce(x)
+"""
+        },
+    )
+    assert {(f.severity, f.premise is not None) for f in report.findings} == {("medium", True)}
+
+
 def test_hc101_loop_trip_count_from_event_polls(lint_snippets):
     report = check(
         lint_snippets,
