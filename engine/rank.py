@@ -19,7 +19,11 @@ from multiprocessing.connection import Client, Connection
 import torch
 import torch.distributed as dist
 
-from engine.distributed.parallel_state import RendezvousError, init_distributed_environment
+from engine.distributed.parallel_state import (
+    RendezvousError,
+    init_distributed_environment,
+    initialize_model_parallel,
+)
 from engine.lab import contract
 from engine.managers.io_struct import ReadyOutput, ShutdownReq
 from engine.managers.scheduler import Scheduler
@@ -86,8 +90,8 @@ def main() -> None:
     args = ServerArgs.from_json(os.environ[contract.ARGS_ENV])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    if world != args.tp_size:
-        sys.exit(f"WORLD_SIZE {world} != --tp {args.tp_size}")
+    if world != args.world_size:
+        sys.exit(f"WORLD_SIZE {world} != --tp {args.tp_size} x --pp-size {args.pp_size} x --dp-size {args.dp_size}")
     cuda = args.device == "cuda"
     backend, device = model_backend(args, local_rank, world)
     if cuda:
@@ -98,23 +102,26 @@ def main() -> None:
         init_distributed_environment(backend, rank, world, timeout, device_id=device if backend == "nccl" else None)
     except RendezvousError as exc:
         sys.exit(f"Error: {exc}")
-    # Created in the same order on every rank: the model uses the default group,
-    # scheduling agreement the TP CPU group, the storage prefetch thread its own.
-    tp_cpu_group = dist.new_group(backend="gloo", timeout=timeout)
-    io_group = dist.new_group(backend="gloo", timeout=timeout)
+    # Created in the same order on every rank: the model uses the default group (with stages
+    # or replicas: its stage's / replica's TP group), scheduling agreement the TP CPU group,
+    # the storage prefetch thread its own; PP and DP add theirs (parallel_state.py).
+    ps = initialize_model_parallel(rank, args.tp_size, args.pp_size, args.dp_size, backend, timeout)
     link = FrontendLink(connect_frontend()) if rank == 0 else None
     scheduler = Scheduler(
         args,
-        rank,
-        world,
-        tp_cpu_group,
-        io_group,
+        ps.tp_rank,
+        args.tp_size,
+        ps.tp_cpu_group,
+        ps.io_group,
         device,
         recv_from_frontend=link.recv if link else None,
         send_to_frontend=link.send if link else None,
+        model_group=ps.model_group,
+        parallel=ps if world > args.tp_size else None,
     )
-    dist.barrier(group=tp_cpu_group)
-    print(f"rank {rank}/{world} ready on {device}", file=sys.stderr, flush=True)
+    dist.barrier(group=ps.world_cpu_group)
+    where = f" (pp_rank {ps.pp_rank}, dp_rank {ps.dp_rank}, tp_rank {ps.tp_rank})" if world > args.tp_size else ""
+    print(f"rank {rank}/{world}{where} ready on {device}", file=sys.stderr, flush=True)
     if link is not None:
         link.send(ReadyOutput(world, args.model.vocab_size, args.max_context_len))
     try:

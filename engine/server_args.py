@@ -50,6 +50,8 @@ class ModelConfig:
 # as a setting (NaN fails every comparison, so the check below rejects it).
 NUMBER_LIMITS = {
     "tp_size": (1, 1 << 12),
+    "pp_size": (1, 64),
+    "dp_size": (1, 1 << 10),
     "model_seed": (0, 2**63 - 1),
     "page_size": (1, 4096),
     "max_total_tokens": (1, 1 << 26),
@@ -73,6 +75,10 @@ NUMBER_LIMITS = {
 @dataclass(frozen=True)
 class ServerArgs:
     tp_size: int = _opt(1, "tensor-parallel ranks")
+    pp_size: int = _opt(1, "pipeline stages: the layers split over stages, activations sent stage to stage")
+    dp_size: int = _opt(
+        1, "data-parallel replicas behind one router; their steps are coordinated (SGLang's DP attention)"
+    )
     device: str = _opt("cpu", "cpu or cuda (the model's group: see --model-backend)", DEVICES)
     model_backend: str = _opt(
         "auto",
@@ -141,6 +147,17 @@ class ServerArgs:
                 problems.append(f"{_flag(name)} must be between {low} and {high}, got {value!r}")
         if not problems and self.model.num_heads % self.tp_size:
             problems.append(f"--tp {self.tp_size} must divide the model's {self.model.num_heads} heads")
+        if not problems and self.pp_size > self.model.num_layers:
+            problems.append(f"--pp-size {self.pp_size} is more than the model's {self.model.num_layers} layers")
+        if not problems and self.model.intermediate_size % (self.tp_size * self.dp_size):
+            problems.append(
+                f"--tp {self.tp_size} x --dp-size {self.dp_size} must divide the model's "
+                f"{self.model.intermediate_size} MLP columns (DP replicas share the MLP)"
+            )
+        if self.pp_size > 1 and self.dp_size > 1:
+            problems.append("--pp-size and --dp-size cannot be combined yet (each combines with --tp)")
+        if self.disaggregation_mode != "null" and (self.pp_size > 1 or self.dp_size > 1):
+            problems.append("PD disaggregation runs TP servers only (no --pp-size or --dp-size)")
         if not problems and self.max_total_tokens < 4 * self.page_size:
             problems.append(f"--max-total-tokens must hold at least 4 pages ({4 * self.page_size} tokens)")
         if self.hicache_ratio <= 1.0 and self.enable_hierarchical_cache and self.hicache_size <= 0:
@@ -159,6 +176,11 @@ class ServerArgs:
             problems.append("--state-digest needs --enable-hierarchical-cache (it rides HiCache's per-tick sync)")
         if problems:
             raise ValueError("; ".join(problems))
+
+    @property
+    def world_size(self) -> int:
+        """Rank processes of one server: dp replicas x pp stages x tp ranks."""
+        return self.tp_size * self.pp_size * self.dp_size
 
     @property
     def max_context_len(self) -> int:

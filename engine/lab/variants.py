@@ -96,6 +96,21 @@ VARIANTS: tuple[Variant, ...] = (
         "decode local restore: gate on a free load-back slot (replicated), or on the local H2D event, "
         "entering loading_check() only where it fired (event)",
     ),
+    Variant(
+        "pp_hicache_sync",
+        ("stage0", "min", "per-stage"),
+        "sgl-project/sglang#22607, #27010, #29054, #29258",
+        "PP: how stages agree on HiCache counts (ready acks, prefetch verdicts, L3 hits) and host "
+        "capacity: stage 0 decides and later stages consume its counts (stage0, pp_sync #27010), MIN over "
+        "every stage (min, #29258), or each stage on its own (per-stage)",
+    ),
+    Variant(
+        "dp_idle_step",
+        ("idle", "skip"),
+        "vllm-project/vllm#28774, #28224, #43547",
+        "DP: a replica with no tokens while another has work runs an idle step that joins "
+        "coordinate_batch_across_dp and the MLP's gather (idle), or returns early (skip)",
+    ),
 )
 BY_NAME = {v.name: v for v in VARIANTS}
 
@@ -118,6 +133,8 @@ class Variants:
     storage_hit_sync: str = _variant_field(BY_NAME["storage_hit_sync"])
     decode_poll: str = _variant_field(BY_NAME["decode_poll"])
     decode_restore_gate: str = _variant_field(BY_NAME["decode_restore_gate"])
+    pp_hicache_sync: str = _variant_field(BY_NAME["pp_hicache_sync"])
+    dp_idle_step: str = _variant_field(BY_NAME["dp_idle_step"])
 
     def __post_init__(self) -> None:
         bad = [

@@ -16,17 +16,40 @@ import torch.distributed as dist
 
 
 class TickCollectives:
-    def __init__(self, group, world_size: int):
+    def __init__(self, group, world_size: int, parallel=None):
+        """group/world_size: the ranks that must admit the same batch (a stage's or replica's TP
+        ranks; under PP every rank of every stage). parallel: the rank's ParallelState: the
+        request broadcast then reaches every rank of the job, and DP adds its own calls."""
         self.group = group
         self.world_size = world_size  # with one rank each method returns its input
+        self.parallel = parallel
+        multi = parallel is not None and (parallel.pp_size > 1 or parallel.dp_size > 1)
+        self.recv_group = parallel.world_cpu_group if multi else group
+        self.recv_size = parallel.tp_size * parallel.pp_size * parallel.dp_size if multi else world_size
 
     def broadcast_reqs(self, msgs: list) -> list:
-        """recv, every tick: rank 0's frontend messages become every rank's input."""
-        if self.world_size == 1:
+        """recv, every tick: rank 0's frontend messages become every rank's input (under PP
+        SGLang relays them stage to stage; under DP the router's choice rides along)."""
+        if self.recv_size == 1:
             return msgs
         box = [msgs]
-        dist.broadcast_object_list(box, src=0, group=self.group)
+        dist.broadcast_object_list(box, src=0, group=self.recv_group)
         return box[0]
+
+    def dp_has_unfinished(self, busy: bool) -> bool:
+        """DP, every tick (vLLM's has_unfinished_requests across DP): whether any replica has
+        requests. While one has, every replica takes part in every step, an idle one too."""
+        t = torch.tensor([int(busy)], dtype=torch.int32)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.parallel.dp_cpu_group)
+        return bool(t.item())
+
+    def dp_gather_outputs(self, payload: object) -> list | None:
+        """DP, every tick, on each replica's first rank: its outputs to rank 0, the one that
+        talks to the frontend (None elsewhere)."""
+        ps = self.parallel
+        out = [None] * ps.dp_size if ps.rank == 0 else None
+        dist.gather_object(payload, out, dst=0, group=ps.dp_cpu_group)
+        return out
 
     def agree_admitted(self, admitted: int) -> int:
         """schedule, whenever the waiting queue is non-empty and a request slot is free:

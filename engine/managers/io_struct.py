@@ -59,6 +59,8 @@ class TokenizedGenerateReqInput:
     bootstrap_host: str | None = None
     bootstrap_port: int | None = None
     bootstrap_room: int | None = None
+    # DP (SGLang's name): the replica rank 0's router chose; None until it has chosen.
+    data_parallel_rank: int | None = None
 
     def verify(self, vocab_size: int, max_context_len: int) -> str | None:
         """Both sides run this: the frontend answers 400, a rank an error output,

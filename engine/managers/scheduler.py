@@ -33,7 +33,7 @@ from engine.managers.io_struct import (
 )
 from engine.managers.schedule_batch import Req
 from engine.managers.scheduler_decode import DecodeManager
-from engine.managers.scheduler_io import SchedulerIO
+from engine.managers.scheduler_io import DataParallelRouter, SchedulerIO
 from engine.managers.scheduler_prefill import PrefillManager
 from engine.managers.scheduler_resources import ReqResources, TokenCounters
 from engine.managers.state_digest import StateDigest
@@ -57,17 +57,31 @@ class Scheduler:
         recv_from_frontend: Callable[[float], list] | None = None,
         send_to_frontend: Callable[[object], None] | None = None,
         model_group=None,
+        parallel=None,
     ):
+        """parallel: the rank's ParallelState (engine/distributed/parallel_state.py) when the
+        job has pipeline stages or data-parallel replicas; tp_* are then the stage's or the
+        replica's own TP ranks and groups."""
         self.args, self.tp_rank, self.tp_size, self.tp_cpu_group = args, tp_rank, tp_size, tp_cpu_group
-        self.sync = TickCollectives(tp_cpu_group, tp_size)
-        self.model_runner = ModelRunner(args, tp_rank, tp_size, device, group=model_group)
+        self.parallel = parallel
+        self.pp_size = parallel.pp_size if parallel is not None else 1
+        self.dp_size = parallel.dp_size if parallel is not None else 1
+        if self.pp_size > 1:  # every stage must admit the batch the others admit: agree over all
+            self.sync = TickCollectives(parallel.world_cpu_group, args.world_size, parallel)
+        else:
+            self.sync = TickCollectives(tp_cpu_group, tp_size, parallel)
+        self.model_runner = ModelRunner(args, tp_rank, tp_size, device, group=model_group, parallel=parallel)
         r = self.model_runner
         self.tree_cache = create_tree_cache(
-            args, r.token_to_kv_pool_allocator, r.kv_pool, tp_cpu_group, io_group, tp_rank, tp_size, device
+            args, r.token_to_kv_pool_allocator, r.kv_pool, tp_cpu_group, io_group, tp_rank, tp_size, device, parallel
         )
         self.counters = TokenCounters()
         self.resources = ReqResources(r, self.tree_cache, args.page_size, self.counters)
-        self.io = SchedulerIO(tp_rank, self.sync, recv_from_frontend, send_to_frontend)
+        rank = parallel.rank if parallel is not None else tp_rank  # the one that talks to the frontend: 0
+        self.io = SchedulerIO(rank, self.sync, recv_from_frontend, send_to_frontend)
+        if self.dp_size > 1:
+            self.io.dp_gather = parallel.tp_rank == 0
+            self.io.router = DataParallelRouter(self.dp_size) if rank == 0 else None
         self.prefill = PrefillManager(
             args, self.tree_cache, r.req_to_token_pool, r.token_to_kv_pool_allocator, self.sync
         )
@@ -106,9 +120,15 @@ class Scheduler:
             batch = self.prefill.get_new_batch_prefill(  # schedule
                 len(self.decode.running), self.resources.reserved_decode_tokens(self.decode.running)
             )
+            busy = self.dp_size == 1 or self.sync.dp_has_unfinished(
+                bool(batch or self.decode.running or self.prefill.waiting_queue)
+            )
+            forwards = self.model_runner.forward_count
             ran_prefill = bool(batch) and self.run_prefill(batch)  # run
             if not ran_prefill and self.decode.running:
                 self.run_decode()  # also when no admitted request could get L1 pages
+            if busy and self.dp_size > 1 and self.model_runner.forward_count == forwards:
+                self.run_idle_batch()  # DP: another replica has work this step
             self.did_work = ran_prefill or bool(self.decode.running)
             self.io.flush(self.metrics)  # output
 
@@ -122,6 +142,8 @@ class Scheduler:
             elif isinstance(msg, FlushCacheReqInput):
                 self.io.send(self.flush_cache(msg))
             elif isinstance(msg, TokenizedGenerateReqInput):
+                if self.dp_size > 1 and msg.data_parallel_rank != self.parallel.dp_rank:
+                    continue  # another replica's request
                 add = self.disagg_decode.add_request if self.disagg_decode is not None else self.prefill.add_request
                 error = add(msg)
                 if error is not None:
@@ -228,6 +250,16 @@ class Scheduler:
             if not req.finished:
                 self.decode.running.append(req)
         return True
+
+    def run_idle_batch(self) -> None:
+        """DP: this replica runs no tokens this step while another does. SGLang's DP attention
+        runs an idle batch, vLLM a dummy run: either way every collective of the step, with no
+        rows of its own (--dp-idle-step idle). skip is vLLM before #28774: a step with zero
+        scheduled tokens returns early, and its peers' coordinate_batch_across_dp pairs with
+        whatever this replica calls next."""
+        if self.args.variants.dp_idle_step == "skip":
+            return
+        self.model_runner.forward_idle()
 
     def run_decode(self) -> None:
         self.prefill.requeue_front(self.decode.update_running_batch())

@@ -50,9 +50,18 @@ class HiCacheFile(HiCacheStorage):
     a checked page (hicache_page.py). A damaged or foreign file is a miss: it is
     counted, logged and deleted, so the backup of the recomputed page rewrites it."""
 
-    def __init__(self, directory: str, tp_rank: int, tp_size: int, identity: bytes = bytes(16)):
+    def __init__(
+        self,
+        directory: str,
+        tp_rank: int,
+        tp_size: int,
+        identity: bytes = bytes(16),
+        pp_rank: int = 0,
+        pp_size: int = 1,
+    ):
         self.dir = hicache_page.check_storage_dir(directory)
-        self.suffix = f"_tp{tp_size}_{tp_rank}.bin"
+        # A stage holds other layers' KV than its peers: its pages are its own files.
+        self.suffix = f"_tp{tp_size}_{tp_rank}" + (f"_pp{pp_size}_{pp_rank}" if pp_size > 1 else "") + ".bin"
         self.identity = identity  # hicache_page.writer_identity(...); the zero default suits one writer (tests)
         self.corrupt_pages = 0  # written by the prefetch and backup threads (under _reject_lock)
         self._reject_lock = threading.Lock()
@@ -185,8 +194,17 @@ class StorageIO:
     hit with a MIN all_reduce on its own gloo group, in queue order, so every rank
     fetches the same number of pages; how far it gets in time is rank-local."""
 
-    def __init__(self, backend: HiCacheStorage, host_pool: KVPool, io_group, page_size: int, hit_sync: str = "count"):
+    def __init__(
+        self,
+        backend: HiCacheStorage,
+        host_pool: KVPool,
+        io_group,
+        page_size: int,
+        hit_sync: str = "count",
+        pp_sync=None,
+    ):
         self.backend, self.host_pool, self.io_group, self.page_size = backend, host_pool, io_group, page_size
+        self.pp_sync = pp_sync  # PP: the hit agreed across stages (engine/managers/pp_sync.py)
         self.hit_sync = hit_sync
         self.prefetch_queue: queue.Queue = queue.Queue()
         self.backup_queue: queue.Queue = queue.Queue()
@@ -263,7 +281,10 @@ class StorageIO:
             dist.all_reduce(mask, op=dist.ReduceOp.MIN, group=self.io_group)
             return int(mask.sum().item())
         hit = torch.tensor([local_hit], dtype=torch.int64)
-        dist.all_reduce(hit, op=dist.ReduceOp.MIN, group=self.io_group)
+        if self.pp_sync is not None:
+            self.pp_sync.all_reduce(hit, dist.ReduceOp.MIN)
+        else:
+            dist.all_reduce(hit, op=dist.ReduceOp.MIN, group=self.io_group)
         return int(hit.item())
 
     def backup_thread_func(self) -> None:
@@ -291,8 +312,14 @@ class StorageIO:
             n += 1
         return n
 
-    def pop_backups(self, n: int) -> list[BackupOperation]:
-        return [self.ack_backup_queue.popleft() for _ in range(n)]
+    def pop_backups(self, n: int, timeout: float = 120.0) -> list[BackupOperation]:
+        """The agreed number of finished backups. Each is done here already unless the count
+        came from another stage (PP stage0), whose own writes may run ahead of this one's."""
+        out = [self.ack_backup_queue.popleft() for _ in range(n)]
+        for op in out:
+            if not op.done.wait(timeout):
+                raise RuntimeError("a storage backup did not finish in time")
+        return out
 
     def close(self) -> None:
         self.prefetch_queue.put(None)

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from engine.managers.cache_controller import HiCacheController
+from engine.managers.pp_sync import StageSync, catch_up
 from engine.mem_cache.hicache_storage import BackupOperation, PrefetchOperation, StorageIO
 from engine.mem_cache.memory_pool import KVPool, PagedAllocator
 from engine.mem_cache.radix_cache import RadixCache, TreeNode, chain_hashes
@@ -71,11 +72,13 @@ class HiRadixCache(RadixCache):
         tp_cpu_group,
         device: torch.device,
         storage_io: StorageIO | None = None,
+        pp_sync: StageSync | None = None,
     ):
         self.host_allocator = host_allocator
         super().__init__(args.page_size, allocator, lru_clock=args.variants.lru_clock)
         self.args = args
         self.tp_cpu_group = tp_cpu_group
+        self.pp_sync = pp_sync  # PP: how the agreements reach across stages (engine/managers/pp_sync.py)
         self.cache_controller = HiCacheController(device_pool, host_pool, device)
         self.write_policy = args.hicache_write_policy
         self.prefetch_vote = args.variants.prefetch_vote
@@ -281,7 +284,7 @@ class HiRadixCache(RadixCache):
         )
         skip = self.ack_check != "packed"
         counts = mine.pack(skip)
-        dist.all_reduce(counts, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
+        self._all_reduce(counts, dist.ReduceOp.MIN)
         a = mine.unpack(counts, skip)
         writes, loads, backups = a.write_acks, a.load_acks, a.backups
         if not a.io_ok:  # every rank raises in the same tick, none is left in a collective
@@ -344,8 +347,15 @@ class HiRadixCache(RadixCache):
 
     def _min(self, value: int) -> int:
         t = torch.tensor([value], dtype=torch.int64)
-        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
+        self._all_reduce(t, dist.ReduceOp.MIN)
         return int(t.item())
+
+    def _all_reduce(self, t: torch.Tensor, op) -> None:
+        """Every agreement of the cache: over the TP ranks, or under PP as StageSync says."""
+        if self.pp_sync is None:
+            dist.all_reduce(t, op=op, group=self.tp_cpu_group)
+        else:
+            self.pp_sync.all_reduce(t, op)
 
     def _finish_write(self, node: TreeNode, event) -> None:
         # A node split while its copy ran shares the event with its upper part.
@@ -440,14 +450,18 @@ class HiRadixCache(RadixCache):
         op None is the neutral contribution of a rank with no live prefetch."""
         mine = [0, 0] if op is None else [int(not self.can_terminate_prefetch(op)), int(op.terminate_flag.is_set())]
         state = torch.tensor(mine, dtype=torch.int64)
-        dist.all_reduce(state, op=dist.ReduceOp.MAX, group=self.tp_cpu_group)
+        self._all_reduce(state, dist.ReduceOp.MAX)
         if int(state[0]) > 0:
             return False
-        if op is not None:
+        follows = self.pp_sync is not None and self.pp_sync.follows_stage0
+        if op is not None and not follows:
             op.terminate()
         completed = torch.tensor([NO_BOUND if op is None else op.completed_tokens], dtype=torch.int64)
-        dist.all_reduce(completed, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
+        self._all_reduce(completed, dist.ReduceOp.MIN)
         if op is not None:
+            if follows:  # stage 0's count: fetch up to it before stopping
+                catch_up(op, int(completed.item()))
+                op.terminate()
             self._finish_prefetch(op, int(completed.item()))
         return True
 
@@ -457,9 +471,12 @@ class HiRadixCache(RadixCache):
         ops = list(self.ongoing_prefetch.values())
         snap = [[int(not self.can_terminate_prefetch(op)), -op.completed_tokens] for op in ops]
         votes = torch.tensor(snap, dtype=torch.int64).reshape(-1)
-        dist.all_reduce(votes, op=dist.ReduceOp.MAX, group=self.tp_cpu_group)
+        self._all_reduce(votes, dist.ReduceOp.MAX)
+        follows = self.pp_sync is not None and self.pp_sync.follows_stage0
         for op, (not_terminable, neg_completed) in zip(ops, votes.view(-1, 2).tolist()):
             if not_terminable == 0:
+                if follows:  # stage 0 ended it at its count: this stage fetches up to it first
+                    catch_up(op, -neg_completed)
                 op.terminate()
                 self._finish_prefetch(op, -neg_completed)
 

@@ -15,6 +15,7 @@ import secrets
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
@@ -23,6 +24,7 @@ import requests
 from engine.lab import ServerArgs, contract
 from hctool.procs import Child, ProcessSet, describe_exit, free_port, inject_env, kill_tree, python_cmd
 from hctool.protocol import env as protocol_env
+from hctool.protocol.faults import Fault
 
 SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -53,7 +55,7 @@ class Topology:
         self,
         server_args: ServerArgs,
         run_dir: str | Path,
-        faults: list[str] = (),
+        faults: Sequence[Fault] = (),
         probes: list[str] = (),
         extra_env: dict[str, str] | None = None,
         host: str = "127.0.0.1",
@@ -129,7 +131,7 @@ class Topology:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (SOURCE_ROOT, env.get("PYTHONPATH")) if p)
         hctool_vars = {protocol_env.RUN_DIR: str(self.run_dir)}
         if self.faults:
-            hctool_vars[protocol_env.FAULTS] = ";".join(self.faults)
+            hctool_vars[protocol_env.FAULTS] = ";".join(f.spec() for f in self.faults)  # text only here
         inherited = [p for p in env.pop(protocol_env.PROBES, "").split(",") if p and self.inherit_probes]
         if self.probes or inherited:  # probes set in the environment load too (tests' own)
             hctool_vars[protocol_env.PROBES] = ",".join(dict.fromkeys([*inherited, *self.probes]))
@@ -140,7 +142,7 @@ class Topology:
             contract.FRONTEND_MODULE,
             {**env, **contract.frontend_env(args_json, ipc_port, authkey, self.host, self.port)},
         )
-        world = self.server_args.tp_size
+        world = self.server_args.world_size  # dp replicas x pp stages x tp ranks
         for rank in range(world):
             self._spawn(
                 f"rank {rank}",
