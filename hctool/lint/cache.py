@@ -145,6 +145,12 @@ class Recorder:
     def clock_field(self, name):
         return self._ask("clock_field", name)
 
+    def group_dims(self, ref, consts=frozenset()):
+        return self._ask("group_dims", ref, consts)
+
+    def retried_alone(self, key):
+        return self._ask("retried_alone", key)
+
     def follows(self, ref):
         return self._ask("follows", ref)
 

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 from hctool.lint import sources as S
 from hctool.lint.paths import Paths
+from hctool.lint.retries import retried_poll
 from hctool.lint.walker import Collective, Exit, Frame, Src, Walker
 
 
@@ -252,6 +253,8 @@ def check_function(w: Walker, path: str) -> list[Relation]:
             src = first_src(cond.taint, path)
             if src is None or src in named or converges(cond):
                 continue
+            if src.kind == "poll" and retried_poll(w.fn_node, cond.line) and w.facts.retried_alone(w.key):
+                continue  # polled again until done: the same collectives, later (retries.py)
             named.add(src)
             for c in w.collectives:
                 if c.pos <= e.pos or cond in c.stack or any(id(f) in loops for f in c.stack):

@@ -218,6 +218,9 @@ class Expressions:
             if self.facts is None and self.direct is None:
                 self.direct = (node.lineno, display)
                 self.direct_latch = self.latches[-1] if self.latches else None
+            if self.facts is None and self.direct_dims is not None:
+                named = N.dims(_group_names(node))
+                self.direct_dims = self.direct_dims | named if named else None
             return EMPTY
         src = self._source(node, func, last, qual, display)
         if src:
@@ -326,8 +329,11 @@ class Expressions:
         self.pos += 1
         real = chain[-1][2].rsplit("`", 2)[-2].rstrip("()") if chain else display
         group = next((ast.unparse(k.value) for k in node.keywords if k.arg in ("group", "process_group")), "")
-        # The parallel dimensions of the group it runs on, where the call names one (checks._other_dimension).
-        named = " ".join(filter(_names_group, map(_arg_name, (*node.args, *(k.value for k in node.keywords)))))
+        # The parallel dimensions of the group it runs on, where the call names one (checks._other_dimension);
+        # a call that names none runs on the groups its callee's collectives name, if they all name one.
+        dims = N.dims(_group_names(node))
+        if not dims and chain and self.facts is not None:
+            dims = self.facts.group_dims(self._ref(node.func, _last(node.func)), _truthy_args(node))
         sent = (
             frozenset(a for a in args if isinstance(a, Src) and a.kind in ("order", "deadline"))
             if args and self.facts is not None
@@ -352,7 +358,7 @@ class Expressions:
                 order,
                 None,
                 sent,
-                N.dims(named),
+                dims,
                 followed,
             )
         )
@@ -396,6 +402,15 @@ def _arg_name(arg) -> str:
         inner = [N.dotted(a) for a in (*arg.args, *(k.value for k in arg.keywords))]
         return " ".join(filter(None, [N.dotted(arg.func), *inner]))
     return N.dotted(arg) or ""
+
+
+def _group_names(node: ast.Call) -> str:
+    """The names of a call's arguments that name a process group (or a parallel mode)."""
+    return " ".join(filter(_names_group, map(_arg_name, (*node.args, *(k.value for k in node.keywords)))))
+
+
+def _last(func) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
 def _names_group(text: str) -> bool:

@@ -38,6 +38,7 @@ class FuncSummary:
     cls: str | None = None  # the enclosing class's name
     span: tuple = (0, 0)  # (first line, decorators included; last line): pass 2 parses just these
     receives: bool = False  # receives messages from another process (a socket's or a pipe's recv)
+    direct_dims: frozenset | None = frozenset()  # dimensions its direct collectives' groups name (None: one names none)
 
 
 def program_of(modname: str) -> str:
@@ -106,6 +107,7 @@ class Project(TaintSolver):
         # Collective sites: node -> (line, display, next node or None); a node is a function key, or
         # (key, class) for a method run on an object built as exactly that class (a constructor's chain).
         self.coll: dict = {}
+        self._dims_memo: dict = {}
         self.ret_src: dict[str, Src] = {}
         self.attr_src: dict = {}
         candidates = {f.key: f.latch_assigned[0] for f in self.funcs.values() if f.latch_assigned and f.cid}
@@ -357,6 +359,7 @@ class Project(TaintSolver):
                     if t not in seen:
                         seen.add(t)
                         queue.append(t)
+        self.callers = callers
         for node in direct:
             f = self.funcs[_key(node)]
             self.coll[node] = (f.direct[0], f.direct[1], None)
@@ -380,6 +383,64 @@ class Project(TaintSolver):
             hops.append((f.path, line, f"`{f.qual}` {what}"))
             key = nxt
         return tuple(hops)
+
+    def group_dims(self, ref: tuple | None, consts: frozenset = frozenset()) -> frozenset:
+        """The parallel dimensions of the groups every collective a call of REF issues runs on, when each
+        names one (`gather_pipeline_parallel_state_dict()` gathers on the pipeline group, whoever calls
+        it); empty when one of them runs on the world or on a group it was handed."""
+        if ref is None:
+            return frozenset()
+        outside = ref[0] not in ("self", "super")
+        dims: frozenset = frozenset()
+        for t in self.nodes(ref):
+            if t not in self.coll or self._mode_skips(_key(t), consts) or (outside and _key(t) in self.memo):
+                continue
+            d = self._dims(t, set())
+            if not d:
+                return frozenset()
+            dims = dims | d
+        return dims
+
+    def _dims(self, node, seen: set) -> frozenset | None:
+        """NODE's collectives' group dimensions, its callees' included; None (or empty) if any names none."""
+        hit = self._dims_memo.get(node, False)
+        if hit is not False:
+            return hit
+        if node in seen:  # recursion: not followed, so not known to name a group
+            return None
+        seen.add(node)
+        key, ctx = (node, None) if isinstance(node, str) else node
+        f = self.funcs[key]
+        dims = f.direct_dims if f.direct else frozenset()
+        for ref, _line, _display, consts, *_ in f.calls:
+            if dims is None:
+                break
+            for t in self.nodes(ref, ctx):
+                if t in self.coll and not self._mode_skips(_key(t), consts):
+                    d = self._dims(t, seen)
+                    if not d:
+                        dims = None
+                        break
+                    dims = dims | d
+        self._dims_memo[node] = dims or None
+        return dims or None
+
+    def retried_alone(self, key: str) -> bool:
+        """No function that calls KEY issues a collective other than through KEY (retries.py): a caller
+        that does would interleave its own collectives with KEY's at a time that differs per rank."""
+        for node, calls in self.callers.items():
+            if _key(node) != key:
+                continue
+            for caller, _line, _display in calls:
+                ckey, ctx = (caller, None) if isinstance(caller, str) else caller
+                f = self.funcs[ckey]
+                if f.direct:
+                    return False
+                for ref, _l, _d, consts, *_ in f.calls:
+                    for t in self.nodes(ref, ctx):
+                        if _key(t) != key and t in self.coll and not self._mode_skips(_key(t), consts):
+                            return False
+        return True
 
     def _mode_skips(self, target: str, consts: frozenset) -> bool:
         """A call such as writing_check(write_back=True) selects a mode that returns first."""

@@ -522,3 +522,36 @@ def same_dimension(mpu, t):
 """
         },
     )
+
+
+def test_a_callees_fixed_group_is_the_calls_dimension(lint_snippets):
+    # The call site names no group; the callee gathers on the pipeline group whoever calls it, so a
+    # tensor-parallel rank test around it decides nothing within that group (ColossalAI's
+    # checkpointing.py, gather_pipeline_parallel_state_dict). A callee on a group it is handed, or on
+    # the world, tells nothing: those stay findings.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+def gather_pp(mpu, state):
+    dist.all_gather_object([None], state, group=mpu.get_pipeline_model_parallel_group())
+    sync_pp(mpu, state)
+
+def sync_pp(mpu, state):
+    dist.barrier(group=mpu.get_pipeline_model_parallel_group())
+
+def gather_on(state, group):
+    dist.all_gather_object([None], state, group=group)
+
+def gather_world(state):
+    dist.barrier()
+
+def save(mpu, state, group):
+    if mpu.get_tensor_model_parallel_rank() == 0:
+        gather_pp(mpu, state)
+    if mpu.get_tensor_model_parallel_rank() == 0:  # expect: HC102
+        gather_on(state, group)  # gated
+        gather_world(state)  # gated
+"""
+        },
+    )
