@@ -17,6 +17,8 @@ DAY = 86_400.0
 LIMITS: dict[str, tuple[float, float]] = {
     # command-line options: counts of things
     "--tp": (1, 4096),
+    "--pp": (1, 64),  # launch: pipeline stages (engine's --pp-size bound)
+    "--dp": (1, 1024),  # launch: data-parallel replicas (engine's --dp-size bound)
     "--prefill-tp": (1, 4096),
     "--decode-tp": (1, 4096),
     "--nproc": (1, 4096),
