@@ -72,7 +72,20 @@ def main() -> None:
     flags = args.engine_flags or ["--max-total-tokens", "8192", "--page-size", "16"]
 
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
-        cmd = [sys.executable, "-m", "hctool", "launch", "--tp", str(args.tp), "--cpu", "--run-dir", tmp, *flags]
+        cmd = [
+            sys.executable,
+            "-m",
+            "hctool",
+            "launch",
+            "--tp",
+            str(args.tp),
+            "--cpu",
+            "--port",
+            "0",
+            "--run-dir",
+            tmp,
+            *flags,
+        ]
         env = {
             **os.environ,
             "PYTHONUNBUFFERED": "1",

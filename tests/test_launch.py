@@ -33,13 +33,16 @@ STARTUP_DEADLINE = 240.0
 class Launched:
     """A running `hctool launch` subprocess; stdout and stderr collected by threads."""
 
-    def __init__(self, args: list[str], run_dir: Path):
+    def __init__(self, args: list[str], run_dir: Path, port: int | None = 0):
         pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath}
         env.pop("HCTOOL_DEBUG", None)
         self.run_dir = run_dir
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hctool", "launch", "--cpu", "--run-dir", str(run_dir), *args],
+            # port 0 (a free one) unless a test asks: launch serves on SGLang's 30000 by default, and
+            # tests run side by side
+            [sys.executable, "-m", "hctool", "launch", "--cpu", *(() if port is None else ("--port", str(port)))]
+            + ["--run-dir", str(run_dir), *args],
             cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,
@@ -149,15 +152,16 @@ def test_killed_rank_is_named_and_everything_goes(launch):
     assert str(server.run_dir / "rank1.log") in stderr
 
 
-def test_startup_timeout_exits_1_and_leaves_nothing(launch):
+def test_startup_timeout_exits_2_with_a_hint_and_leaves_nothing(launch):
     server = launch("--tp", "2", "--startup-timeout", "0.5")
     # Collect pids while startup runs; the deadline passes long before the ranks are up.
     while server.proc.poll() is None:
         server.collect_pids()
         time.sleep(0.05)
-    assert server.wait_exit() == 1
-    assert "not ready after 0.5 s" in "".join(server.stderr)
-    assert server.survivors() == []
+    assert server.wait_exit() == 2
+    stderr = "".join(server.stderr)
+    assert "Error: not ready after 0.5 s" in stderr and "Hint: raise --startup-timeout" in stderr
+    assert "Traceback" not in stderr and server.survivors() == []
 
 
 @pytest.mark.parametrize(
@@ -263,7 +267,8 @@ def test_port_in_use_is_a_usage_error(hctool_cmd, clean_env, tmp_path):
             text=True,
             timeout=120,
         )
-    assert res.returncode == 2 and f"127.0.0.1:{port} is in use" in res.stderr
+    assert res.returncode == 2 and res.stderr.startswith(f"Error: port {port} on 127.0.0.1 is in use")
+    assert "--port" in res.stderr and "Traceback" not in res.stderr
 
 
 def test_start_retries_when_another_job_takes_a_port(tmp_path, monkeypatch, no_leftover_processes):

@@ -15,16 +15,20 @@ import os
 import socket
 import sys
 import threading
+import time
 import uuid
 from multiprocessing.connection import Connection
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine import tokenizer
+from engine.entrypoints import openai_protocol as oai
 from engine.entrypoints.ipc_auth import accept_peer
 from engine.entrypoints.request_guard import BodyError, body_limit, parse_json, read_body
 from engine.lab import contract
@@ -325,7 +329,90 @@ def build_app(link: RankLink, server_args: ServerArgs) -> FastAPI:
             return error(400, answer.message or "cache not flushed: requests are running")
         return PlainTextResponse(answer.message or "Cache flushed.\n")
 
+    add_sglang_info_routes(app, link, server_args)
+    add_openai_routes(app, link, server_args)
     return app
+
+
+def add_sglang_info_routes(app: FastAPI, link: RankLink, server_args: ServerArgs) -> None:
+    @app.get("/get_model_info")
+    async def get_model_info() -> Response:
+        # SGLang's keys first (model_path, tokenizer_path, is_generation), then what this engine
+        # can say about its model; there is no path: the weights come from a seed
+        info = {
+            "model_path": oai.MODEL_ID,
+            "tokenizer_path": None,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "model_seed": server_args.model_seed,
+            "vocab_size": server_args.model.vocab_size,
+            "tp_size": server_args.tp_size,
+        }
+        if link.ready is not None:
+            info["max_context_len"] = link.ready.max_context_len
+        return JSONResponse(info)
+
+
+def add_openai_routes(app: FastAPI, link: RankLink, server_args: ServerArgs) -> None:
+    """/v1/models and /v1/completions (openai_protocol.py); their errors are OpenAI's error
+    object, as are a /v1 path or method that does not exist."""
+    started = int(time.time())
+
+    def error(status: int, message: str, param: str | None = None) -> JSONResponse:
+        return JSONResponse(oai.error_body(status, message, param), status_code=status)
+
+    def not_ready() -> JSONResponse:
+        return error(503, "engine rank 0 disconnected" if link.disconnected else "engine is not ready")
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        if not link.healthy:
+            return not_ready()
+        return JSONResponse({"object": "list", "data": [oai.model_card(started, link.ready.max_context_len)]})
+
+    @app.get("/v1/models/{model:path}")
+    async def model(model: str) -> Response:
+        if not link.healthy:
+            return not_ready()
+        if model != oai.MODEL_ID:
+            return error(404, f"the model {model!r} does not exist; this server has {oai.MODEL_ID!r}", "model")
+        return JSONResponse(oai.model_card(started, link.ready.max_context_len))
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        if not link.healthy:
+            return not_ready()
+        ready = link.ready
+        try:
+            body = await read_body(request, body_limit(ready.max_context_len))
+            obj = parse_json(body)  # strict JSON, bounded depth, valid Unicode (request_guard.py)
+            req, msg = oai.parse_completion(obj, ready.vocab_size, ready.max_context_len)
+        except BodyError as exc:
+            return error(exc.status, str(exc))
+        except oai.OpenAIError as exc:
+            return error(exc.status, str(exc), exc.param)
+        except ValueError as exc:  # parse_json's refusal
+            return error(400, str(exc))
+        try:
+            answer = await link.call("req:" + msg.rid, msg, request)
+        except ClientGone:
+            return Response(status_code=499)  # nobody reads it: the client is gone
+        except BadRequest as exc:  # a rid already in flight
+            return error(400, str(exc), "rid")
+        except ConnectionError as exc:
+            return error(503, str(exc))
+        if isinstance(answer, ErrorOutput):
+            return error(answer.status, answer.message)
+        result = oai.completion(req, msg, answer.output_ids, answer.meta_info, server_args.model.eos_token_id)
+        if req.stream:
+            return StreamingResponse(oai.stream_chunks(result), media_type="text/event-stream")
+        return JSONResponse(result)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def openai_404(request: Request, exc: StarletteHTTPException) -> Response:
+        if request.url.path.startswith("/v1/"):
+            return error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}")
+        return await http_exception_handler(request, exc)
 
 
 def main() -> None:

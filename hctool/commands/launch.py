@@ -1,8 +1,9 @@
 """`hctool launch`: start a frontend and N engine ranks, print `ready: URL`, watch them.
 
-Exit codes: 1 when a process of the topology died or startup did not finish in time; 2 on
-usage errors; after Ctrl-C, SIGTERM or SIGHUP it ends by that signal (hctool/signals.py: a
-shell reads 130, 143, 129). Every process of the topology is gone when it returns.
+Exit codes: 1 when a process of the topology died; 2 on usage errors, a busy --port and a
+startup that did not finish within --startup-timeout (each with a hint); after Ctrl-C,
+SIGTERM or SIGHUP it ends by that signal (hctool/signals.py: a shell reads 130, 143, 129).
+Every process of the topology is gone when it returns.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ Options not listed below are engine flags (see the list at the end), e.g.
 `hctool launch --tp 2 --enable-hierarchical-cache --max-total-tokens 4096`.
 """
 
+
+DEFAULT_PORT = 30000  # SGLang's: clients and scripts written for it find the server here
 
 # Engine flags that launch sets itself (from --cuda/--cpu and --run-dir).
 LAUNCH_OWNED = ("--device", "--run-dir")
@@ -86,9 +89,9 @@ def _validate_storage(server_args, run_dir: Path) -> None:
 
 def launch(
     ctx: typer.Context,
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel ranks."),
+    tp: int = typer.Option(1, "--tp", "--tp-size", help="Tensor-parallel ranks (--tp-size: SGLang's name)."),
     host: str = typer.Option("127.0.0.1", "--host", help="HTTP listen address."),
-    port: int = typer.Option(0, "--port", help="HTTP port (0: pick a free one)."),
+    port: int = typer.Option(DEFAULT_PORT, "--port", help="HTTP port (SGLang's default; 0: pick a free one)."),
     run_dir: Path = typer.Option(
         None, "--run-dir", help="Logs, traces and default storage (default: ./hctool-runs/launch-TIME-PID)."
     ),
@@ -142,7 +145,10 @@ def launch(
     if not 0 <= port < 65536:
         raise UsageError(f"--port {port} is not a port number")
     if port and not _can_bind(host, port):
-        raise UsageError(f"{host}:{port} is in use or not a local address", "pick another --port, or 0 for a free one")
+        raise UsageError(
+            f"port {port} on {host} is in use or not a local address",
+            "pick another with --port N, or --port 0 for a free one",
+        )
 
     if pd_role == "router":
         topology = RouterTopology(prefill_url, bootstrap, decode_url, run_dir, host, port or None)
@@ -181,9 +187,11 @@ def launch(
             _stop(topology)
             if exc.death is not None:
                 _report_death(exc.death)
-            else:
-                err.print(f"Error: {exc}")
-            code = 1
+                code = 1
+            else:  # nothing died: the ranks were still starting (a slow machine, big pools)
+                err.print(f"Error: {exc}", markup=False)
+                err.print(f"Hint: raise --startup-timeout (it was {startup_timeout:g} s)", markup=False)
+                code = 2
         except KeyboardInterrupt as exc:
             err.print(f"stopping ({str(exc) or 'SIGINT'}) ...")
             _stop(topology)

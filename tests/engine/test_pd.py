@@ -186,7 +186,7 @@ def test_pd_usage_errors_exit_2_with_one_line(hctool_cmd, clean_env, tmp_path, a
 
     clean_env["PYTHONPATH"] = str(REPO)
     res = subprocess.run(
-        [*hctool_cmd, "launch", "--cpu", "--run-dir", str(tmp_path), *args],
+        [*hctool_cmd, "launch", "--cpu", "--port", "0", "--run-dir", str(tmp_path), *args],
         cwd=REPO,
         env=clean_env,
         capture_output=True,

@@ -44,7 +44,7 @@ class Server:
     def __init__(self, run_dir: Path, *args: str):
         self.run_dir = run_dir
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hctool", "launch", "--cpu", "--run-dir", str(run_dir), *args],
+            [sys.executable, "-m", "hctool", "launch", "--cpu", "--port", "0", "--run-dir", str(run_dir), *args],
             cwd=REPO,
             env=child_env(),
             stdout=subprocess.PIPE,

@@ -84,6 +84,8 @@ def test_sigkill_of_launch_leaves_no_process(tmp_path, when):
             "hctool",
             "launch",
             "--cpu",
+            "--port",
+            "0",
             "--tp",
             "2",
             "--run-dir",

@@ -23,7 +23,18 @@ def test_unusable_storage_dir_is_a_one_line_error(tmp_path, make):
     blocker.write_text("not a directory")
     store = blocker if make == "file" else blocker / "store"
     res = subprocess.run(
-        [sys.executable, "-m", "hctool", "launch", "--cpu", "--run-dir", str(tmp_path / "run"), *storage_flags(store)],
+        [
+            sys.executable,
+            "-m",
+            "hctool",
+            "launch",
+            "--cpu",
+            "--port",
+            "0",
+            "--run-dir",
+            str(tmp_path / "run"),
+            *storage_flags(store),
+        ],
         cwd=REPO,
         env=child_env(),
         capture_output=True,
