@@ -142,18 +142,22 @@ def _forwarded(w: Walker, c: Collective, frame: Frame | None, after: int) -> boo
 
 def check_function(w: Walker, path: str) -> list[Relation]:
     out: list[Relation] = []
-    paths = None
+    paths: dict = {}
 
     def converges(frame: Frame) -> bool:
         """Every path from FRAME's `if` to the function's exit issues the same collectives (paths.py):
         a barrier before a `yield` on one side and after it on the other, or `barrier(); return` ahead
-        of the one barrier every other path reaches. The arms differ; what ranks issue does not."""
-        nonlocal paths
+        of the one barrier every other path reaches. The arms differ; what ranks issue does not.
+        Collectives on a group of another parallel dimension than the deciding rank id's are left out
+        of the comparison: every member of such a group takes the same arm (_other_dimension), so
+        whether an arm issues one changes nothing between the ranks the condition sets apart."""
         if frame.node is None or w.fn_node is None:
             return False
-        if paths is None:
-            paths = Paths(w.fn_node, w.collectives)
-        return paths.converges(frame.node)
+        kept = tuple(c for c in w.collectives if first_src(_for(frame.taint, c), path) is not None)
+        key = tuple(c.pos for c in kept)
+        if key not in paths:
+            paths[key] = Paths(w.fn_node, list(kept))
+        return paths[key].converges(frame.node)
 
     def add(rule, c, src, how, cond=None, exit_=None, loop=None, frame=None, after=0):
         if _other_dimension(src, c):

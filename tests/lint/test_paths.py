@@ -147,3 +147,37 @@ def save(gpc, state):
 """
         },
     )
+
+
+def test_paths_compare_only_collectives_of_the_deciding_ranks_dimension(lint_snippets):
+    # ColossalAI's MoE save: ranks other than 0 of one dimension wait in the one world barrier and
+    # return; every other path reaches one world barrier too, one of them after a pipeline-group gather
+    # that every member of that pipeline group (all of one tensor-parallel rank) issues alike. The twin
+    # whose extra collective is on the tensor-parallel group itself stays a finding.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+def gather_pp(mpu, state):
+    dist.all_gather_object([None], state, group=mpu.get_pipeline_model_parallel_group())
+
+def save(mpu, state, use_async):
+    tp_rank = mpu.get_tensor_model_parallel_rank()
+    if tp_rank != 0:
+        dist.barrier()
+        return
+    if use_async:
+        gather_pp(mpu, state)
+    dist.barrier()
+
+def save_twin(mpu, state, use_async):
+    tp_rank = mpu.get_tensor_model_parallel_rank()  # expect: HC102
+    if tp_rank != 0:
+        dist.barrier()  # gated
+        return
+    if use_async:
+        dist.all_reduce(state, group=mpu.get_tensor_model_parallel_group())  # gated
+    dist.barrier()  # gated
+"""
+        },
+    )
