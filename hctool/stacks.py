@@ -105,10 +105,15 @@ def dump_stacks(
     pids_by_rank: dict[int, int | list[int]], timeout: float = 10.0, trace_dir: str | None = None
 ) -> dict[str, str]:
     """{"<rank>": text}: every process of every rank dumped in parallel; a rank
-    with several processes gets one labelled section per pid."""
+    with several processes gets one labelled section per pid. Paths as hctool.report.paths
+    shows them (relative to the working directory, the interpreter by its name)."""
+    from hctool.report.paths import tidy_stack_text
+
     jobs = [(r, p) for r, pids in sorted(pids_by_rank.items()) for p in (pids if isinstance(pids, list) else [pids])]
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(jobs)))) as pool:
         texts = list(pool.map(lambda j: dump_one(j[1], timeout, trace_dir), jobs))
+    # every report shows these texts (text, JSON, HTML, the run record): no machine paths in them
+    texts = [tidy_stack_text(t) for t in texts]
     out: dict[str, list[str]] = {}
     for (rank, pid), text in zip(jobs, texts):
         out.setdefault(str(rank), []).append(f"rank {rank} (pid {pid})\n{text.rstrip()}")

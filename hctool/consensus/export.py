@@ -30,6 +30,7 @@ from hctool.consensus.align import pair_label
 from hctool.consensus.marks import Mark
 from hctool.consensus.model import Divergence, Report
 from hctool.consensus.timeline import Call, Timeline, wall_end
+from hctool.report.paths import short_frame
 
 FORMAT = "hctool-chrome-trace/1"
 MAX_NAMED = 12  # runs named in the line that says which run of a folder was exported
@@ -89,7 +90,8 @@ def _call_args(c: Call, divergence: Divergence | None) -> dict:
         "state": ev.get("state"),
     }
     if c.divergent or ev.get("state") != "completed":  # the stack where it matters; elsewhere it would triple the file
-        args["stack"] = ev.get("stack", [])
+        # frames as the reader opens them: relative to the working directory (hctool.report.paths)
+        args["stack"] = [short_frame(f) if isinstance(f, str) else f for f in ev.get("stack") or []]
     if ev.get("ro"):
         args["reduce_op"] = ev["ro"]
     if "dir" in ev:
