@@ -90,6 +90,10 @@ def _validate_storage(server_args, run_dir: Path) -> None:
 def launch(
     ctx: typer.Context,
     tp: int = typer.Option(1, "--tp", "--tp-size", help="Tensor-parallel ranks (--tp-size: SGLang's name)."),
+    pp: int = typer.Option(1, "--pp", "--pp-size", help="Pipeline stages, each --tp ranks (--pp-size: SGLang's name)."),
+    dp: int = typer.Option(
+        1, "--dp", "--dp-size", help="Data-parallel replicas, each --tp ranks, behind one router (SGLang's --dp-size)."
+    ),
     host: str = typer.Option("127.0.0.1", "--host", help="HTTP listen address."),
     port: int = typer.Option(DEFAULT_PORT, "--port", help="HTTP port (SGLang's default; 0: pick a free one)."),
     run_dir: Path = typer.Option(
@@ -122,12 +126,20 @@ def launch(
         raise UsageError("--tp does not apply with --pd", "use --prefill-tp and --decode-tp")
     if not pd and (prefill_tp != 1 or decode_tp != 1):
         raise UsageError("--prefill-tp and --decode-tp need --pd")
-    for name, value in (("--tp", tp), ("--prefill-tp", prefill_tp), ("--decode-tp", decode_tp)):
+    if pd and (pp != 1 or dp != 1):
+        raise UsageError("--pp and --dp do not apply with --pd", "PD runs TP servers: --prefill-tp and --decode-tp")
+    for name, value in (
+        ("--tp", tp),
+        ("--pp", pp),
+        ("--dp", dp),
+        ("--prefill-tp", prefill_tp),
+        ("--decode-tp", decode_tp),
+    ):
         if value < 1:
             raise UsageError(f"{name} must be at least 1")
     if pd_role is not None:
         _check_role(pd_role, pd, prefill_url, bootstrap, decode_url)
-    device = _detect_device(cuda, prefill_tp + decode_tp if pd else tp)
+    device = _detect_device(cuda, prefill_tp + decode_tp if pd else tp * pp * dp)
     if run_dir is None:
         run_dir = Path("hctool-runs") / f"launch-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     run_dir = run_dir.resolve()
@@ -135,7 +147,9 @@ def launch(
         if arg.split("=")[0] in LAUNCH_OWNED:
             raise UsageError(f"{arg.split('=')[0]} is set by launch", "use --cuda/--cpu and launch's --run-dir")
     try:
-        server_args = ServerArgs.from_cli(list(ctx.args), tp_size=tp, device=device, run_dir=str(run_dir))
+        server_args = ServerArgs.from_cli(
+            list(ctx.args), tp_size=tp, pp_size=pp, dp_size=dp, device=device, run_dir=str(run_dir)
+        )
         for side_tp in (prefill_tp, decode_tp) if pd else ():
             dataclasses.replace(server_args, tp_size=side_tp)  # validates each side's TP
     except ValueError as exc:
@@ -170,7 +184,7 @@ def launch(
         what = f"router, prefill ({prefill_tp} rank(s)) and decode ({decode_tp} rank(s))"
     else:
         topology = Topology(server_args, run_dir, faults=inject, probes=probes, host=host, port=port or None)
-        what = f"frontend and {tp} rank(s)"
+        what = f"frontend and {tp * pp * dp} rank(s)" + (f" (dp {dp} x pp {pp} x tp {tp})" if pp * dp > 1 else "")
     err.print(f"run dir: {run_dir}")
     code = 0
     with sigterm_as_interrupt():
