@@ -347,6 +347,8 @@ def add_sglang_info_routes(app: FastAPI, link: RankLink, server_args: ServerArgs
             "model_seed": server_args.model_seed,
             "vocab_size": server_args.model.vocab_size,
             "tp_size": server_args.tp_size,
+            "pp_size": server_args.pp_size,
+            "dp_size": server_args.dp_size,
         }
         if link.ready is not None:
             info["max_context_len"] = link.ready.max_context_len

@@ -76,6 +76,7 @@ def test_tp_size_is_tp_and_model_info_says_so(url):
     info = r.json()
     assert info["is_generation"] is True and info["model_path"] == "hctool-tiny"
     assert info["tp_size"] == 2 and info["max_context_len"] == MAX_CONTEXT
+    assert (info["pp_size"], info["dp_size"]) == (1, 1)
 
 
 def test_models_list(url):
