@@ -130,13 +130,15 @@ class CommandRunner:
         self.prepared = True
 
     def run(self, schedule: Schedule, name: str) -> RunResult:
-        from hctool.consensus.control import JobController
+        from hctool.supervise.faults import FaultController
 
         self.prepare()
         faults = schedule.healed(self.world_size)
         self.history.add("invoke", run=name, schedule=schedule.to_dict())
         t0 = time.monotonic()
-        controller = JobController(faults, self._dir(name), schedule.heal_s, schedule.seed, self.history)
+        controller = FaultController(
+            faults, self._dir(name) / "fault-clock", heal_s=schedule.heal_s, seed=schedule.seed, history=self.history
+        )
         report, codes = self._run_job(name, faults, controller)
         anomalies, blind = self.check(report, codes, controller.killed, self._dir(name))
         verdict = "invalid" if anomalies else "unknown" if controller.killed else "valid"

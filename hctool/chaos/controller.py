@@ -1,14 +1,12 @@
-"""The harness hooks of one chaos run: they write the fault clock's start, carry
-out the controller faults (pause, kill, bursts, cancellations) at their times,
-log every fault on and off to the history, heal, wait for quiesce and read
-/metrics before teardown."""
+"""The harness hooks of one chaos run on the engine: the schedule goes to the supervisor's
+FaultController (the fault clock, pauses and kills, every fault on and off in the history, the
+heal); the workload kinds (bursts, cancellations) and two requests after the heal are sent
+here; before teardown they wait for quiesce and read /metrics."""
 
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
 import threading
 import time
 from pathlib import Path
@@ -18,14 +16,16 @@ import requests
 
 from hctool.chaos.history import History
 from hctool.chaos.schedule import Schedule
-from hctool.protocol.faults import CONTROLLER, Fault
-from hctool.protocol.safefile import write_atomic
+from hctool.protocol.faults import Fault
+from hctool.supervise.faults import FaultController
 
 QUIESCE_S = 3.0  # the chaos observer rewrites its record every 0.25 s while a rank is idle
 
 
 class Controller:
-    """The harness hooks of one chaos run."""
+    """The harness hooks of one chaos run: the schedule's faults go through the supervisor's
+    FaultController (the clock, the history, pauses and kills); the workload kinds and the
+    post-heal requests are this engine workload's."""
 
     probes = ("hctool.agent.chaos_observer",)
 
@@ -38,85 +38,51 @@ class Controller:
         self.extra_meta: dict = {}
         self.extra_expected: dict = {}
         self.cancelled = self.extra_failed = 0
-        self.paused: dict[int, float] = {}  # pid -> when to continue
-        self.killed: list[int] = []
         self.threads: list[threading.Thread] = []
         self.metrics_text: str | None = None
-        self.healed = False
         self.last_progress = 0.0  # monotonic: the harness's stall clock also counts waiting for the heal
         self.record: dict = {}
-        self._events: list[tuple[float, str, Fault]] = []
+        self.fc: FaultController | None = None
         self._lock = threading.Lock()
+
+    @property
+    def killed(self) -> list[int]:
+        return self.fc.killed if self.fc is not None else []
+
+    @property
+    def healed(self) -> bool:
+        return self.fc is not None and self.fc.healed
 
     def env(self, run_dir: Path) -> dict[str, str]:
         self.dir = run_dir / "chaos"
         self.dir.mkdir(parents=True, exist_ok=True)
-        return {
-            "HCTOOL_FAULTS_T0": str(self.dir / "t0"),
-            "HCTOOL_CHAOS_DIR": str(self.dir),
-            "HCTOOL_CHAOS_STARVE_TICKS": str(self.starve_ticks),
-        }
+        self.fc = FaultController(
+            self.faults,
+            self.dir / "t0",
+            heal_s=self.schedule.heal_s,
+            seed=self.schedule.seed,
+            history=self.history,
+            workload=self._workload,
+            on_heal=lambda: self._send_many("post-heal", 2, 300.0),  # the engine must still serve
+        )
+        return {**self.fc.env(), "HCTOOL_CHAOS_DIR": str(self.dir), "HCTOOL_CHAOS_STARVE_TICKS": str(self.starve_ticks)}
 
     def started(self, topo, url: str, driver, t0: float) -> None:
-        self.topo, self.url, self.driver, self.t0 = topo, url, driver, time.monotonic()
-        self.t0_wall = t0
-        write_atomic(self.dir / "t0", repr(t0).encode())  # never through a link planted in the folder
-        for f in self.faults:
-            self._events.append((f.start_s, "on", f))
-            if f.duration_s is not None and f.kind not in CONTROLLER:
-                self._events.append((f.start_s + f.duration_s, "off", f))
-        if self.schedule.heal_s is not None:
-            self._events.append((self.schedule.heal_s, "heal", None))
-        self._events.sort(key=lambda e: e[0])
-        self.history.add("workload-start", url=url)
+        self.topo, self.url, self.driver = topo, url, driver
+        self.fc.started(t0, url=url)
 
     def tick(self) -> None:
-        now = time.monotonic() - self.t0
-        # faults already due fire before an end-of-workload heal: a workload that ends
-        # between two ticks must not skip a fault whose window had opened
-        while self._events and self._events[0][0] <= now:
-            at, what, f = self._events.pop(0)
-            if what == "heal":
-                self._heal(now)
-                continue
-            self.history.add(f"fault-{what}", at_s=round(now, 2), fault=f.spec())
-            if what == "on" and f.kind in CONTROLLER:
-                self._act(f)
-        if not self.healed and self.driver.done.is_set():
+        self.fc.tick(self.topo.pids_by_rank())
+        if not self.fc.healed and self.driver.done.is_set():
             self.last_progress = time.monotonic()  # waiting for the heal is not a stall
             if self.schedule.heal_s is None:
-                self._heal(now)
-        for pid, until in list(self.paused.items()):
-            if now >= until:
-                self._signal(pid, signal.SIGCONT)
-                del self.paused[pid]
-                self.history.add("rank-continue", at_s=round(now, 2), pid=pid)
+                self.fc.heal()
 
-    def _heal(self, now: float) -> None:
-        """Every fault is off from now on (the ranks read it from the clock file);
-        the engine must still serve, so two more requests go out."""
-        if self.healed:
-            return
-        self.healed = True
-        write_atomic(self.dir / "t0", f"{self.t0_wall!r} {now:.3f}".encode())
-        self.history.add("heal", at_s=round(now, 2))
-        for _, what, f in self._events:  # faults that had not started never will
-            if what == "on":
-                self.history.add("fault-skipped", fault=f.spec())
-        self._events = []
-        self._send_many("post-heal", 2, 300.0)
+    def counts(self) -> list[dict]:
+        return self.fc.counts() if self.fc is not None else []
 
-    def _act(self, f: Fault) -> None:
-        pids = self.topo.pids_by_rank()
-        if f.kind in ("rank-pause", "rank-kill") and f.rank in pids:
-            if f.kind == "rank-pause":
-                self._signal(pids[f.rank], signal.SIGSTOP)
-                self.paused[pids[f.rank]] = time.monotonic() - self.t0 + f.ms / 1000.0
-            else:
-                self.killed.append(f.rank)
-                self._signal(pids[f.rank], signal.SIGKILL)
-        elif f.kind in ("request-burst", "request-cancel"):
-            self._send_many(f.kind, f.n, f.ms / 1000.0 if f.kind == "request-cancel" else 300.0, f.spec())
+    def _workload(self, f: Fault) -> None:
+        self._send_many(f.kind, f.n, f.ms / 1000.0 if f.kind == "request-cancel" else 300.0, f.spec())
 
     def _send_many(self, kind: str, n: int, timeout: float, salt: str = "") -> None:
         """n workload prompts (drawn from the schedule's seed), each from its own client."""
@@ -149,16 +115,9 @@ class Controller:
             else:
                 self.extra_failed += 1
 
-    @staticmethod
-    def _signal(pid: int, sig) -> None:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
     def idle(self) -> bool:
         """The run may end: healed, nothing paused, every extra request answered."""
-        return self.healed and not self.paused and all(not t.is_alive() for t in self.threads)
+        return self.healed and self.fc.idle() and all(not t.is_alive() for t in self.threads)
 
     def quiesce(self, topo, url: str, driver) -> None:
         """Wait (at most QUIESCE_S) until every rank's probe has written an accounting
@@ -175,16 +134,14 @@ class Controller:
 
     def finished(self, obs, driver, topo, codes) -> None:
         self.history.add("torn-down", outcome=obs.outcome)
-        for pid in list(self.paused):
-            self._signal(pid, signal.SIGCONT)
-        self.paused.clear()
+        self.release()
         pids = [c.popen.pid for c in topo.procs.children]
         self.record = {"obs": obs, "driver": driver, "orphans": [p for p in pids if _alive(p)]}
 
     def release(self) -> None:
         """Never leave a stopped process behind, whatever happened."""
-        for pid in list(self.paused):
-            self._signal(pid, signal.SIGCONT)
+        if self.fc is not None:
+            self.fc.release()
 
 
 def _settled(path: Path, since: float) -> bool:

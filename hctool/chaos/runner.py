@@ -69,7 +69,8 @@ class ChaosRunner:
         prompts = [((r, i), p) for r, ps in enumerate(self.harness.rounds) for i, p in enumerate(ps)]
         ctl = Controller(schedule, faults, prompts, self.history, self.starve_ticks)
         ctl.max_new_tokens = self.target.scenario.workload.max_new_tokens
-        in_rank = [*self.target.base_faults, *(f.spec() for f in faults if f.kind in IN_RANK)]
+        # the controller carries out the schedule's other kinds; the ranks ignore them
+        in_rank = [*self.target.base_faults, *(f for f in faults if f.kind in IN_RANK)]
         self.history.add("invoke", run=name, schedule=schedule.to_dict())
         t0 = time.monotonic()
         try:
@@ -95,6 +96,7 @@ class ChaosRunner:
             harness=report.verdict,
             reason=report.reason,
             requests=report.requests,
+            faults=report.faults,
             blind=blind,
             seconds=result.seconds,
         )

@@ -22,60 +22,15 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from hctool.protocol.faults import BY_NAME, FAULT_KINDS, Fault, parse_fault
+from hctool.protocol.faults import FAULT_KINDS, KIND, Acts, Fault, Scope, drawn_for, parse_fault
 from hctool.protocol.limits import bounded
 from hctool.protocol.safefile import read_named, why
 
-# Kinds explore draws by default: all but rank-kill (a killed rank ends the run;
-# ask for it with --kinds). Magnitude ranges (ms or n) per kind.
-DEFAULT_KINDS = (
-    "h2d-sleep",
-    "d2h-sleep",
-    "free-delay",
-    "storage-latency",
-    "storage-error",
-    "storage-timeout",
-    "storage-partial",
-    "clock-skew",
-    "clock-jump",
-    "rank-pause",
-    "request-burst",
-    "request-cancel",
-)
-# Against a command (the user's program) explore draws the generic kinds: no knowledge of the
-# program is needed (io-delay acts on every file the program opens: path="*").
-COMMAND_KINDS = (
-    "clock-skew",
-    "clock-jump",
-    "clock-jitter",
-    "thread-slow",
-    "collective-delay",
-    "io-delay",
-    "rank-pause",
-)
-MAGNITUDE = {
-    "thread-slow": (10, 300),
-    "collective-delay": (5, 400),
-    "io-delay": (5, 200),
-    "cuda-sleep": (5, 200),
-    "h2d-sleep": (5, 200),
-    "d2h-sleep": (5, 200),
-    "free-delay": (20, 600),
-    "storage-latency": (5, 120),
-    "storage-timeout": (50, 1500),
-    "clock-skew": (50, 500),
-    "clock-jump": (500, 8000),
-    "rank-pause": (100, 2000),
-    "request-cancel": (50, 500),
-    "clock-jitter": (5, 100),
-    "host-pool-shrink": (1, 4),
-    "storage-miss": (1, 4),
-}  # the last two: pages
-COUNTS = {"request-burst": (2, 12), "request-cancel": (1, 6)}
-# The bug class is decisions made from rank-local timing, so faults that make
-# one rank's copies, frees or storage slower than its peers' are drawn more often.
-CERTAIN = ("rank-pause", "rank-kill", "request-burst", "request-cancel")  # one-shot: no p, no window
-WEIGHT = {"free-delay": 3, "d2h-sleep": 2, "h2d-sleep": 2, "storage-latency": 3}
+# Kinds explore draws by default (the rows' drawn_for: all but rank-kill against the engine, a
+# killed rank ends the run; the generic kinds against a command: they need no knowledge of the
+# program), and every kind's magnitude range, count range and weight: protocol/faults.py's rows.
+DEFAULT_KINDS = drawn_for(Scope.ENGINE)
+COMMAND_KINDS = drawn_for(Scope.ANY)
 
 
 class ScheduleError(ValueError):
@@ -103,7 +58,7 @@ class Schedule:
         heal happens), `one` resolved with the seed."""
         out = []
         for f in (f.resolved(world_size, self.seed) for f in self.faults):
-            if self.heal_s is not None and f.kind not in CERTAIN:
+            if self.heal_s is not None and KIND[f.kind].window:
                 if f.start_s >= self.heal_s:
                     continue
                 end = self.heal_s if f.duration_s is None else min(self.heal_s, f.start_s + f.duration_s)
@@ -179,7 +134,7 @@ def parse_kinds(text: str | None, default: tuple[str, ...] = DEFAULT_KINDS) -> t
     bad = [k for k in kinds if k not in FAULT_KINDS]
     if bad or not kinds:
         raise ScheduleError(f"unknown fault kind {bad[0] if bad else text!r}; known: {', '.join(FAULT_KINDS)}")
-    named = [k for k in kinds if k in BY_NAME]  # generate() cannot make up a function of the program
+    named = [k for k in kinds if KIND[k].draw is None]  # generate() cannot make up a function of the program
     if named:
         raise ScheduleError(
             f"fault kind {named[0]} needs fn=pkg.mod:Qual.name, which exploration cannot draw; "
@@ -205,25 +160,22 @@ def generate(
     rng = random.Random(f"hctool-chaos/{seed}/{index}")
     faults = []
     for _ in range(rng.randint(1, max_faults)):
-        kind = rng.choices(kinds, weights=[WEIGHT.get(k, 1) for k in kinds])[0]
-        if kind in ("rank-pause", "rank-kill"):
-            target = f"rank:{rng.randrange(world_size)}"
-        elif kind in ("request-burst", "request-cancel"):
+        kind = KIND[rng.choices(kinds, weights=[KIND[k].weight for k in kinds])[0]]
+        if kind.acts is Acts.SUPERVISOR:
+            target = f"rank:{rng.randrange(world_size)}"  # a signal goes to one process
+        elif kind.acts is Acts.WORKLOAD:
             target = "all"  # the client side has no rank
         else:
             target = rng.choice(["all", "one", *[f"rank:{r}" for r in range(world_size)]])
-        lo, hi = MAGNITUDE.get(kind, (0, 0))
+        lo, hi = kind.draw or (0, 0)  # parse_kinds refused kinds without a range
         ms = float(round(rng.uniform(lo, hi))) if hi else 0.0
-        n = rng.randint(*COUNTS[kind]) if kind in COUNTS else 0
-        p = (
-            1.0
-            if rng.random() < 0.6 or kind in CERTAIN or kind.startswith("clock")
-            else round(rng.uniform(0.1, 1.0), 2)
-        )
+        n = rng.randint(*kind.count) if kind.count else 0
+        p = 1.0 if rng.random() < 0.6 or not kind.window or not kind.draw_p else round(rng.uniform(0.1, 1.0), 2)
         # Rank asymmetry matters while requests queue, so windows start early and
         # mostly last until the heal; one-shot faults land anywhere before it.
-        start = round(rng.uniform(0, horizon_s * ((0.75 if kind in CERTAIN else 0.3) if early else 0.9)), 1)
-        duration = None if rng.random() < 0.6 or kind in CERTAIN else round(rng.uniform(2.0, horizon_s), 1)
-        extra = {"path": "*"} if kind == "io-delay" else {}
-        faults.append(Fault(kind, ms=ms, target=target, p=p, start_s=start, duration_s=duration, n=n, **extra))
+        start = round(rng.uniform(0, horizon_s * ((0.3 if kind.window else 0.75) if early else 0.9)), 1)
+        duration = None if rng.random() < 0.6 or not kind.window else round(rng.uniform(2.0, horizon_s), 1)
+        faults.append(
+            Fault(kind.name, ms=ms, target=target, p=p, start_s=start, duration_s=duration, n=n, **dict(kind.draw_keys))
+        )
     return Schedule(tuple(faults), heal_s=None, seed=seed, index=index)

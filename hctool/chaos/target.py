@@ -8,6 +8,7 @@ import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from hctool.protocol.faults import Fault
 from hctool.repro.scenario import Scenario, ScenarioError, Variant, Workload
 
 
@@ -15,7 +16,7 @@ from hctool.repro.scenario import Scenario, ScenarioError, Variant, Workload
 class Target:
     scenario: Scenario
     variant: Variant
-    base_faults: tuple[str, ...]  # the scenario's own faults, unless --no-scenario-faults
+    base_faults: tuple[Fault, ...]  # the scenario's own faults, unless --no-scenario-faults
     args: tuple[str, ...]  # the CLI words that name this target again (for replay)
 
     @property

@@ -127,12 +127,10 @@ def _check_kinds(target, kinds) -> None:
 
     bad = sorted({k for k in kinds if k in ENGINE_ONLY}) if isinstance(target, CommandTarget) else []
     if bad:
-        from hctool.protocol.faults import BY_NAME, FAULT_KINDS
+        from hctool.protocol.faults import hint
 
-        usable = [k for k in FAULT_KINDS if k not in ENGINE_ONLY and k not in BY_NAME]
         raise UsageError(
-            f"fault kind {bad[0]} acts on hctool's own engine, not on a command",
-            f"for a program: {', '.join(usable)}; by name: delay:fn=..., raise:fn=...",
+            f"fault kind {bad[0]} acts on hctool's own engine, not on a command", f"for a program: {hint()}"
         )
 
 

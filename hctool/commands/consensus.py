@@ -135,7 +135,7 @@ def checked_faults_and_probes(command: list[str], inject: list[str], probe: list
     """--inject and --probe of a run on the user's program, checked before anything runs: the
     spec parses, it acts on any program (the engine's kinds need hctool's engine), and every
     named function resolves in the program's source (exit 2 otherwise)."""
-    from hctool.protocol.faults import ENGINE_ONLY, parse_fault
+    from hctool.protocol.faults import ENGINE_ONLY, hint, parse_fault
     from hctool.resolve import check_function
     from hctool.targets import Command
 
@@ -151,8 +151,7 @@ def checked_faults_and_probes(command: list[str], inject: list[str], probe: list
         if f.kind in ENGINE_ONLY:
             raise UsageError(
                 f"--inject {f.kind} acts on hctool's own engine, not on this program",
-                "for any program: clock-skew, clock-jump, thread-slow, collective-delay, io-delay, "
-                "delay:fn=..., raise:fn=..., rank-pause, rank-kill",
+                f"for any program: {hint()}",
             )
         if f.fn:
             why = check_function(f.fn, main)

@@ -64,16 +64,43 @@ def _detect_device(cuda: bool | None, tp: int) -> str:
     return "cuda"
 
 
-def _validate_faults(specs: list[str]) -> None:
-    if not specs:
-        return
-    from hctool.protocol.faults import parse_fault
+def _validate_faults(specs: list[str]):
+    """--inject as Faults; the workload's kinds are refused: launch sends no requests of its own."""
+    from hctool.protocol.faults import KIND, Acts, parse_fault
 
+    faults = []
     for spec in specs:
         try:
-            parse_fault(spec)
+            f = parse_fault(spec)
         except ValueError as exc:
             raise UsageError(f"bad --inject {spec!r}: {exc}", "e.g. --inject h2d-sleep:rank=1,ms=30") from None
+        if KIND[f.kind].acts is Acts.WORKLOAD:
+            raise UsageError(
+                f"--inject {f.kind} acts on a workload, and launch runs none",
+                "use it in `hctool chaos run` or a repro scenario",
+            )
+        faults.append(f)
+    return faults
+
+
+class _FaultNotes:
+    """What the fault controller does, as it does it, on stderr (launch keeps no history file)."""
+
+    def add(self, what: str, **kw) -> None:
+        if what == "fault-acted":
+            err.print(f"fault {kw['fault']}: acted on rank {kw['rank']} at {kw['at_s']:g} s", markup=False)
+        elif what == "rank-continue":
+            err.print(f"fault: pid {kw['pid']} continued at {kw['at_s']:g} s", markup=False)
+
+
+def _fault_summary(faults, fc, run_dir: Path) -> None:
+    """How often each fault fired, as check-consensus says it: the ranks' counts, the controller's."""
+    from hctool.protocol import faultcounts
+    from hctool.protocol.faults import IN_RANK
+
+    rows = faultcounts.read(run_dir, [f.spec() for f in faults if f.kind in IN_RANK])
+    for row in rows + (fc.counts() if fc is not None else []):
+        err.print(f"fault {faultcounts.describe(row)}", markup=False)
 
 
 def _validate_storage(server_args, run_dir: Path) -> None:
@@ -154,7 +181,9 @@ def launch(
             dataclasses.replace(server_args, tp_size=side_tp)  # validates each side's TP
     except ValueError as exc:
         raise UsageError(str(exc), "see `hctool launch --help` for the engine flags") from None
-    _validate_faults(inject)
+    faults = _validate_faults(inject)
+    if faults and pd_role == "router":
+        raise UsageError("--pd-role router runs no ranks: --inject has nothing to act on", "inject on a side's server")
     _validate_storage(server_args, run_dir)
     if not 0 <= port < 65536:
         raise UsageError(f"--port {port} is not a port number")
@@ -164,13 +193,28 @@ def launch(
             "pick another with --port N, or --port 0 for a free one",
         )
 
+    # Faults that act from outside the ranks (rank-pause, rank-kill) are carried out here; their
+    # clock, and the ranks', starts when the server is ready.
+    from hctool.protocol.faults import IN_RANK
+    from hctool.supervise.faults import FaultController
+
+    outside = [f for f in faults if f.kind not in IN_RANK]
+    fc = FaultController(outside, run_dir / "fault-clock", history=_FaultNotes()) if outside else None
+    fault_env = fc.env() if fc is not None else {}
     if pd_role == "router":
         topology = RouterTopology(prefill_url, bootstrap, decode_url, run_dir, host, port or None)
         what = f"the router (prefill {prefill_url}, decode {decode_url})"
     elif pd_role is not None:
         server_args = dataclasses.replace(server_args, disaggregation_mode=pd_role)
         topology = Topology(
-            server_args, run_dir, faults=inject, probes=probes, host=host, port=port or None, label=pd_role
+            server_args,
+            run_dir,
+            faults=faults,
+            probes=probes,
+            extra_env=fault_env,
+            host=host,
+            port=port or None,
+            label=pd_role,
         )
         what = f"a {pd_role} server: frontend and {tp} rank(s)"
         if pd_role == "prefill":
@@ -179,11 +223,21 @@ def launch(
             )
     elif pd:
         topology = PDTopology(
-            server_args, prefill_tp, decode_tp, run_dir, faults=inject, probes=probes, host=host, port=port or None
+            server_args,
+            prefill_tp,
+            decode_tp,
+            run_dir,
+            faults=faults,
+            probes=probes,
+            extra_env=fault_env,
+            host=host,
+            port=port or None,
         )
         what = f"router, prefill ({prefill_tp} rank(s)) and decode ({decode_tp} rank(s))"
     else:
-        topology = Topology(server_args, run_dir, faults=inject, probes=probes, host=host, port=port or None)
+        topology = Topology(
+            server_args, run_dir, faults=faults, probes=probes, extra_env=fault_env, host=host, port=port or None
+        )
         what = f"frontend and {tp * pp * dp} rank(s)" + (f" (dp {dp} x pp {pp} x tp {tp})" if pp * dp > 1 else "")
     err.print(f"run dir: {run_dir}")
     code = 0
@@ -193,7 +247,12 @@ def launch(
             url = topology.start(timeout=startup_timeout)
             err.print("logs: " + " ".join(str(p) for p in topology.log_paths.values()))
             print(f"ready: {url}", flush=True)
-            death = topology.wait_for_death()
+            if fc is not None:
+                fc.started()
+            death = topology.wait_for_death(None if fc is None else 0.2)
+            while death is None:  # only with a controller: it acts between the waits
+                fc.tick(topology.pids_by_rank())
+                death = topology.wait_for_death(0.2)
             _stop(topology)
             _report_death(death)
             code = 1
@@ -211,7 +270,11 @@ def launch(
             _stop(topology)
             err.print("stopped")
         finally:
+            if fc is not None:
+                fc.release()  # never leave a stopped rank behind
             _stop(topology)  # idempotent; also covers internal errors
+            if faults:
+                _fault_summary(faults, fc, run_dir)
     raise typer.Exit(code)
 
 

@@ -59,7 +59,7 @@ def list_cmd(
             "title": s.title,
             "upstream": s.upstream,
             "topology": {"prefill_tp": s.prefill_tp, "decode_tp": s.tp} if s.pd else {"tp": s.tp},
-            "faults": list(s.faults),
+            "faults": [f.spec() for f in s.faults],
             "variants": [
                 {
                     "name": v.name,
@@ -299,10 +299,15 @@ def _render(result: dict) -> None:
 
     from hctool.consensus.model import Divergence, Report, Verdict
     from hctool.consensus.report import render
+    from hctool.protocol import faultcounts
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(Text(f"{result['id']}: {result['title']}", style="bold"))
     console.print(variant_table(result))
+    for v in result["variants"]:
+        if v.get("faults"):  # how often each fault fired, as check-consensus says it
+            fired = "; ".join(faultcounts.describe(f) for f in v["faults"])
+            console.print(Text(f"{v['name']}: faults: {fired}", style="dim"), soft_wrap=True)
     for v in result["variants"]:
         sd = v.get("state_divergence")
         if sd:

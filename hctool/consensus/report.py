@@ -8,6 +8,7 @@ from rich.text import Text
 
 from hctool.consensus.model import Call, Divergence, RankCall, Report
 from hctool.consensus.truncation import describe
+from hctool.protocol import faultcounts
 
 _VERDICT_STYLE = {
     "consistent": "bold green",
@@ -165,19 +166,7 @@ def render(report: Report, console: Console, label: str | None = None) -> None:
         console.print(table)
     if report.faults:
         console.print(
-            Text(
-                "faults: "
-                + "; ".join(
-                    f"{f['spec']} fired {f['total']}x"
-                    + (
-                        f" ({', '.join(f'rank {r}: {n}' for r, n in sorted(f['fired'].items()))})"
-                        if f["total"]
-                        else " (never fired)"
-                    )
-                    for f in report.faults
-                ),
-                style="dim",
-            ),
+            Text("faults: " + "; ".join(faultcounts.describe(f) for f in report.faults), style="dim"),
             soft_wrap=True,
         )
     shown = report.stacks

@@ -12,7 +12,6 @@ from pathlib import Path
 from hctool import log, procs
 from hctool.consensus import kernel_build
 from hctool.consensus.analyze import analyze_dir
-from hctool.consensus.control import JobController
 from hctool.consensus.live import LiveWatcher, _alive
 from hctool.consensus.model import Kind, Report, Verdict
 from hctool.protocol import env as protocol_env
@@ -20,8 +19,10 @@ from hctool.protocol import faultcounts
 from hctool.protocol.faults import IN_RANK, Fault
 from hctool.protocol.runrecord import RunRecord
 from hctool.stacks import dump_stacks, ranks_in_tree
+from hctool.supervise.faults import FaultController
 
 POLL_S = 0.2
+DEATH_GRACE_S = 2.0  # after a rank failed: its peers' last records reach the traces, their stacks are taken
 
 
 @dataclass
@@ -35,7 +36,7 @@ class RunOptions:
     script_mode: bool
     faults: tuple[Fault, ...] = ()  # in-rank kinds go to the ranks (HCTOOL_FAULTS), controller kinds run here
     probes: tuple[str, ...] = ()  # pkg.mod:Qual.name function probes (HCTOOL_PROBES)
-    controller: JobController | None = None  # chaos passes its own (heal, history); else one is made for faults
+    controller: FaultController | None = None  # chaos passes its own (heal, history); else one is made for faults
     split_stdout: bool = False  # stdout alone in stdout.log (rank{r}.stdout for a script), for --same-output
     cwd: Path | None = None  # the job's working directory (default: hctool's)
 
@@ -54,7 +55,7 @@ def _c10d_kernel(timeout: float) -> dict[str, str]:
     return {kernel_build.ENV: str(path)}
 
 
-def _start(opts: RunOptions, ps: procs.ProcessSet, controller: JobController | None) -> dict[int, procs.Child]:
+def _start(opts: RunOptions, ps: procs.ProcessSet, controller: FaultController | None) -> dict[int, procs.Child]:
     extra = dict(_c10d_kernel(opts.timeout))  # the build counts against the run's --timeout
     in_rank = [f.spec() for f in opts.faults if f.kind in IN_RANK]
     if in_rank:
@@ -144,7 +145,9 @@ def run_job(opts: RunOptions) -> tuple[Report, float | None]:
     deadline = time.monotonic() + opts.timeout
     finding = None
     latency = None
-    controller = opts.controller or (JobController(list(opts.faults), opts.trace_dir) if opts.faults else None)
+    controller = opts.controller or (
+        FaultController(opts.faults, opts.trace_dir / "fault-clock") if opts.faults else None
+    )
     with procs.sigterm_as_interrupt(), procs.ProcessSet() as ps:
         try:
             ranks = _start(opts, ps, controller)
@@ -174,7 +177,7 @@ def run_job(opts: RunOptions) -> tuple[Report, float | None]:
         report.faults = faults
         for f in faults:
             if not f["total"]:
-                _log(f"fault {f['spec']} never fired" + (f" ({_unresolved(f)})" if _unresolved(f) else ""))
+                _log(f"fault {faultcounts.describe(f)}")
     if report.verdict is not Verdict.CONSISTENT:
         _log_tails(opts, report)
     return report, latency
@@ -201,11 +204,18 @@ def merge_live(final: Report, live: Report | None, stacks: dict[str, str]) -> Re
 
 
 def _watch(opts: RunOptions, ps: procs.ProcessSet, ranks, watcher: LiveWatcher, controller, deadline: float):
-    """Until everything exited, the deadline, or (with abort) the first finding: (finding, latency)."""
+    """Until everything exited, the deadline, (with abort) the first finding, or (ranks hctool
+    started itself) DEATH_GRACE_S after a rank failed: as torchrun ends a job whose worker
+    failed, for its peers can only block on it. (finding, latency)."""
     finding = latency = None
+    failed_at = None
     while True:
         codes = _exit_codes(opts, ranks, watcher)
         everything_exited = not ps.alive()
+        if opts.script_mode and failed_at is None and any(c not in (None, 0) for c in codes.values()):
+            failed_at = time.monotonic()
+            dead = ", ".join(f"rank {r} ({procs.describe_exit(c)})" for r, c in codes.items() if c not in (None, 0))
+            _log(f"{dead} failed: ending the job in {DEATH_GRACE_S:g} s, as torchrun would")
         live = watcher.check(codes if opts.script_mode else None)
         if controller is not None:
             controller.tick(_rank_pids(opts, ranks, watcher))
@@ -216,6 +226,8 @@ def _watch(opts: RunOptions, ps: procs.ProcessSet, ranks, watcher: LiveWatcher, 
             if opts.abort:
                 break
         if everything_exited:
+            break
+        if failed_at is not None and time.monotonic() - failed_at > DEATH_GRACE_S:
             break
         if time.monotonic() > deadline:
             _log(f"timeout after {opts.timeout:.0f} s")
@@ -231,13 +243,8 @@ def _rank_pids(opts: RunOptions, ranks, watcher: LiveWatcher) -> dict[int, int]:
     return {r: p for r, p in watcher.pids().items() if _alive(p)}
 
 
-def fault_counts(opts: RunOptions, controller: JobController | None) -> list[dict]:
+def fault_counts(opts: RunOptions, controller: FaultController | None) -> list[dict]:
     """Per fault of the run: how often it fired, per rank (the agents' files, the controller's actions)."""
     in_rank = [f.spec() for f in opts.faults if f.kind in IN_RANK]
     counts = faultcounts.read(opts.trace_dir, in_rank)
     return counts + (controller.counts() if controller is not None else [])
-
-
-def _unresolved(f: dict) -> str:
-    states = sorted(set((f.get("resolved") or {}).values()) - {"wrapped"})
-    return "; ".join(states)

@@ -13,6 +13,7 @@ import dataclasses
 import os
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import requests
@@ -20,6 +21,7 @@ import requests
 from engine.lab import ServerArgs, contract
 from hctool.launch.topology import SOURCE_ROOT, Death, Topology, TopologyError, _distinct_free_ports, _url_host
 from hctool.procs import inject_env, python_cmd
+from hctool.protocol.faults import Fault
 
 
 class PDTopology:
@@ -29,7 +31,7 @@ class PDTopology:
         prefill_tp: int,
         decode_tp: int,
         run_dir: str | Path,
-        faults: list[str] = (),
+        faults: Sequence[Fault] = (),
         probes: list[str] = (),
         host: str = "127.0.0.1",
         port: int | None = None,

@@ -16,12 +16,13 @@ def file_name(rank: int, pid: int) -> str:
     return f"faults-rank{rank}-{pid}.json"
 
 
-def read(folder: Path, specs: list[str]) -> list[dict]:
+def read(folder: Path | list[Path], specs: list[str]) -> list[dict]:
     """Per fault of `specs` (in order): {"spec", "fired": {"<rank>": n}, "total", and for a
-    by-name fault "resolved": {"<rank>": state}} over every rank file in the folder; a fault no
-    rank reported is there with total 0 ("never fired")."""
+    by-name fault "resolved": {"<rank>": state}} over every rank file in the folder (or folders:
+    a PD run's two sides); a fault no rank reported is there with total 0 ("never fired")."""
     out = {s: {"spec": s, "fired": {}, "total": 0} for s in specs}
-    for path in sorted(Path(folder).glob("faults-rank*.json")):
+    folders = [folder] if isinstance(folder, (str, Path)) else folder
+    for path in sorted(p for f in folders for p in Path(f).glob("faults-rank*.json")):
         m = PATTERN.match(path.name)
         if not m or path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_BYTES:
             continue
@@ -40,3 +41,13 @@ def read(folder: Path, specs: list[str]) -> list[dict]:
             if isinstance(e.get("resolved"), str):
                 row.setdefault("resolved", {})[rank] = e["resolved"]
     return list(out.values())
+
+
+def describe(row: dict) -> str:
+    """One fault's line: `SPEC fired 12x (rank 0: 4, rank 1: 8)` or `SPEC never fired (why)`;
+    the supervisor's workload faults count under "client"."""
+    if not row.get("total"):
+        states = sorted(set((row.get("resolved") or {}).values()) - {"wrapped"})
+        return f"{row['spec']} never fired" + (f" ({'; '.join(states)})" if states else "")
+    who = ", ".join(f"rank {k}: {n}" if k.isdigit() else f"{k}: {n}" for k, n in sorted(row["fired"].items()))
+    return f"{row['spec']} fired {row['total']}x ({who})"

@@ -25,99 +25,343 @@ import fnmatch
 import re
 import zlib
 from dataclasses import asdict, dataclass, replace
+from enum import Enum
 
 from hctool.protocol.limits import bounded
 
-# kind -> what it does. In-rank kinds first: generic, by name, then the engine's seams.
-GENERIC = {
-    "clock-skew": "the rank's clocks (time.time/monotonic/perf_counter and _ns) gain ms per second while active",
-    "clock-jump": "the rank's clocks jump ms ahead when the fault starts",
-    "clock-jitter": "each wall-clock reading (time.time) on the rank is off by up to +-ms",
-    "thread-slow": "the rank's non-main Python threads (thread=GLOB: those named so) wake ms late from every wait",
-    "collective-delay": "sleep ms before each of the rank's collectives (op=NAME, group=INDEX: only those)",
-    "io-delay": "each read and write of a file whose path matches path=GLOB takes ms longer",
-    "cuda-sleep": "CUDA: a ms sleep on the rank's current stream before each collective (fn=: at that function)",
-}
-BY_NAME = {
-    "delay": "sleep ms at the entry (when=exit: the return) of fn=pkg.mod:Qual.name",
-    "raise": "raise exc=Name at the entry of fn=pkg.mod:Qual.name",
-}
-ENGINE = {
-    "h2d-sleep": "engine: sleep ms before a host->device copy (load-back)",
-    "d2h-sleep": "engine: sleep ms before a device->host copy (backup)",
-    "free-delay": "engine: device pages return to the free list ms later",
-    "storage-latency": "engine: each L3 page read takes ms longer",
-    "storage-error": "engine: an L3 read or existence query fails (a miss)",
-    "storage-timeout": "engine: an L3 read hangs ms, then fails as timed out",
-    "storage-partial": "engine: an L3 existence query reports only half of the pages",
-    "host-pool-shrink": "engine: the rank's host (L2) pool comes out pages=N pages smaller",
-    "storage-miss": "engine: the rank's L3 existence queries report pages=N fewer pages",
-    "kv-send-delay": "engine, PD prefill rank: each KV push starts ms later",
-    "kv-drop": "engine, PD prefill rank: its KV parts are never sent",
-    "bootstrap-delay": "engine, PD decode rank: each bootstrap registration is ms late",
-}
-IN_RANK = {**GENERIC, **BY_NAME, **ENGINE}
-CONTROLLER = {
-    "rank-pause": "SIGSTOP the rank for ms, then SIGCONT",
-    "rank-kill": "SIGKILL the rank",
-    "request-burst": "engine: send n extra workload requests at once",
-    "request-cancel": "engine: send n workload requests and disconnect after ms",
-}
-FAULT_KINDS = {**IN_RANK, **CONTROLLER}
-ENGINE_ONLY = set(ENGINE) | {"request-burst", "request-cancel"}  # need hctool's engine as the target
-NEEDS_MS = {
-    "h2d-sleep",
-    "d2h-sleep",
-    "free-delay",
-    "storage-latency",
-    "storage-timeout",
-    "clock-skew",
-    "clock-jump",
-    "rank-pause",
-    "request-cancel",
-    "kv-send-delay",
-    "bootstrap-delay",
-    "clock-jitter",
-    "host-pool-shrink",
-    "storage-miss",
-    "thread-slow",
-    "collective-delay",
-    "io-delay",
-    "cuda-sleep",
-    "delay",
-}
-BY_PAGES = {"host-pool-shrink", "storage-miss"}  # magnitude written pages=N; held in ms
-NEEDS_N = {"request-burst", "request-cancel"}
-PER_RANK = set(IN_RANK) | {"rank-pause", "rank-kill"}  # kinds a target applies to
-# The string keys each kind takes, and the ones it needs.
-TEXT_KEYS = {
-    "delay": ("fn", "when"),
-    "raise": ("fn", "exc"),
-    "cuda-sleep": ("fn", "op", "group"),
-    "collective-delay": ("op", "group"),
-    "io-delay": ("path",),
-    "thread-slow": ("thread",),
-}
-NEEDS_TEXT = {"delay": ("fn",), "raise": ("fn", "exc"), "io-delay": ("path",)}
-_KEYS = (
-    "rank",
-    "target",
-    "ms",
-    "p",
-    "start_s",
-    "duration_s",
-    "n",
-    "role",
-    "fn",
-    "when",
-    "exc",
-    "op",
-    "group",
-    "path",
-    "thread",
+
+class Acts(str, Enum):
+    """Who carries a fault kind out."""
+
+    RANK = "rank"  # inside the rank: hctool/agent/faults/<family>.py installs it
+    SUPERVISOR = "supervisor"  # from outside the ranks: hctool/supervise/faults.py's FaultController
+    WORKLOAD = "workload"  # the engine's workload driver: extra or abandoned requests
+
+
+class Scope(str, Enum):
+    """Where a kind can act (and which exploration draws it)."""
+
+    ANY = "any"  # any torch.distributed program (hctool's engine included)
+    ENGINE = "engine"  # hctool's engine only (its seams, its HTTP workload)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One fault kind: every fact about it, so every other table (and every hint) is derived.
+
+    `unit`: how the magnitude is written (`ms`, `pages`, or None for none); `needs_magnitude`:
+    a spec without it is refused; `keys`: the text keys it takes, `needs` those it requires;
+    `draw`: the magnitude range exploration draws (None: it never draws this kind), `count` the
+    range of `n`, `weight` how often it is drawn, `drawn_for` the targets whose exploration draws
+    it by default, `draw_keys` text keys exploration sets, `window`: False for one-shot kinds
+    (no probability, no window: they act once at start_s), `draw_p`: exploration may draw p<1.
+    `per_rank`: a target rank applies (every in-rank kind; the supervisor's signals)."""
+
+    name: str
+    family: str
+    acts: Acts
+    doc: str
+    scope: Scope = Scope.ANY
+    unit: str | None = "ms"
+    needs_magnitude: bool = True
+    keys: tuple[str, ...] = ()
+    needs: tuple[str, ...] = ()
+    needs_n: bool = False
+    draw: tuple[float, float] | None = None
+    count: tuple[int, int] | None = None
+    weight: int = 1
+    drawn_for: tuple[Scope, ...] = ()
+    draw_keys: tuple[tuple[str, str], ...] = ()
+    window: bool = True
+    draw_p: bool = True
+    default_ms: float = 0.0  # a magnitude-less kind that still needs a non-zero value (kv-drop: "drop")
+
+    @property
+    def per_rank(self) -> bool:
+        return self.acts is not Acts.WORKLOAD
+
+    @property
+    def by_name(self) -> bool:
+        """Acts at a function the spec names (fn= required): exploration cannot make one up."""
+        return "fn" in self.needs
+
+
+_R, _S, _W = Acts.RANK, Acts.SUPERVISOR, Acts.WORKLOAD
+ENG = Scope.ENGINE
+# The vocabulary: one row per kind. In-rank kinds first (generic, by name, the engine's seams),
+# then the supervisor's and the workload's. tests/chaos/test_kinds.py holds every row to an
+# installer (or a controller action), a draw range, a docs row and a behaviour test.
+KINDS: tuple[Kind, ...] = (
+    # -- generic, in the rank: any program --------------------------------------------------------
+    Kind(
+        "clock-skew",
+        "clocks",
+        _R,
+        "the rank's clocks (time.time/monotonic/perf_counter and _ns) gain ms per second while active",
+        draw=(50, 500),
+        drawn_for=(ENG, Scope.ANY),
+        draw_p=False,
+    ),
+    Kind(
+        "clock-jump",
+        "clocks",
+        _R,
+        "the rank's clocks jump ms ahead when the fault starts",
+        draw=(500, 8000),
+        drawn_for=(ENG, Scope.ANY),
+        draw_p=False,
+    ),
+    Kind(
+        "clock-jitter",
+        "clocks",
+        _R,
+        "each wall-clock reading (time.time) on the rank is off by up to +-ms",
+        draw=(5, 100),
+        drawn_for=(Scope.ANY,),
+        draw_p=False,
+    ),
+    Kind(
+        "thread-slow",
+        "threads",
+        _R,
+        "the rank's non-main Python threads (thread=GLOB: those named so) wake ms late from every wait",
+        keys=("thread",),
+        draw=(10, 300),
+        drawn_for=(Scope.ANY,),
+    ),
+    Kind(
+        "collective-delay",
+        "collectives",
+        _R,
+        "sleep ms before each of the rank's collectives (op=NAME, group=INDEX: only those)",
+        keys=("op", "group"),
+        draw=(5, 400),
+        drawn_for=(Scope.ANY,),
+    ),
+    Kind(
+        "io-delay",
+        "files",
+        _R,
+        "each read and write of a file whose path matches path=GLOB takes ms longer",
+        keys=("path",),
+        needs=("path",),
+        draw=(5, 200),
+        drawn_for=(Scope.ANY,),
+        draw_keys=(("path", "*"),),
+    ),
+    Kind(
+        "cuda-sleep",
+        "cuda",
+        _R,
+        "CUDA: a ms sleep on the rank's current stream before each collective (fn=: at that function)",
+        keys=("fn", "op", "group"),
+        draw=(5, 200),
+    ),
+    # -- by name, in the rank: at a function the spec names ----------------------------------------
+    Kind(
+        "delay",
+        "named",
+        _R,
+        "sleep ms at the entry (when=exit: the return) of fn=pkg.mod:Qual.name",
+        keys=("fn", "when"),
+        needs=("fn",),
+    ),
+    Kind(
+        "raise",
+        "named",
+        _R,
+        "raise exc=Name at the entry of fn=pkg.mod:Qual.name",
+        unit=None,
+        needs_magnitude=False,
+        keys=("fn", "exc"),
+        needs=("fn", "exc"),
+    ),
+    # -- the engine's seams, in the rank ------------------------------------------------------------
+    Kind(
+        "h2d-sleep",
+        "copies",
+        _R,
+        "engine: sleep ms before a host->device copy (load-back)",
+        ENG,
+        draw=(5, 200),
+        weight=2,
+        drawn_for=(ENG,),
+    ),
+    Kind(
+        "d2h-sleep",
+        "copies",
+        _R,
+        "engine: sleep ms before a device->host copy (backup)",
+        ENG,
+        draw=(5, 200),
+        weight=2,
+        drawn_for=(ENG,),
+    ),
+    Kind(
+        "free-delay",
+        "pool",
+        _R,
+        "engine: device pages return to the free list ms later",
+        ENG,
+        draw=(20, 600),
+        weight=3,
+        drawn_for=(ENG,),
+    ),
+    Kind(
+        "host-pool-shrink",
+        "pool",
+        _R,
+        "engine: the rank's host (L2) pool comes out pages=N pages smaller",
+        ENG,
+        unit="pages",
+        draw=(1, 4),
+    ),
+    Kind(
+        "storage-latency",
+        "storage",
+        _R,
+        "engine: each L3 page read takes ms longer",
+        ENG,
+        draw=(5, 120),
+        weight=3,
+        drawn_for=(ENG,),
+    ),
+    Kind(
+        "storage-error",
+        "storage",
+        _R,
+        "engine: an L3 read or existence query fails (a miss)",
+        ENG,
+        unit=None,
+        needs_magnitude=False,
+        drawn_for=(ENG,),
+        draw=(0, 0),
+    ),
+    Kind(
+        "storage-timeout",
+        "storage",
+        _R,
+        "engine: an L3 read hangs ms, then fails as timed out",
+        ENG,
+        draw=(50, 1500),
+        drawn_for=(ENG,),
+    ),
+    Kind(
+        "storage-partial",
+        "storage",
+        _R,
+        "engine: an L3 existence query reports only half of the pages",
+        ENG,
+        unit=None,
+        needs_magnitude=False,
+        drawn_for=(ENG,),
+        draw=(0, 0),
+    ),
+    Kind(
+        "storage-miss",
+        "storage",
+        _R,
+        "engine: the rank's L3 existence queries report pages=N fewer pages",
+        ENG,
+        unit="pages",
+        draw=(1, 4),
+    ),
+    Kind("kv-send-delay", "pd", _R, "engine, PD prefill rank: each KV push starts ms later", ENG, draw=(5, 300)),
+    Kind(
+        "kv-drop",
+        "pd",
+        _R,
+        "engine, PD prefill rank: its KV parts are never sent",
+        ENG,
+        unit=None,
+        needs_magnitude=False,
+        default_ms=1.0,
+        draw=(0, 0),
+    ),
+    Kind(
+        "bootstrap-delay",
+        "pd",
+        _R,
+        "engine, PD decode rank: each bootstrap registration is ms late",
+        ENG,
+        draw=(50, 1000),
+    ),
+    # -- the supervisor, from outside the ranks ----------------------------------------------------
+    Kind(
+        "rank-pause",
+        "signals",
+        _S,
+        "SIGSTOP the rank for ms, then SIGCONT",
+        draw=(100, 2000),
+        drawn_for=(ENG, Scope.ANY),
+        window=False,
+    ),
+    Kind("rank-kill", "signals", _S, "SIGKILL the rank", unit=None, needs_magnitude=False, window=False, draw=(0, 0)),
+    # -- the engine's workload ----------------------------------------------------------------------
+    Kind(
+        "request-burst",
+        "requests",
+        _W,
+        "engine: send n extra workload requests at once",
+        ENG,
+        unit=None,
+        needs_magnitude=False,
+        needs_n=True,
+        count=(2, 12),
+        drawn_for=(ENG,),
+        window=False,
+        draw=(0, 0),
+    ),
+    Kind(
+        "request-cancel",
+        "requests",
+        _W,
+        "engine: send n workload requests and disconnect after ms",
+        ENG,
+        needs_n=True,
+        draw=(50, 500),
+        count=(1, 6),
+        drawn_for=(ENG,),
+        window=False,
+    ),
 )
-ROLES = ("prefill", "decode")
+KIND: dict[str, Kind] = {k.name: k for k in KINDS}
+
+# Derived views, for the readers that want a set or a {name: doc} table.
+FAULT_KINDS = {k.name: k.doc for k in KINDS}
+IN_RANK = {k.name: k.doc for k in KINDS if k.acts is Acts.RANK}
+GENERIC = {k.name: k.doc for k in KINDS if k.acts is Acts.RANK and k.scope is Scope.ANY and not k.by_name}
+BY_NAME = {k.name: k.doc for k in KINDS if k.by_name}
+ENGINE = {k.name: k.doc for k in KINDS if k.acts is Acts.RANK and k.scope is Scope.ENGINE}
+CONTROLLER = {k.name: k.doc for k in KINDS if k.acts is not Acts.RANK}  # carried out outside the ranks
+ENGINE_ONLY = {k.name for k in KINDS if k.scope is Scope.ENGINE}
+NEEDS_MS = {k.name for k in KINDS if k.needs_magnitude}
+BY_PAGES = {k.name for k in KINDS if k.unit == "pages"}  # magnitude written pages=N; held in ms
+NEEDS_N = {k.name for k in KINDS if k.needs_n}
+PER_RANK = {k.name for k in KINDS if k.per_rank}
+TEXT_KEYS = {k.name: k.keys for k in KINDS if k.keys}
+NEEDS_TEXT = {k.name: k.needs for k in KINDS if k.needs}
 TEXT_FIELDS = ("fn", "when", "exc", "op", "group", "path", "thread")
+_KEYS = ("rank", "target", "ms", "p", "start_s", "duration_s", "n", "role", *TEXT_FIELDS)
+ROLES = ("prefill", "decode")
+
+
+def drawn_for(target: Scope) -> tuple[str, ...]:
+    """The kinds exploration draws by default against this target."""
+    return tuple(k.name for k in KINDS if target in k.drawn_for)
+
+
+def usable_on(target: Scope) -> tuple[str, ...]:
+    """The kinds that can act on this target, in the vocabulary's order."""
+    return tuple(k.name for k in KINDS if target is Scope.ENGINE or k.scope is Scope.ANY)
+
+
+def hint(scope: Scope = Scope.ANY) -> str:
+    """The kinds a user can inject on this target, for an error's hint: by-name kinds with their
+    fn=, the engine's only where the target is the engine."""
+    return ", ".join(f"{n}:fn=..." if KIND[n].by_name else n for n in usable_on(scope))
+
+
 _FN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
@@ -276,8 +520,8 @@ def parse_fault(spec: str) -> Fault:
         if not eq or key not in _keys(kind):
             raise ValueError(f"bad parameter {item!r} in {spec!r}; keys: {', '.join(_keys(kind))}")
         values["ms" if key == "pages" else key] = value.strip()
-    if kind == "kv-drop":  # no magnitude: any positive value means "drop"
-        values.setdefault("ms", "1")
+    if KIND[kind].default_ms:  # kv-drop: no magnitude, any positive value means "drop"
+        values.setdefault("ms", f"{KIND[kind].default_ms:g}")
     if kind in NEEDS_MS and "ms" not in values:
         raise ValueError(f"fault {spec!r} needs {'pages' if kind in BY_PAGES else 'ms'}=N")
     if kind in NEEDS_N and "n" not in values:

@@ -24,11 +24,14 @@ from hctool.consensus import analyze_dir
 from hctool.consensus.live import LiveWatcher
 from hctool.consensus.model import Divergence, Report
 from hctool.launch import PDTopology, Topology
+from hctool.protocol import faultcounts
+from hctool.protocol.faults import IN_RANK, Fault
 from hctool.repro.scenario import Scenario, Variant
 from hctool.repro.state import find_state_divergence
 from hctool.repro.verdict import Observation, VariantReport, judge
 from hctool.repro.workload import WorkloadDriver, build_prompts, run_to_completion
 from hctool.stacks import dump_stacks
+from hctool.supervise.faults import FaultController
 
 POLL_S = 0.2
 DEATH_GRACE_S = 5.0  # a rank whose socket closed has this long to exit
@@ -99,12 +102,14 @@ class ReproHarness:
 
     # -- one variant run -------------------------------------------------------------------
     def run_variant(
-        self, variant: Variant, index: int = 0, faults: list[str] | None = None, hooks=None, name: str | None = None
+        self, variant: Variant, index: int = 0, faults: list[Fault] | None = None, hooks=None, name: str | None = None
     ) -> VariantReport:
         """One run. `faults` replaces the scenario's; `hooks` (chaos) is told when the
         workload starts (`started(topo, url, driver, t0)`), may act while it runs
         (`tick()`), sees the engine at quiesce before teardown (`quiesce(topo, url,
-        driver)`) and gets the observation (`finished(obs, driver, topo)`)."""
+        driver)`) and gets the observation (`finished(obs, driver, topo)`). Without hooks, the
+        faults that act outside the ranks (a scenario's rank-pause) go to a FaultController;
+        then, and only then, the ranks' fault clock starts with the workload (else at launch)."""
         name = name or (variant.name if self.opts.runs == 1 else f"{variant.name}-run{index + 1}")
         faults = list(self.s.faults) if faults is None else list(faults)
         vdir = self.root / name
@@ -116,10 +121,12 @@ class ReproHarness:
         args = self.s.server_args(variant, self.tp, (*self.device_flags, *extra))
         deadline_s = self.opts.timeout or self.s.deadline
         shape = f"PD prefill TP={self.s.prefill_tp} + decode TP={self.tp}" if self.s.pd else f"TP={self.tp}"
-        log(f"{name}: starting {shape} with faults {', '.join(faults) or 'none'}")
+        log(f"{name}: starting {shape} with faults {', '.join(f.spec() for f in faults) or 'none'}")
         t0 = time.monotonic()
         stacks: dict[str, str] = {}
-        env = {"HCTOOL_TRACE_DIR": str(traces), **(hooks.env(vdir) if hooks else {})}
+        outside = [f for f in faults if f.kind not in IN_RANK]
+        fc = FaultController(outside, vdir / "fault-clock") if outside and hooks is None else None
+        env = {"HCTOOL_TRACE_DIR": str(traces), **(hooks.env(vdir) if hooks else fc.env() if fc else {})}
         probes = [*self.s.probes, *(hooks.probes if hooks else ())]
         if self.s.pd:  # the decode side is traced and watched (the prefill's traces sit beside)
             topo = PDTopology(
@@ -147,10 +154,16 @@ class ReproHarness:
             )
             if hooks:
                 hooks.started(topo, url, driver, time.time())
+            elif fc:
+                fc.started()
             driver.start()
             started = time.monotonic()
             with progress.task(name, total=sum(map(len, self.rounds)), text="requests answered") as bar:
-                outcome, live, death = self._watch(topo, watcher, driver, started, deadline_s, hooks, bar)
+                try:
+                    outcome, live, death = self._watch(topo, watcher, driver, started, deadline_s, hooks, bar, fc)
+                finally:
+                    if fc:
+                        fc.release()  # never leave a stopped rank behind
             if outcome == "done" and hooks:
                 hooks.quiesce(topo, url, driver)
             if outcome != "done":
@@ -162,6 +175,12 @@ class ReproHarness:
                 driver.stop()
                 codes = topo.rank_exit_codes()
         final = analyze_dir(traces, exit_codes=codes, stacks=stacks)
+        # how often each fault fired: the ranks' own counts (both sides of a PD run), the supervisor's
+        folders = [traces, vdir / "traces-prefill"] if self.s.pd else [traces]
+        fired = faultcounts.read(folders, [f.spec() for f in faults if f.kind in IN_RANK])
+        fired += hooks.counts() if hooks else fc.counts() if fc else []
+        for row in fired:
+            log(f"{name}: fault {faultcounts.describe(row)}")
         differing = self._outputs_differing(driver)
         obs = Observation(
             outcome, death, live, final, driver.sent, driver.succeeded, not differing, driver.aborted, differing
@@ -188,6 +207,7 @@ class ReproHarness:
             str(vdir),
             # calls per rank per op, from the analysis of every trace after teardown
             counts=final.counts or (live.counts if live is not None else {}),
+            faults=fired,
         )
         (vdir / "report.json").write_text(json.dumps(report.to_json(), indent=2))
         if stacks:
@@ -204,6 +224,7 @@ class ReproHarness:
         deadline_s: float,
         hooks=None,
         bar=None,
+        fc: FaultController | None = None,
     ):
         while True:
             time.sleep(POLL_S)
@@ -212,6 +233,8 @@ class ReproHarness:
                 bar.update(completed=answered, text=f"{answered}/{sum(map(len, self.rounds))} requests answered")
             if hooks:
                 hooks.tick()
+            elif fc:
+                fc.tick(topo.pids_by_rank())
             death = topo.first_death()
             if death is not None:
                 time.sleep(0.5)  # let the checker read the last records of the dying rank
@@ -219,7 +242,7 @@ class ReproHarness:
             report = watcher.check()
             if report is not None:
                 return "watcher", report, None
-            if driver.done.is_set() and (hooks is None or hooks.idle()):
+            if driver.done.is_set() and (hooks.idle() if hooks else fc.idle() if fc else True):
                 # Requests failed: the frontend fails them as soon as a rank's socket closes,
                 # which can be before that rank's process has exited; wait for its death.
                 if driver.succeeded + driver.aborted < driver.sent and topo.wait_for_death(DEATH_GRACE_S):
@@ -275,9 +298,10 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _commands(topo: Topology, args: ServerArgs, s: Scenario, faults: list[str]) -> str:
+def _commands(topo: Topology, args: ServerArgs, s: Scenario, faults: list[Fault]) -> str:
+    specs = ", ".join(f.spec() for f in faults) or "none"
     lines = [
-        f"# scenario {s.id}; faults: {', '.join(faults) or 'none'}; probes: {', '.join(s.probes) or 'none'}",
+        f"# scenario {s.id}; faults: {specs}; probes: {', '.join(s.probes) or 'none'}",
         f"# engine args: {args.to_json()}",
     ]
     lines += [f"{c.name}: pid {c.popen.pid}: {' '.join(c.popen.args)}" for c in topo.procs.children]

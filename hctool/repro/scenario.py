@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.lab import ServerArgs
-from hctool.protocol.faults import parse_fault
+from hctool.protocol.faults import Fault, parse_fault
 from hctool.repro.mechanism import Mechanism, MechanismError, parse_mechanism
 
 VERDICTS = ("deadlocked", "crashed", "diverged", "healthy")
@@ -57,7 +57,7 @@ class Scenario:
     engine_flags: tuple[str, ...]
     setup_flags: tuple[str, ...]  # engine flags of the setup (storage-filling) run
     workload: Workload
-    faults: tuple[str, ...]
+    faults: tuple[Fault, ...]  # parsed at load; text again only in the ranks' environment
     probes: tuple[str, ...]
     variants: tuple[Variant, ...]
     prefill_tp: int | None = None  # PD: a prefill server of this TP, and `tp` is the decode's
@@ -290,6 +290,7 @@ def load_scenario(path: Path) -> Scenario:
     # PD scenarios: `decode_tp` is the decode server's TP (the ranks the checks watch)
     tp = _number(topo, "decode_tp" if "decode_tp" in topo else "tp", int, 1, MAX_TP, twhere, 2)
     prefill_tp = _number(topo, "prefill_tp", int, 1, MAX_TP, twhere) if "prefill_tp" in topo else None
+    parsed = []
     for spec in faults:
         try:
             fault = parse_fault(spec)
@@ -297,6 +298,7 @@ def load_scenario(path: Path) -> Scenario:
             raise ScenarioError(f"{where}: {exc}") from None
         if not math.isfinite(fault.ms) or fault.ms > DAY_S * 1000:
             raise ScenarioError(f"{where}: fault {spec!r}: ms must be a finite number up to {DAY_S * 1000:g}")
+        parsed.append(fault)
     run = tables["run"]
     scenario = Scenario(
         id=sid,
@@ -309,7 +311,7 @@ def load_scenario(path: Path) -> Scenario:
         engine_flags=_strings(tables["engine"], "flags", f"{where} [engine]"),
         setup_flags=_strings(tables["setup"], "flags", f"{where} [setup]"),
         workload=workload,
-        faults=faults,
+        faults=tuple(parsed),
         probes=_strings(data, "probes", where),
         variants=tuple(variants),
         **{k: _number(run, k, float, 0.0, DAY_S, f"{where} [run]", d) for k, d in RUN_LIMITS.items()},

@@ -121,6 +121,7 @@ class VariantReport:
     stacks: dict
     artifacts: str
     counts: dict = field(default_factory=dict)  # calls per rank per op (what --json's analysis saw)
+    faults: list = field(default_factory=list)  # per fault: {"spec", "fired": {rank: n}, "total"}
     runs: int | None = None  # --runs K: K, with every run's verdict
     ok_runs: int | None = None
     verdicts: list[str] = field(default_factory=list)
@@ -142,6 +143,7 @@ class VariantReport:
                 "first_divergence",
                 "stacks",
                 "counts",
+                "faults",
                 "artifacts",
             )
         }

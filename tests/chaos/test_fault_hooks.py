@@ -44,7 +44,7 @@ def _seams(faults, rank=0):
     names.reset()
     SEAMS.reset()
     c = agent_faults.FaultClock(faults, rank)
-    agent_faults._install_engine(c, faults)
+    agent_faults.install_with(c, faults)
     return c
 
 
@@ -124,7 +124,7 @@ def test_storage_faults_on_a_real_file_store(clock, tmp_path, real_time):
 def test_skewed_clock_only_moves_forward(clock, real_time):
     clock.write_text(repr(time.time() - 10.0))
     faults = [parse_fault("clock-jump:ms=5000,start_s=2"), parse_fault("clock-skew:ms=100,start_s=0,duration_s=4")]
-    agent_faults._install_clocks(agent_faults.FaultClock(faults, 0), faults)
+    agent_faults.install_with(agent_faults.FaultClock(faults, 0), faults)
     assert time.monotonic() - REAL.monotonic() == pytest.approx(5.4, abs=0.05)
     assert time.perf_counter() - REAL.perf_counter() == pytest.approx(5.4, abs=0.05)
     assert time.time() - REAL.time() == pytest.approx(5.4, abs=0.05)
@@ -140,7 +140,7 @@ def test_wall_clock_and_page_faults_share_the_hooks(clock, real_time):
 
     clock.write_text(repr(time.time() - 10.0))
     faults = [parse_fault("clock-skew:rank=1,ms=100")]
-    agent_faults._install_clocks(agent_faults.FaultClock(faults, 1), faults)
+    agent_faults.install_with(agent_faults.FaultClock(faults, 1), faults)
     assert streams.wall_clock() - REAL.time() == pytest.approx(1.0, abs=0.05)
     assert PrefetchOperation("r", None, (), [], []).start_time - REAL.monotonic() == pytest.approx(1.0, abs=0.05)
     faults = [
@@ -178,7 +178,7 @@ def test_thread_slow_holds_non_main_threads_only(clock, restored):
 
     clock.write_text(repr(time.time()))
     faults = [parse_fault("thread-slow:ms=150,thread=worker-*")]
-    agent_faults._install_thread_slow(agent_faults.FaultClock(faults, 0), faults)
+    agent_faults.install_with(agent_faults.FaultClock(faults, 0), faults)
     q = queue.Queue()
     took = {}
 
@@ -202,7 +202,7 @@ def test_thread_slow_holds_non_main_threads_only(clock, restored):
 def test_io_delay_slows_reads_and_writes_of_matching_paths(clock, tmp_path, restored):
     clock.write_text(repr(time.time()))
     faults = [parse_fault(f"io-delay:path={tmp_path}/slow*,ms=60")]
-    agent_faults._install_io_delay(agent_faults.FaultClock(faults, 0), faults)
+    agent_faults.install_with(agent_faults.FaultClock(faults, 0), faults)
     fast, slow = tmp_path / "fast.txt", tmp_path / "slow.txt"
     t = time.monotonic()
     fast.write_text("x")

@@ -59,7 +59,7 @@ def test_the_agent_installs_every_seam_by_its_declared_name(tmp_path, monkeypatc
     specs = {k: f"{k}:pages=1" if k in ("host-pool-shrink", "storage-miss") else f"{k}:ms=1" for k in ENGINE}
     faults = [parse_fault(s) for s in specs.values()]
     try:
-        agent_faults._install_engine(agent_faults.FaultClock(faults, 0), faults)
+        agent_faults.install_with(agent_faults.FaultClock(faults, 0), faults)
         defaults = {name: default for name, (_, default) in DECLARED.items()}
         assert [n for n in DECLARED if getattr(SEAMS, n) is defaults[n]] == []
     finally:
