@@ -19,6 +19,23 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what a type checker sees: the real names (at run time each loads on first use)
+    from engine.lab import contract
+    from engine.lab.seams import DECLARED, POINTS, SEAMS
+    from engine.lab.snapshot import (
+        NodeRow,
+        RankLocal,
+        Replicated,
+        TickSnapshot,
+        add_tick_observer,
+        check_accounting,
+    )
+    from engine.lab.variants import VARIANTS, Variant, Variants
+    from engine.managers.state_digest import FIELDS as STATE_FIELDS
+    from engine.mem_cache.hicache_page import StorageDirError, check_storage_dir
+    from engine.server_args import PREFETCH_POLICIES, WRITE_POLICIES, ModelConfig, ServerArgs
 
 ENGINE_ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +61,29 @@ _SURFACE = {
     "check_storage_dir": "engine.mem_cache.hicache_page",
     "StorageDirError": "engine.mem_cache.hicache_page",
 }
-__all__ = ["ENGINE_ROOT", *_SURFACE]
+__all__ = [
+    "ENGINE_ROOT",
+    "ServerArgs",
+    "ModelConfig",
+    "WRITE_POLICIES",
+    "PREFETCH_POLICIES",
+    "Variants",
+    "VARIANTS",
+    "Variant",
+    "contract",
+    "SEAMS",
+    "DECLARED",
+    "POINTS",
+    "TickSnapshot",
+    "Replicated",
+    "RankLocal",
+    "NodeRow",
+    "add_tick_observer",
+    "check_accounting",
+    "STATE_FIELDS",
+    "check_storage_dir",
+    "StorageDirError",
+]
 
 
 def __getattr__(name: str):

@@ -177,10 +177,13 @@ def check_accounting(snap_or_state, page_size: int | None = None) -> None:
     total (logical counts), keys page-aligned, device pages matching keys, no evicted node
     above a device child, no lock on an evicted node, every node on some tier, no negative
     reference."""
+    p: int | None
     if isinstance(snap_or_state, TickSnapshot):
         rep, local, p = snap_or_state.replicated, snap_or_state.local.__dict__, snap_or_state.page_size
     else:
         (rep, local), p = snap_or_state, page_size
+    if p is None:
+        raise ValueError("check_accounting of a (replicated, local) pair needs its page_size")
     total, in_use = local["device_pages_total"], local["pages_in_use"]
     free = rep.device_free_logical // p
     cached = sum(n.device_pages or 0 for n in rep.nodes)
@@ -198,6 +201,8 @@ def check_accounting(snap_or_state, page_size: int | None = None) -> None:
             raise AssertionError(f"node {n.id} bad lock_ref {n.lock_ref} (evicted={n.device_pages is None})")
     if local["host_pages_total"] is None:
         return
+    if rep.host_free_logical is None:
+        raise AssertionError("a host pool without a free count")
     host_free, used, host_total = rep.host_free_logical // p, local["host_pages_used"], local["host_pages_total"]
     if host_free + used != host_total:
         raise AssertionError(f"L2 leak: free {host_free} + used {used} != total {host_total}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 PATTERN = re.compile(r"^faults-rank(\d+)-(\d+)\.json$")
 MAX_BYTES = 1 << 20
@@ -20,7 +21,7 @@ def read(folder: Path | list[Path], specs: list[str]) -> list[dict]:
     """Per fault of `specs` (in order): {"spec", "fired": {"<rank>": n}, "total", and for a
     by-name fault "resolved": {"<rank>": state}} over every rank file in the folder (or folders:
     a PD run's two sides); a fault no rank reported is there with total 0 ("never fired")."""
-    out = {s: {"spec": s, "fired": {}, "total": 0} for s in specs}
+    out: dict[str, dict[str, Any]] = {s: {"spec": s, "fired": {}, "total": 0} for s in specs}
     folders = [folder] if isinstance(folder, (str, Path)) else folder
     for path in sorted(p for f in folders for p in Path(f).glob("faults-rank*.json")):
         m = PATTERN.match(path.name)

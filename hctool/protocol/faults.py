@@ -26,6 +26,7 @@ import re
 import zlib
 from dataclasses import asdict, dataclass, replace
 from enum import Enum
+from typing import Any
 
 from hctool.protocol.limits import bounded
 
@@ -527,7 +528,9 @@ def parse_fault(spec: str) -> Fault:
     if kind in NEEDS_N and "n" not in values:
         raise ValueError(f"fault {spec!r} needs n=N")
     try:
-        kw = {k: (float(v) if k in _NUMERIC else int(v) if k in ("rank", "n") else v) for k, v in values.items()}
+        kw: dict[str, Any] = {
+            k: (float(v) if k in _NUMERIC else int(v) if k in ("rank", "n") else v) for k, v in values.items()
+        }
     except ValueError:
         raise ValueError(f"fault {spec!r}: rank and n must be integers, ms, p, start_s, duration_s numbers") from None
     try:

@@ -30,8 +30,7 @@ def imports(path: Path, name: str, module_level_only: bool = False) -> set[str]:
     tree = ast.parse(path.read_text(), str(path))
     is_pkg = path.name == "__init__.py"
     out: set[str] = set()
-    nodes = tree.body if module_level_only else ast.walk(tree)
-    for node in nodes:
+    for node in _runtime_imports(tree, module_level_only):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -47,12 +46,43 @@ def imports(path: Path, name: str, module_level_only: bool = False) -> set[str]:
     return out
 
 
+def _runtime_imports(tree: ast.Module, module_level_only: bool):
+    """The import statements that run: `if TYPE_CHECKING:` blocks are for a type checker only."""
+
+    def walk(body):
+        for node in body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                yield from walk(node.orelse)
+                continue
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                yield node
+            # module level: what runs on import (if/try/with blocks); else every body, functions too
+            if not module_level_only or isinstance(node, (ast.If, ast.Try, ast.With, ast.ExceptHandler)):
+                for field in ("body", "orelse", "finalbody", "handlers"):
+                    yield from walk(getattr(node, field, None) or [])
+
+    yield from walk(tree.body)
+
+
 _MODULES = set()
 
 
-def graph(module_level_only: bool = True) -> dict[str, set[str]]:
+def graph(module_level_only: bool = True, packages: bool = True) -> dict[str, set[str]]:
+    """Who imports whom. `packages`: importing pkg.sub runs pkg's __init__ first, so it is an
+    edge to pkg too (except to the importer's own packages, which are running already)."""
     mods = modules()
-    return {m: {i for i in imports(p, m, module_level_only) if i in mods and i != m} for m, p in mods.items()}
+    out = {}
+    for m, p in mods.items():
+        deps = {i for i in imports(p, m, module_level_only) if i in mods and i != m}
+        if packages:
+            deps |= {
+                ".".join(d.split(".")[:k])
+                for d in list(deps)
+                for k in range(1, d.count(".") + 1)
+                if ".".join(d.split(".")[:k]) in mods and not (m + ".").startswith(".".join(d.split(".")[:k]) + ".")
+            }
+        out[m] = deps - {m}
+    return out
 
 
 def cycles(g: dict[str, set[str]]) -> list[list[str]]:

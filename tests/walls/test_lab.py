@@ -4,6 +4,7 @@ feeds the agent's chaos observer from a real scheduler. A rename on either side 
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import os
@@ -26,6 +27,17 @@ def _engine_source() -> str:
 def test_the_surface_lists_what_it_serves():
     for name in lab.__all__:
         assert getattr(lab, name) is not None, name
+    # what a type checker sees (the TYPE_CHECKING imports) is what the lab serves, by the same names
+    tree = ast.parse((REPO / "engine" / "lab" / "__init__.py").read_text())
+    typed = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body
+        if isinstance(stmt, ast.ImportFrom)
+        for alias in stmt.names
+    }
+    assert typed == set(lab.__all__) - {"ENGINE_ROOT"} == set(lab._SURFACE)
     with pytest.raises(AttributeError, match="the surface is"):
         lab.HiRadixCache  # noqa: B018 - internals are not on the surface
 
