@@ -157,7 +157,7 @@ class Scheduler:
         and the ranks admit different batches. rank0 (#27164): rank 0 decides and sends
         the rids with the next tick's broadcast, so every rank drops them in one tick."""
         limit, local = self.args.req_waiting_timeout, self.args.variants.waiting_timeout_decision == "local"
-        if limit <= 0 or not (local or self.tp_rank == 0):
+        if limit <= 0 or not (local or self.io.tp_rank == 0):  # rank 0 of the whole job decides
             return
         now = streams.wall_clock()
         for req in [r for r in self.prefill.waiting_queue if now - r.wait_start > limit and r.rid not in self.aborting]:
