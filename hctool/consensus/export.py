@@ -289,8 +289,11 @@ def _marks(marks, ranks: list[int], tracks: dict, t0: float, end: float) -> list
                     {"ph": "i", "s": "t", "name": m.name, "cat": m.kind, "pid": r + 1, "tid": 1, "ts": ts, "args": args}
                 )
             else:
-                dur = max(MIN_DUR_US, m.dur * 1e6)
-                tid = tracks[r].lane("events", ts, ts + dur, (-2,)) if m.dur else 1
+                # rounded before its lane is chosen: the slice drawn is the one that must fit. A
+                # window of no length (a fault switched on as the run ended) still takes a lane:
+                # on the first one it overlapped a window ending a rounding later, not nesting
+                dur = round(max(MIN_DUR_US, m.dur * 1e6), 3)
+                tid = tracks[r].lane("events", ts, ts + dur, (-2,))
                 out.append(
                     {
                         "ph": "X",
@@ -299,7 +302,7 @@ def _marks(marks, ranks: list[int], tracks: dict, t0: float, end: float) -> list
                         "pid": r + 1,
                         "tid": tid,
                         "ts": ts,
-                        "dur": round(dur, 3),
+                        "dur": dur,
                         "args": args,
                     }
                 )

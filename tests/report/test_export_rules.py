@@ -28,18 +28,18 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 
 @pytest.fixture(scope="module")
 def four_ranks(tmp_path_factory):
-    """four_ranks.py under check-consensus run on 4 gloo ranks, exported: (document, stderr)."""
+    """four_ranks.py under check-consensus run on 4 gloo ranks, exported: (document, stderr, trace folder)."""
     tmp = tmp_path_factory.mktemp("four")
     code, report, err = run_check(str(FOUR_RANKS), tmp, nproc=4, timeout=150)
     assert code == 0 and report["verdict"] == "consistent", err[-3000:]
     proc = export(tmp / "trace", tmp / "t.json")
     assert proc.returncode == 0, proc.stderr
-    return json.loads((tmp / "t.json").read_text()), proc.stderr
+    return json.loads((tmp / "t.json").read_text()), proc.stderr, tmp / "trace"
 
 
 @pytest.mark.timeout(240)
 def test_a_four_rank_export_obeys_the_format(four_ranks):
-    doc, _ = four_ranks
+    doc, _, _ = four_ranks
     assert check(doc) == []
     evs = doc["traceEvents"]
     # the run exercised what the rules are about: lanes for overlapping calls, p2p, labels,
@@ -57,7 +57,7 @@ def test_a_four_rank_export_obeys_the_format(four_ranks):
 
 @pytest.mark.timeout(240)
 def test_tids_are_unique_in_the_file(four_ranks):
-    doc, _ = four_ranks
+    doc, _, _ = four_ranks
     pids_of: dict[int, set[int]] = {}
     for e in doc["traceEvents"]:
         if e["ph"] == "M" and e["name"].startswith("process_"):
@@ -71,7 +71,7 @@ def test_tids_are_unique_in_the_file(four_ranks):
 
 @pytest.mark.timeout(240)
 def test_the_checker_catches_what_viewers_trip_on(four_ranks):
-    good, _ = four_ranks
+    good, _, _ = four_ranks
     evs = good["traceEvents"]
     s = next(
         e
@@ -113,6 +113,27 @@ def test_the_checker_catches_what_viewers_trip_on(four_ranks):
     assert any("bind_id 0x1" in x for x in check(bound))
 
 
+@pytest.mark.timeout(240)
+def test_fault_windows_that_touch_still_nest(four_ranks):
+    # a chaos schedule's windows as history.jsonl gives them: one ending as the next starts (the
+    # microsecond rounding put the second 1 ns inside the first) and one switched on as the run
+    # ended (no length): export_folder takes such marks from any source
+    from hctool.consensus.export import export_folder
+    from hctool.consensus.marks import Mark
+
+    doc, _, folder = four_ranks
+    t0 = doc["otherData"]["hctool"]["t0_wall"]
+    marks = [
+        Mark("a", 1, t0 + 0.1000004, dur=0.2000003, kind="fault"),
+        Mark("b", 1, t0 + 0.3000006, dur=0.0, kind="fault"),
+        Mark("c", 1, t0 + 0.3000006, dur=0.1, kind="fault"),
+    ]
+    out, _ = export_folder(folder, marks=marks)
+    assert check(json.loads(json.dumps(out))) == []
+    windows = [e for e in out["traceEvents"] if e.get("cat") == "fault"]
+    assert sorted(e["name"] for e in windows) == ["a", "b", "c"]
+
+
 def chaos(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "hctool", "chaos", *args],
@@ -149,14 +170,14 @@ def test_a_chaos_explore_folder_exports_and_says_which_run(tmp_path):
     report = json.loads(proc.stdout)
     assert proc.returncode == 0 and report["verdict"] == "valid", proc.stderr[-3000:]
     names = [r["name"] for r in report["runs"]]
-    assert len(names) == 2
+    assert len(names) >= 2, names
     out = export(tmp_path / "ex", tmp_path / "t.json")
     assert out.returncode == 0, out.stderr
     doc = json.loads((tmp_path / "t.json").read_text())
     assert check(doc) == []
     info = doc["otherData"]["hctool"]
     assert info["run"] == names[0] and info["verdict"] == "consistent"
-    assert f"exporting run {names[0]} of 2 (every run is clean: the first)" in out.stderr, out.stderr
+    assert f"exporting run {names[0]} of {len(names)} (every run is clean: the first)" in out.stderr, out.stderr
     assert f"--run NAME exports another of: {', '.join(names)}" in out.stderr
     assert sum(info["calls_kept"].values()) > 0
     picked = export(tmp_path / "ex", tmp_path / "t2.json", "--run", names[1])
@@ -193,7 +214,7 @@ def test_a_chaos_folder_exports_its_failing_run(tmp_path):
     assert check(doc) == []
     info = doc["otherData"]["hctool"]
     assert info["run"] == failing[0] and info["verdict"] in ("diverged", "hung", "crashed"), info
-    assert f"exporting run {failing[0]} of 2 (the first that is not clean" in out.stderr, out.stderr
+    assert f"exporting run {failing[0]} of {len(report['runs'])} (the first that is not clean" in out.stderr, out.stderr
     evs = doc["traceEvents"]
     assert any(e.get("cat") == "divergence" for e in evs)
     assert any(e.get("cat") == "fault" and e["pid"] == 2 for e in evs)  # the skew, on rank 1's events track
