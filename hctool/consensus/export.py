@@ -35,6 +35,10 @@ from hctool.report.paths import short_frame
 FORMAT = "hctool-chrome-trace/1"
 MAX_NAMED = 12  # runs named in the line that says which run of a folder was exported
 MIN_DUR_US = 1.0  # a call that took no measurable time still shows (and can hold a flow)
+# A flow event sits this far inside its call's slice, not on its first microsecond: a viewer binds
+# it to the slice around its ts, and whether a slice "is around" its own start, or is read before
+# an event of the same ts, differs between viewers. The same inset on both ends keeps the order.
+FLOW_INSET_US = MIN_DUR_US / 2
 
 
 def _us(t: float, t0: float) -> float:
@@ -264,6 +268,7 @@ def _flows(placed: dict) -> list[dict]:
         for (ra, ta, tsa, ca), (rb, tb, tsb, cb) in zip(sides, sides[1:]):
             fid += 1
             _, name = pair_label(ca.ev, cb.ev)
+            tsa, tsb = round(tsa + FLOW_INSET_US, 3), round(tsb + FLOW_INSET_US, 3)
             out.append({"ph": "s", "id": fid, "name": name, "cat": "pair", "pid": ra + 1, "tid": ta, "ts": tsa})
             out.append(
                 {"ph": "f", "bp": "e", "id": fid, "name": name, "cat": "pair", "pid": rb + 1, "tid": tb, "ts": tsb}
