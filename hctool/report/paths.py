@@ -10,6 +10,7 @@ stays whole: it is the only way to open that file.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -17,8 +18,13 @@ import sys
 
 def _roots() -> list[str]:
     """Where installed modules live (site-packages, the standard library), longest first."""
-    found = {os.path.realpath(p) for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)}
-    found.discard(os.path.realpath(os.getcwd()))
+    return _roots_of(tuple(sys.path), os.getcwd())
+
+
+@functools.lru_cache(maxsize=4)  # an export shortens every frame of every unfinished call
+def _roots_of(path: tuple[str, ...], cwd: str) -> list[str]:
+    found = {os.path.realpath(p) for p in path if p and os.path.isabs(p) and os.path.isdir(p)}
+    found.discard(os.path.realpath(cwd))
     return sorted(found, key=len, reverse=True)
 
 
