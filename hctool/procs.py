@@ -33,6 +33,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def alive(pid: int) -> bool:
+    """A process that runs (a zombie has ended; only its parent has not reaped it yet)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def describe_exit(returncode: int | None) -> str:
     if returncode is None:
         return "still running"

@@ -19,12 +19,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from hctool.chaos.history import History
 from hctool.chaos.invariants import Anomaly
 from hctool.chaos.runner import RunResult
 from hctool.chaos.schedule import Schedule
 from hctool.consensus.model import Report, Verdict
+from hctool.protocol.faults import Fault, Scope
 from hctool.targets import Command
 
 COMMAND_CHECKERS = ("consensus", "liveness", "exits", "output")
@@ -56,6 +58,10 @@ class CommandTarget:
     same_output: str | None
     args: tuple[str, ...]  # the CLI words that name this target again (for replay)
 
+    scope: ClassVar[Scope] = Scope.ANY  # the generic kinds only: the engine's need hctool's engine
+    default_horizon_s: ClassVar[float | None] = None  # the fault-free run's length
+    checkers: ClassVar[tuple[str, ...]] = COMMAND_CHECKERS
+
     @property
     def label(self) -> str:
         return self.command.label
@@ -63,6 +69,15 @@ class CommandTarget:
     @property
     def replay(self) -> str:
         return shlex.join(self.args)
+
+    def runner(self, root: Path, history, starve_ticks: int = 0, horizon_s: float | None = None):
+        return CommandRunner(self, root, history, horizon_s=horizon_s)
+
+    def unresolved(self, f: Fault) -> str | None:
+        """Why a by-name fault's function is not in the program's source (None: it is, or no fn=)."""
+        from hctool.resolve import check_function
+
+        return check_function(f.fn, self.command.main_source()) if f.fn else None
 
 
 def command_target(

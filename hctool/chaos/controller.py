@@ -11,11 +11,11 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
 import requests
 
 from hctool.chaos.history import History
 from hctool.chaos.schedule import Schedule
+from hctool.procs import alive as _alive
 from hctool.protocol.faults import Fault
 from hctool.supervise.faults import FaultController
 
@@ -148,11 +148,4 @@ def _settled(path: Path, since: float) -> bool:
     try:
         return path.stat().st_mtime > since and json.loads(path.read_text()).get("in_flight") == 0
     except (OSError, ValueError):
-        return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
         return False

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from hctool.chaos import cache
 from hctool.chaos.controller import Controller
 from hctool.chaos.history import History
 from hctool.chaos.invariants import CHECKERS, Anomaly, RunRecord, check_all
 from hctool.chaos.schedule import Schedule
-from hctool.chaos.target import Target
 from hctool.launch import TopologyError
 from hctool.protocol.faults import IN_RANK
 from hctool.repro.harness import HarnessOptions, ReproHarness
+
+if TYPE_CHECKING:  # the target makes its runner (target.runner()): only a type here
+    from hctool.chaos.target import Target
 
 
 class RunResult(NamedTuple):

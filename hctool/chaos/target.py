@@ -7,8 +7,9 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import ClassVar
 
-from hctool.protocol.faults import Fault
+from hctool.protocol.faults import Fault, Scope
 from hctool.repro.scenario import Scenario, ScenarioError, Variant, Workload
 
 
@@ -19,11 +20,32 @@ class Target:
     base_faults: tuple[Fault, ...]  # the scenario's own faults, unless --no-scenario-faults
     args: tuple[str, ...]  # the CLI words that name this target again (for replay)
 
+    # What chaos does differs by target in these members only (the command target has them too):
+    # chosen once, where the target is made, not asked again with isinstance.
+    scope: ClassVar[Scope] = Scope.ENGINE  # the fault kinds that can act on it, and those drawn
+    default_horizon_s: ClassVar[float | None] = 20.0  # faults start while requests queue
+
     @property
     def label(self) -> str:
         return " ".join(self.args)
 
     replay = label  # the same words name the target in a replay command
+
+    @property
+    def checkers(self) -> tuple[str, ...]:
+        from hctool.chaos.invariants import CHECKERS
+
+        return CHECKERS
+
+    def runner(self, root: Path, history, starve_ticks: int, horizon_s: float | None = None):
+        from hctool.chaos.runner import ChaosRunner
+
+        extra = {} if horizon_s is None else {"horizon_s": horizon_s}
+        return ChaosRunner(self, root, history, starve_ticks, **extra)
+
+    def unresolved(self, f: Fault) -> str | None:
+        """Why a by-name fault's function is not in the target (the engine's are checked at run time)."""
+        return None
 
 
 # A collective blocked this long while a peer is elsewhere is a hang. A repro scenario's own

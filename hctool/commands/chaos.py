@@ -22,7 +22,6 @@ app = typer.Typer(
 )
 EXTRA = {"allow_extra_args": True, "ignore_unknown_options": False}
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2}
-ENGINE_HORIZON_S = 20.0  # the engine's faults start within this; its interesting part is while requests queue
 
 ScenarioOpt = typer.Option(None, "--scenario", help="Run a repro scenario's engine configuration and workload.")
 VariantOpt = typer.Option(None, "--variant", help="The scenario's variant (default: its first).")
@@ -104,46 +103,21 @@ def _target(
     )
 
 
-def _runner(target, root: Path, history, starve_ticks: int, horizon: float | None = None):
-    from hctool.chaos.command import CommandRunner, CommandTarget
-    from hctool.chaos.runner import ChaosRunner
-
-    if isinstance(target, CommandTarget):
-        return CommandRunner(target, root, history, horizon_s=horizon)
-    return ChaosRunner(target, root, history, starve_ticks, **({} if horizon is None else {"horizon_s": horizon}))
-
-
-def _checkers(target) -> tuple[str, ...]:
-    from hctool.chaos.command import COMMAND_CHECKERS, CommandTarget
-    from hctool.chaos.invariants import CHECKERS
-
-    return COMMAND_CHECKERS if isinstance(target, CommandTarget) else CHECKERS
-
-
 def _check_kinds(target, kinds) -> None:
     """The engine's kinds act through hctool's engine only: refused against a command."""
-    from hctool.chaos.command import CommandTarget
-    from hctool.protocol.faults import ENGINE_ONLY
+    from hctool.protocol.faults import hint, usable_on
 
-    bad = sorted({k for k in kinds if k in ENGINE_ONLY}) if isinstance(target, CommandTarget) else []
+    bad = sorted({k for k in kinds if k not in usable_on(target.scope)})
     if bad:
-        from hctool.protocol.faults import hint
-
         raise UsageError(
-            f"fault kind {bad[0]} acts on hctool's own engine, not on a command", f"for a program: {hint()}"
+            f"fault kind {bad[0]} acts on hctool's own engine, not on a command", f"for a program: {hint(target.scope)}"
         )
 
 
 def _check_names(target, faults) -> None:
     """A by-name fault of a schedule names a function of the program: checked before anything runs."""
-    from hctool.chaos.command import CommandTarget
-    from hctool.resolve import check_function
-
-    if not isinstance(target, CommandTarget):
-        return
-    main = target.command.main_source()
     for f in faults:
-        why = check_function(f.fn, main) if f.fn else None
+        why = target.unresolved(f)
         if why:
             raise UsageError(
                 f"schedule fault {f.spec()}: {why}",
@@ -289,7 +263,7 @@ def run_cmd(
     _check_kinds(target, [f.kind for f in sched.faults])
     _check_names(target, sched.faults)
     root, history = _setup(artifacts, "run")
-    runner = _runner(target, root, history, starve_ticks)
+    runner = target.runner(root, history, starve_ticks)
     with sigterm_as_interrupt():
         with _clean_without_faults():
             runner.prepare()
@@ -344,16 +318,15 @@ def explore_cmd(
 ) -> None:
     """Random schedules until an anomaly or the budget; then shrink and replay it."""
     from hctool import progress
-    from hctool.chaos.command import CommandTarget
     from hctool.chaos.explore import explore
     from hctool.chaos.report import build
-    from hctool.chaos.schedule import COMMAND_KINDS, DEFAULT_KINDS, ScheduleError, parse_kinds
+    from hctool.chaos.schedule import ScheduleError, parse_kinds
     from hctool.procs import sigterm_as_interrupt
+    from hctool.protocol.faults import drawn_for
 
     target = _target(
         ctx, scenario, variant, no_scenario_faults, catalogue, rounds, hang_after, nproc, timeout, same_output
     )
-    is_command = isinstance(target, CommandTarget)
     try:
         i, n = (int(x) for x in shard.split("/"))
         if not 1 <= i <= n:
@@ -361,16 +334,14 @@ def explore_cmd(
     except ValueError:
         raise UsageError(f"bad --shard {shard!r}", "use --shard i/N with 1 <= i <= N") from None
     try:
-        kind_list = parse_kinds(kinds, COMMAND_KINDS if is_command else DEFAULT_KINDS)
+        kind_list = parse_kinds(kinds, drawn_for(target.scope))
     except ScheduleError as exc:
         raise UsageError(str(exc), "see `hctool chaos explore --help` and docs/chaos.md for the kinds") from None
     need_tries = _accept(accept)
     _check_kinds(target, kind_list)
     root, history = _setup(artifacts, "explore")
     # No --horizon: the engine's faults start within 20 s; a command's within its fault-free run.
-    runner = _runner(
-        target, root, history, starve_ticks, ENGINE_HORIZON_S if horizon is None and not is_command else horizon
-    )
+    runner = target.runner(root, history, starve_ticks, target.default_horizon_s if horizon is None else horizon)
     anomalous = []
 
     def show(k: int, t: float, verdict: str) -> None:  # schedules run, anomalies, budget left
@@ -446,11 +417,11 @@ def shrink_cmd(
     sched = _schedule(schedule)
     _check_kinds(target, [f.kind for f in sched.faults])
     _check_names(target, sched.faults)
-    checkers = _checkers(target)
+    checkers = target.checkers
     if invariant is not None and invariant not in checkers:  # before anything is written
         raise UsageError(f"unknown invariant {invariant!r}", f"known: {', '.join(checkers)}")
     root, history = _setup(artifacts, "shrink")
-    runner = _runner(target, root, history, starve_ticks)
+    runner = target.runner(root, history, starve_ticks)
     with sigterm_as_interrupt():
         with _clean_without_faults():
             runner.prepare()

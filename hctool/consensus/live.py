@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import time
 
-import psutil
-
 from hctool.consensus.analyze import AnalysisSession
 from hctool.consensus.model import Report
+from hctool.procs import alive as _alive
 
 
 class LiveWatcher:
@@ -59,10 +58,3 @@ class LiveWatcher:
 
     def pids(self) -> dict[int, int]:
         return {r: rt.pid for r, rt in self.reader.ranks.items()}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False

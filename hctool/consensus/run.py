@@ -12,17 +12,17 @@ from pathlib import Path
 from hctool import log, procs
 from hctool.consensus import kernel_build
 from hctool.consensus.analyze import analyze_dir
-from hctool.consensus.live import LiveWatcher, _alive
+from hctool.consensus.live import LiveWatcher
 from hctool.consensus.model import Kind, Report, Verdict
 from hctool.protocol import env as protocol_env
 from hctool.protocol import faultcounts
 from hctool.protocol.faults import IN_RANK, Fault
 from hctool.protocol.runrecord import RunRecord
-from hctool.stacks import dump_stacks, ranks_in_tree
 from hctool.supervise.faults import FaultController
+from hctool.supervise.job import CommandJob
+from hctool.supervise.watch import watch
 
-POLL_S = 0.2
-DEATH_GRACE_S = 2.0  # after a rank failed: its peers' last records reach the traces, their stacks are taken
+DEATH_GRACE_S = 2.0  # after a rank hctool started failed: its peers' last records reach the traces
 
 
 @dataclass
@@ -96,34 +96,6 @@ def _start(opts: RunOptions, ps: procs.ProcessSet, controller: FaultController |
     return ranks
 
 
-def _exit_codes(opts: RunOptions, ranks: dict[int, procs.Child], watcher: LiveWatcher) -> dict[int, int | None]:
-    """Per rank: exit code, or None while alive. Under a wrapper command the
-    ranks' own codes are unknown: an end record means 0 (or 1 after an uncaught
-    exception), a vanished process without one means it was killed (-9)."""
-    if opts.script_mode:
-        return {r: c.popen.poll() for r, c in ranks.items()}
-    out: dict[int, int | None] = {}
-    for r, rt in watcher.reader.ranks.items():
-        if _alive(rt.pid):
-            out[r] = None
-        else:
-            out[r] = {"clean": 0, "crashed": 1}.get(rt.ended, -9)
-    return out
-
-
-def _stacks(opts: RunOptions, ps: procs.ProcessSet, ranks, watcher: LiveWatcher) -> dict[str, str]:
-    pids: dict[int, int | list[int]] = {}
-    if opts.script_mode:
-        pids = {r: c.popen.pid for r, c in ranks.items() if c.popen.poll() is None}
-    else:
-        for child in ps.alive():
-            pids.update(ranks_in_tree(child.popen.pid))
-        pids.update({r: p for r, p in watcher.pids().items() if _alive(p)})
-    if not pids:
-        return {}
-    return dump_stacks(pids, timeout=5.0, trace_dir=str(opts.trace_dir))
-
-
 def _log_tails(opts: RunOptions, report: Report) -> None:
     logs = sorted(opts.trace_dir.glob("*.log"))
     if len(logs) > 8:
@@ -149,21 +121,32 @@ def run_job(opts: RunOptions) -> tuple[Report, float | None]:
         FaultController(opts.faults, opts.trace_dir / "fault-clock") if opts.faults else None
     )
     with procs.sigterm_as_interrupt(), procs.ProcessSet() as ps:
+        job = CommandJob(ps, {}, watcher, opts.script_mode)
         try:
-            ranks = _start(opts, ps, controller)
+            job.ranks = _start(opts, ps, controller)
             if controller is not None:
                 controller.started()
-            finding, latency = _watch(opts, ps, ranks, watcher, controller, deadline)
+            watched = watch(
+                job,
+                watcher,
+                deadline=deadline,
+                done=lambda: not job.alive(),
+                faults=controller,
+                abort=opts.abort,
+                death_grace_s=DEATH_GRACE_S,
+                codes_to_watcher=opts.script_mode,
+                log=_log,
+            )
+            finding, latency = watched.finding, watched.latency
         finally:
             if controller is not None:
                 controller.release()  # never leave a stopped rank behind
-        codes = _exit_codes(opts, ranks, watcher)
-        # a wrapper command's own exit code, if it ended by itself (not by hctool below)
-        command_exit = None if opts.script_mode or not ps.children else ps.children[0].popen.poll()
-        stacks = _stacks(opts, ps, ranks, watcher) if ps.alive() else {}
+        codes = job.rank_exit_codes()
+        command_exit = job.command_exit()  # a wrapper's own code, if it ended by itself (not by hctool below)
+        stacks = job.stacks(str(opts.trace_dir)) if job.alive() else {}
         # what ranks still running write from here on (an end record, failed calls) is this teardown's doing
-        ended_at = time.monotonic() if ps.alive() else None
-        ps.terminate_all()
+        ended_at = time.monotonic() if job.alive() else None
+        job.stop()
     if command_exit and not codes:
         _log(f"the command failed ({procs.describe_exit(command_exit)}) before any rank recorded a collective")
     faults = fault_counts(opts, controller)
@@ -201,46 +184,6 @@ def merge_live(final: Report, live: Report | None, stacks: dict[str, str]) -> Re
         elif ff is not None and (lf.group, lf.seq) == (ff.group, ff.seq):
             ff.deadlock, ff.cycle = lf.deadlock, lf.cycle
     return final
-
-
-def _watch(opts: RunOptions, ps: procs.ProcessSet, ranks, watcher: LiveWatcher, controller, deadline: float):
-    """Until everything exited, the deadline, (with abort) the first finding, or (ranks hctool
-    started itself) DEATH_GRACE_S after a rank failed: as torchrun ends a job whose worker
-    failed, for its peers can only block on it. (finding, latency)."""
-    finding = latency = None
-    failed_at = None
-    while True:
-        codes = _exit_codes(opts, ranks, watcher)
-        everything_exited = not ps.alive()
-        if opts.script_mode and failed_at is None and any(c not in (None, 0) for c in codes.values()):
-            failed_at = time.monotonic()
-            dead = ", ".join(f"rank {r} ({procs.describe_exit(c)})" for r, c in codes.items() if c not in (None, 0))
-            _log(f"{dead} failed: ending the job in {DEATH_GRACE_S:g} s, as torchrun would")
-        live = watcher.check(codes if opts.script_mode else None)
-        if controller is not None:
-            controller.tick(_rank_pids(opts, ranks, watcher))
-        if live is not None and finding is None:
-            finding = live
-            latency = watcher.latency_s()
-            _log(live.headline())
-            if opts.abort:
-                break
-        if everything_exited:
-            break
-        if failed_at is not None and time.monotonic() - failed_at > DEATH_GRACE_S:
-            break
-        if time.monotonic() > deadline:
-            _log(f"timeout after {opts.timeout:.0f} s")
-            break
-        time.sleep(POLL_S)
-    return finding, latency
-
-
-def _rank_pids(opts: RunOptions, ranks, watcher: LiveWatcher) -> dict[int, int]:
-    """Each live rank's pid: our own children for a script, the traces' headers under a command."""
-    if opts.script_mode:
-        return {r: c.popen.pid for r, c in ranks.items() if c.popen.poll() is None}
-    return {r: p for r, p in watcher.pids().items() if _alive(p)}
 
 
 def fault_counts(opts: RunOptions, controller: FaultController | None) -> list[dict]:

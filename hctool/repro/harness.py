@@ -14,7 +14,6 @@ import shutil
 import time
 from pathlib import Path
 
-import psutil
 import requests
 
 from engine.lab import ServerArgs, Variants
@@ -24,6 +23,7 @@ from hctool.consensus import analyze_dir
 from hctool.consensus.live import LiveWatcher
 from hctool.consensus.model import Divergence, Report
 from hctool.launch import PDTopology, Topology
+from hctool.procs import alive as _alive
 from hctool.protocol import faultcounts
 from hctool.protocol.faults import IN_RANK, Fault
 from hctool.repro.scenario import Scenario, Variant
@@ -32,8 +32,8 @@ from hctool.repro.verdict import Observation, VariantReport, judge
 from hctool.repro.workload import WorkloadDriver, build_prompts, run_to_completion
 from hctool.stacks import dump_stacks
 from hctool.supervise.faults import FaultController
+from hctool.supervise.watch import watch
 
-POLL_S = 0.2
 DEATH_GRACE_S = 5.0  # a rank whose socket closed has this long to exit
 
 
@@ -226,34 +226,37 @@ class ReproHarness:
         bar=None,
         fc: FaultController | None = None,
     ):
-        while True:
-            time.sleep(POLL_S)
+        """The supervisor's watch loop over the topology: (outcome, live report, death message)."""
+        total = sum(map(len, self.rounds))
+
+        def tick() -> None:
             if bar is not None:  # a terminal's progress line: requests answered of the workload's
                 answered = driver.succeeded + driver.failed
-                bar.update(completed=answered, text=f"{answered}/{sum(map(len, self.rounds))} requests answered")
+                bar.update(completed=answered, text=f"{answered}/{total} requests answered")
             if hooks:
                 hooks.tick()
-            elif fc:
-                fc.tick(topo.pids_by_rank())
-            death = topo.first_death()
-            if death is not None:
-                time.sleep(0.5)  # let the checker read the last records of the dying rank
-                return "death", watcher.check(topo.rank_exit_codes()), death.message()
-            report = watcher.check()
-            if report is not None:
-                return "watcher", report, None
-            if driver.done.is_set() and (hooks.idle() if hooks else fc.idle() if fc else True):
-                # Requests failed: the frontend fails them as soon as a rank's socket closes,
-                # which can be before that rank's process has exited; wait for its death.
-                if driver.succeeded + driver.aborted < driver.sent and topo.wait_for_death(DEATH_GRACE_S):
-                    continue
-                return "done", None, None
-            now = time.monotonic()
-            progress = max(driver.last_progress, started, hooks.last_progress if hooks else 0.0)
-            if now - progress > self.s.stall_timeout:
-                return "stalled", None, None
-            if now - started > deadline_s:
-                return "deadline", None, None
+
+        def done() -> bool:
+            if not (driver.done.is_set() and (hooks.idle() if hooks else fc.idle() if fc else True)):
+                return False
+            # Requests failed: the frontend fails them as soon as a rank's socket closes,
+            # which can be before that rank's process has exited; wait for its death.
+            return not (driver.succeeded + driver.aborted < driver.sent and topo.wait_for_death(DEATH_GRACE_S))
+
+        watched = watch(
+            topo,
+            watcher,
+            deadline=started + deadline_s,
+            done=done,
+            faults=fc,
+            on_tick=tick,
+            death_grace_s=0.5,  # the checker reads the last records of the dying rank
+            codes_to_watcher=False,
+            last_progress=lambda: max(driver.last_progress, started, hooks.last_progress if hooks else 0.0),
+            stall_s=self.s.stall_timeout,
+        )
+        outcome = "watcher" if watched.outcome == "finding" else watched.outcome
+        return outcome, watched.finding, watched.death.message() if watched.death is not None else None
 
     def _outputs_differing(self, driver: WorkloadDriver) -> int:
         ref = self.reference or {}
@@ -289,13 +292,6 @@ def _load_back_tokens(url: str) -> int:
         if line.startswith("hicache_load_back_tokens_total "):
             return int(float(line.split()[1]))
     return -1
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _commands(topo: Topology, args: ServerArgs, s: Scenario, faults: list[Fault]) -> str:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.lab import ServerArgs
-from hctool.protocol.faults import Fault, parse_fault
+from hctool.protocol.faults import KIND, Acts, Fault, parse_fault
 from hctool.repro.mechanism import Mechanism, MechanismError, parse_mechanism
 
 VERDICTS = ("deadlocked", "crashed", "diverged", "healthy")
@@ -298,6 +298,8 @@ def load_scenario(path: Path) -> Scenario:
             raise ScenarioError(f"{where}: {exc}") from None
         if not math.isfinite(fault.ms) or fault.ms > DAY_S * 1000:
             raise ScenarioError(f"{where}: fault {spec!r}: ms must be a finite number up to {DAY_S * 1000:g}")
+        if KIND[fault.kind].acts is Acts.WORKLOAD:  # nothing would send them: the workload is the scenario's own
+            raise ScenarioError(f"{where}: fault {spec!r} acts on chaos's workload; put it in a chaos schedule")
         parsed.append(fault)
     run = tables["run"]
     scenario = Scenario(

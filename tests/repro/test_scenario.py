@@ -60,6 +60,7 @@ def test_minimal_scenario_gets_defaults(tmp_path):
         (lambda t: t.replace('title = "a test incident"\n', ""), "missing field 'title'"),
         (lambda t: t.replace('expected = ["healthy"]', 'expected = ["fine"]'), "expected must list verdicts"),
         (lambda t: t.replace("h2d-sleep:rank=1,ms=5", "h2d-nap:ms=5"), "unknown fault 'h2d-nap'"),
+        (lambda t: t.replace("h2d-sleep:rank=1,ms=5", "request-burst:n=3"), "acts on chaos's workload"),
         (lambda t: t.replace("rounds = 1", "rounds = 1\nround = 2"), "unknown fields ['round']"),
         (lambda t: t.replace("rounds = 1", 'rounds = "two"'), "field 'rounds' must be a int"),
         (lambda t: t.replace('"per-tick"]', '"sometimes"]'), "variant 'fixed': engine flags"),

@@ -1,0 +1,69 @@
+"""A command job: the user's program (`-- torchrun ... train.py`, or `-- SCRIPT.py` whose ranks
+hctool starts itself, as torchrun would), as the supervisor's watch loop sees it (supervise/watch.py
+`Job`). The ranks' pids and exit codes are hctool's own children's for a script; under a wrapper
+command the traces' headers name the ranks' pids and their end records say how they ended."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hctool import procs
+from hctool.procs import alive
+from hctool.stacks import dump_stacks, ranks_in_tree
+
+
+@dataclass
+class RankFailure:
+    rank: int
+    returncode: int
+
+    def message(self) -> str:
+        return f"rank {self.rank} failed ({procs.describe_exit(self.returncode)})"
+
+
+class CommandJob:
+    def __init__(self, ps: procs.ProcessSet, ranks: dict[int, procs.Child], watcher, script_mode: bool):
+        self.ps, self.ranks, self.watcher, self.script_mode = ps, ranks, watcher, script_mode
+
+    def pids_by_rank(self) -> dict[int, int]:
+        if self.script_mode:
+            return {r: c.popen.pid for r, c in self.ranks.items() if c.popen.poll() is None}
+        return {r: p for r, p in self.watcher.pids().items() if alive(p)}
+
+    def rank_exit_codes(self) -> dict[int, int | None]:
+        """Per rank: exit code, or None while alive. Under a wrapper command the ranks' own codes
+        are unknown: an end record means 0 (or 1 after an uncaught exception), a vanished process
+        without one means it was killed (-9)."""
+        if self.script_mode:
+            return {r: c.popen.poll() for r, c in self.ranks.items()}
+        out: dict[int, int | None] = {}
+        for r, rt in self.watcher.reader.ranks.items():
+            out[r] = None if alive(rt.pid) else {"clean": 0, "crashed": 1}.get(rt.ended, -9)
+        return out
+
+    def first_death(self) -> RankFailure | None:
+        """A rank hctool started that failed (a wrapper command's ranks are its launcher's to end)."""
+        if not self.script_mode:
+            return None
+        failed = [(r, c) for r, c in self.rank_exit_codes().items() if c not in (None, 0)]
+        return RankFailure(*failed[0]) if failed else None
+
+    def alive(self) -> bool:
+        return bool(self.ps.alive())
+
+    def command_exit(self) -> int | None:
+        """A wrapper command's own exit code, if it ended (None for a script's ranks)."""
+        return None if self.script_mode or not self.ps.children else self.ps.children[0].popen.poll()
+
+    def stacks(self, trace_dir: str) -> dict[str, str]:
+        pids: dict[int, int | list[int]] = {}
+        if self.script_mode:
+            pids = {r: c.popen.pid for r, c in self.ranks.items() if c.popen.poll() is None}
+        else:
+            for child in self.ps.alive():
+                pids.update(ranks_in_tree(child.popen.pid))
+            pids.update(self.pids_by_rank())
+        return dump_stacks(pids, timeout=5.0, trace_dir=trace_dir) if pids else {}
+
+    def stop(self) -> None:
+        self.ps.terminate_all()
