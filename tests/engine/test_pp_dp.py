@@ -119,8 +119,12 @@ def test_dp2_serves_32_concurrent_clients_token_identical(launch, reference):
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize(
     "shape, ranks",
-    [(["--tp", "2", "--pp", "2"], 4), (["--pp", "2"], 2), (["--tp", "2", "--dp", "2"], 4)],
-    ids=["tp2-pp2", "pp2", "tp2-dp2"],
+    [
+        (["--tp", "2", "--pp", "2"], 4),
+        (["--pp", "2", "--inject", "free-delay:rank=1,ms=20", "--inject", "d2h-sleep:rank=0,ms=5"], 2),
+        (["--tp", "2", "--dp", "2", "--inject", "free-delay:rank=3,ms=20"], 4),
+    ],
+    ids=["tp2-pp2", "pp2-inject", "tp2-dp2-inject"],
 )
 def test_pp_and_dp_shapes_serve_32_concurrent_clients_token_identical(launch, reference, shape, ranks):
     serve_and_compare(launch, reference, shape, ranks)
