@@ -97,11 +97,6 @@ class ParallelState:
         """The global rank of this rank's peer (same tp_rank) in stage pp_rank."""
         return (self.dp_rank * self.pp_size + pp_rank) * self.tp_size + self.tp_rank
 
-    @property
-    def mlp_rank(self) -> int:
-        """This rank's shard of the MLP columns the DP replicas share."""
-        return self.dp_rank * self.tp_size + self.tp_rank
-
 
 def initialize_model_parallel(
     rank: int, tp_size: int, pp_size: int, dp_size: int, backend: str, timeout: timedelta
