@@ -21,6 +21,10 @@ across stages (`--pp-hicache-sync`):
 
 Host capacity (#29258): with stage0 or min the stages' host pool sizes are MIN-reduced at
 start, so no stage evicts or fails an allocation another does not.
+
+Not covered under stage0: the health flags that ride check_hicache_events' packed call (IO
+thread failed, storage writes failed, damaged pages) are stage 0's too, so a later stage's
+own IO failure is not raised on every stage in one tick (min covers it).
 """
 
 from __future__ import annotations

@@ -111,8 +111,9 @@ def serve_and_compare(launch, reference, shape: list[str], ranks: int) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_dp2_serves_32_concurrent_clients_token_identical(launch, reference):
-    serve_and_compare(launch, reference, ["--dp", "2"], 2)
+@pytest.mark.parametrize("shape", [["--dp", "2"], ["--pp", "2"]], ids=["dp2", "pp2"])
+def test_two_ranks_serve_32_concurrent_clients_token_identical(launch, reference, shape):
+    serve_and_compare(launch, reference, shape, 2)
 
 
 @pytest.mark.slow
