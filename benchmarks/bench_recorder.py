@@ -97,7 +97,7 @@ def ranks(
 ) -> dict:
     sys.path.insert(0, str(ROOT))
     from hctool.consensus import analyze_dir
-    from hctool.procs import ProcessSet, free_port, inject_env, torchrun_env
+    from hctool.supervise.procs import ProcessSet, free_port, inject_env, torchrun_env
 
     runs: dict[str, list] = {k: [] for a in arms for k in (a, a + "_cpu")}
     with tempfile.TemporaryDirectory() as d:

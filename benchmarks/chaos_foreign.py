@@ -130,7 +130,7 @@ def deps(work: Path) -> Path:
 
 def run_reaped(cmd: list[str], timeout: float, **kw) -> subprocess.CompletedProcess:
     """subprocess.run whose timeout (or Ctrl-C) ends the whole tree: torchrun's workers too."""
-    from hctool.procs import kill_tree
+    from hctool.supervise.procs import kill_tree
 
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
     try:

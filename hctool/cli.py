@@ -12,7 +12,7 @@ import sys
 import typer
 
 from hctool import __version__
-from hctool.errors import UsageError, report_error
+from hctool.console.errors import UsageError, report_error
 from hctool.protocol.safefile import UnsafeFile
 
 app = typer.Typer(
@@ -38,7 +38,7 @@ def _root(
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More diagnostics on stderr (debug lines)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only warnings and errors on stderr (no progress)."),
 ) -> None:
-    from hctool import log
+    from hctool.console import log
 
     log.setup(-1 if quiet else verbose)
 
@@ -57,7 +57,7 @@ _register()
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user mistakes become `Error: ...` and exit 2, never a traceback; a command
     stopped by SIGINT, SIGTERM or SIGHUP ends by that signal once it has reaped its children."""
-    from hctool import signals
+    from hctool.supervise import signals
 
     signals.install()
     try:
@@ -67,11 +67,11 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(argv: list[str] | None) -> None:
-    from hctool.optlimits import bound_numbers
+    from hctool.console.optlimits import bound_numbers
 
     try:
         command = typer.main.get_command(app)
-        bound_numbers(command)  # every numeric option: a number, finite, in range (hctool/optlimits.py)
+        bound_numbers(command)  # every numeric option: a number, finite, in range (hctool/console/optlimits.py)
         command(args=argv, prog_name="hctool")
     except UsageError as exc:
         report_error(str(exc), exc.hint)

@@ -2,7 +2,7 @@
 torch and hctool.protocol (plus engine.lab's seams for engine faults), never the supervisor's
 code, and it never raises into the user's program (a failure is one `hctool:` line on stderr).
 
-  site/sitecustomize.py  loaded by every Python process of a job (hctool.procs.inject_env)
+  site/sitecustomize.py  loaded by every Python process of a job (hctool.supervise.procs.inject_env)
   lifeline.py            the rank exits when the supervising hctool dies
   hooks.py               the one import hook (act right after a module is executed)
   capture/               the collective recorder: state, tracefile, recorder (hot path),

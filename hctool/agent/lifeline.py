@@ -1,6 +1,6 @@
 """Parent-death watch: a process hctool starts exits when that hctool process dies.
 
-hctool puts its own pid in HCTOOL_SUPERVISOR_PID (hctool.procs.inject_env) and the
+hctool puts its own pid in HCTOOL_SUPERVISOR_PID (hctool.supervise.procs.inject_env) and the
 injected sitecustomize calls `install_from_env()` in every Python process of the
 job, so the watch covers the children hctool starts and their Python descendants
 (torchrun's agent and workers, a launcher script's ranks) without any cooperation

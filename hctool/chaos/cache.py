@@ -53,7 +53,7 @@ _SAID: set[str] = set()
 
 def _say(msg: str) -> None:
     """One line per reason per process (load and save meet the same folder)."""
-    from hctool import log
+    from hctool.console import log
 
     if msg not in _SAID:
         _SAID.add(msg)

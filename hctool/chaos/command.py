@@ -27,7 +27,7 @@ from hctool.chaos.runner import RunResult
 from hctool.chaos.schedule import Schedule
 from hctool.consensus.model import Report, Verdict
 from hctool.protocol.faults import Fault, Scope
-from hctool.targets import Command
+from hctool.supervise.targets import Command
 
 COMMAND_CHECKERS = ("consensus", "liveness", "exits", "output")
 DEFAULT_TIMEOUT_S = 300.0
@@ -75,7 +75,7 @@ class CommandTarget:
 
     def unresolved(self, f: Fault) -> str | None:
         """Why a by-name fault's function is not in the program's source (None: it is, or no fn=)."""
-        from hctool.resolve import check_function
+        from hctool.supervise.resolve import check_function
 
         return check_function(f.fn, self.command.main_source()) if f.fn else None
 
@@ -88,7 +88,7 @@ def command_target(
     same_output: str | None,
     default_hang_after: float,
 ) -> CommandTarget:
-    from hctool.targets import parse_target
+    from hctool.supervise.targets import parse_target
 
     cmd = parse_target(words)
     if same_output is not None:

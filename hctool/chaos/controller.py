@@ -15,9 +15,9 @@ import requests
 
 from hctool.chaos.history import History
 from hctool.chaos.schedule import Schedule
-from hctool.procs import alive as _alive
 from hctool.protocol.faults import Fault
 from hctool.supervise.faults import FaultController
+from hctool.supervise.procs import alive as _alive
 
 QUIESCE_S = 3.0  # the chaos observer rewrites its record every 0.25 s while a rank is idle
 

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import NamedTuple
 
-from hctool import log as hlog
 from hctool.chaos.runner import ChaosRunner, RunResult
 from hctool.chaos.schedule import DEFAULT_KINDS, Schedule, generate
+from hctool.console import log as hlog
 from hctool.protocol.faults import Fault
 
 

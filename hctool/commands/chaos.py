@@ -13,8 +13,8 @@ from pathlib import Path
 
 import typer
 
-from hctool import log
-from hctool.errors import UsageError
+from hctool.console import log
+from hctool.console.errors import UsageError
 from hctool.report import write_run_report
 
 app = typer.Typer(
@@ -69,7 +69,7 @@ def _target(
 
     from hctool.chaos.target import CHAOS_HANG_AFTER_S, launch_target, scenario_target
     from hctool.repro.scenario import ScenarioError
-    from hctool.targets import TargetError
+    from hctool.supervise.targets import TargetError
 
     hang_after = CHAOS_HANG_AFTER_S if hang_after is None else hang_after
     flags = list(ctx.args)
@@ -145,7 +145,7 @@ def _setup(artifacts: Path | None, what: str):
     from hctool.chaos.history import History
 
     root = Path(artifacts or Path("hctool-runs") / f"chaos-{what}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
-    from hctool import runlock
+    from hctool.supervise import runlock
 
     runlock.claim(root, f"chaos {what}", refuse_glob="*")  # one run per folder: refused if another holds it
     log.info(f"chaos {what}: artifacts in {root}")
@@ -254,7 +254,7 @@ def run_cmd(
 ) -> None:
     """Run one schedule against a target (K times); exit 0 valid, 1 invalid, 2 could not run."""
     from hctool.chaos.report import anomaly_entry, build, replay_command
-    from hctool.procs import sigterm_as_interrupt
+    from hctool.supervise.procs import sigterm_as_interrupt
 
     target = _target(
         ctx, scenario, variant, no_scenario_faults, catalogue, rounds, hang_after, nproc, timeout, same_output
@@ -317,12 +317,12 @@ def explore_cmd(
     same_output: str = SameOutputOpt,
 ) -> None:
     """Random schedules until an anomaly or the budget; then shrink and replay it."""
-    from hctool import progress
     from hctool.chaos.explore import explore
     from hctool.chaos.report import build
     from hctool.chaos.schedule import ScheduleError, parse_kinds
-    from hctool.procs import sigterm_as_interrupt
+    from hctool.console import progress
     from hctool.protocol.faults import drawn_for
+    from hctool.supervise.procs import sigterm_as_interrupt
 
     target = _target(
         ctx, scenario, variant, no_scenario_faults, catalogue, rounds, hang_after, nproc, timeout, same_output
@@ -408,7 +408,7 @@ def shrink_cmd(
     """Reduce a failing schedule to the fewest, smallest faults that still fail."""
     from hctool.chaos.invariants import Anomaly
     from hctool.chaos.report import build
-    from hctool.procs import sigterm_as_interrupt
+    from hctool.supervise.procs import sigterm_as_interrupt
 
     need_tries = _accept(accept)
     target = _target(

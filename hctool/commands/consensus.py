@@ -11,12 +11,12 @@ from pathlib import Path
 
 import typer
 
-from hctool.errors import UsageError
+from hctool.console.errors import UsageError
 from hctool.report import write_run_report
 
 
 def _err(msg: str) -> None:
-    from hctool import log
+    from hctool.console import log
 
     log.info(msg)
 
@@ -91,7 +91,7 @@ def run(
         raise UsageError(f"script not found: {command[0]}", "give the path of a Python file, or a command after --")
     faults, probes = checked_faults_and_probes(list(command), inject, probe)
     trace_dir = trace_dir or _default_trace_dir()
-    from hctool import runlock
+    from hctool.supervise import runlock
 
     runlock.claim(trace_dir, "check-consensus run", refuse_glob="*.jsonl")  # one run per folder, its files only
     _err(f"hctool: traces in {trace_dir}")
@@ -136,8 +136,8 @@ def checked_faults_and_probes(command: list[str], inject: list[str], probe: list
     spec parses, it acts on any program (the engine's kinds need hctool's engine), and every
     named function resolves in the program's source (exit 2 otherwise)."""
     from hctool.protocol.faults import ENGINE_ONLY, hint, parse_fault
-    from hctool.resolve import check_function
-    from hctool.targets import Command
+    from hctool.supervise.resolve import check_function
+    from hctool.supervise.targets import Command
 
     main = Command(tuple(command)).main_source()
     faults = []
@@ -228,8 +228,8 @@ def export(
     ),
 ) -> None:
     """Export a run's timeline: a track per rank and group, a slice per call, arrows between paired calls."""
-    from hctool.consensus.export import export_folder
     from hctool.consensus.trace import TraceError
+    from hctool.report.export import export_folder
     from hctool.report.folders import FolderError
 
     if fmt != "chrome":
@@ -251,7 +251,7 @@ def export(
             Path(output).write_text(text + "\n")
         except OSError as exc:
             raise UsageError(f"cannot write {output}: {exc.strerror}", "pick a writable path for -o") from None
-    from hctool import log
+    from hctool.console import log
 
     info = doc["otherData"]["hctool"]
     seen, kept = sum(info["calls_seen"].values()), sum(info["calls_kept"].values())

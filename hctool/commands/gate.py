@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from hctool.errors import UsageError
+from hctool.console.errors import UsageError
 
 
 def register(app: typer.Typer) -> None:
@@ -43,12 +43,12 @@ def register(app: typer.Typer) -> None:
         Every step has a deadline (tool.hctool.gate.timeouts) and leaves no process behind.
         Under GITHUB_ACTIONS=true the findings are printed as workflow annotations.
         """
-        from hctool import log, progress
+        from hctool.console import log, progress
         from hctool.gate.config import STEPS, load_gate_config
         from hctool.gate.report import github_annotations, markdown_summary, print_table, write_junit, write_sarif
         from hctool.gate.run import become_subreaper, reap_leftovers
         from hctool.gate.steps import ERROR, FAILED, chaos_step, lint_step, repro_step, tests_step
-        from hctool.procs import sigterm_as_interrupt
+        from hctool.supervise.procs import sigterm_as_interrupt
 
         for name in (only or []) + (skip or []):
             if name not in STEPS:

@@ -2,7 +2,7 @@
 
 Exit codes: 1 when a process of the topology died; 2 on usage errors, a busy --port and a
 startup that did not finish within --startup-timeout (each with a hint); after Ctrl-C,
-SIGTERM or SIGHUP it ends by that signal (hctool/signals.py: a shell reads 130, 143, 129).
+SIGTERM or SIGHUP it ends by that signal (hctool/supervise/signals.py: a shell reads 130, 143, 129).
 Every process of the topology is gone when it returns.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from hctool.errors import UsageError
+from hctool.console.errors import UsageError
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -147,7 +147,7 @@ def launch(
     from engine.lab import ServerArgs
     from hctool.launch import PDTopology, Topology, TopologyError
     from hctool.launch.pd import RouterTopology
-    from hctool.procs import sigterm_as_interrupt
+    from hctool.supervise.procs import sigterm_as_interrupt
 
     if pd and tp != 1:
         raise UsageError("--tp does not apply with --pd", "use --prefill-tp and --decode-tp")

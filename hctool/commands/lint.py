@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from hctool.errors import UsageError
+from hctool.console.errors import UsageError
 
 
 def register(app: typer.Typer) -> None:
@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
         (findings in the other files are still printed). With --baseline, only findings not in the
         baseline count; --write-baseline exits 0.
         """
-        from hctool import log
+        from hctool.console import log
 
         if quiet or verbose:  # also accepted after the subcommand, as ruff takes them
             log.setup(-1 if quiet else verbose)

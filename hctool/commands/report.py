@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from hctool.errors import UsageError
+from hctool.console.errors import UsageError
 
 
 def register(app: typer.Typer) -> None:
@@ -18,8 +18,8 @@ def register(app: typer.Typer) -> None:
         output: Path = typer.Option(None, "--output", "-o", help="Where to write it (default: RUN_DIR/report.html)."),
     ) -> None:
         """Write one HTML file (no network needed to open it): verdict, calls aligned by seq, timeline, stacks."""
-        from hctool import log
         from hctool.consensus.trace import TraceError
+        from hctool.console import log
         from hctool.protocol.safefile import write_atomic
         from hctool.report import REPORT_NAME, build_html
         from hctool.report.folders import FolderError

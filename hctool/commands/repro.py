@@ -11,9 +11,10 @@ from pathlib import Path
 import typer
 from typer.core import TyperGroup
 
-from hctool import log, runlock
-from hctool.errors import UsageError
+from hctool.console import log
+from hctool.console.errors import UsageError
 from hctool.report import write_run_report
+from hctool.supervise import runlock
 
 
 class _ReproGroup(TyperGroup):
@@ -146,7 +147,7 @@ def run_cmd(
     cuda: bool = CudaOpt,
 ) -> None:
     """Run every variant (or the chosen ones) of one incident; exit 0 iff each verdict is an expected one."""
-    from hctool.procs import sigterm_as_interrupt
+    from hctool.supervise.procs import sigterm_as_interrupt
 
     scenarios = _catalogue(catalogue)
     if incident not in scenarios:
@@ -190,7 +191,7 @@ def all_cmd(
     cuda: bool = CudaOpt,
 ) -> None:
     """Run every incident of the catalogue (or one shard of it) and print one table; exit 0 iff all as expected."""
-    from hctool.procs import sigterm_as_interrupt
+    from hctool.supervise.procs import sigterm_as_interrupt
 
     device = _device(cuda)
     part = _parse_shard(shard)

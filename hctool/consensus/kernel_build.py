@@ -26,9 +26,9 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from hctool import procs
 from hctool.protocol import cachedir
 from hctool.protocol import env as protocol_env
+from hctool.supervise import procs
 
 SOURCE = Path(__file__).resolve().parents[1] / "agent" / "capture" / "_c10d_kernel.cpp"
 ENV = protocol_env.C10D_KERNEL

@@ -14,7 +14,7 @@ import time
 
 from hctool.consensus.analyze import AnalysisSession
 from hctool.consensus.model import Report
-from hctool.procs import alive as _alive
+from hctool.supervise.procs import alive as _alive
 
 
 class LiveWatcher:

@@ -9,15 +9,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hctool import log, procs
 from hctool.consensus import kernel_build
 from hctool.consensus.analyze import analyze_dir
 from hctool.consensus.live import LiveWatcher
 from hctool.consensus.model import Kind, Report, Verdict
+from hctool.console import log
 from hctool.protocol import env as protocol_env
 from hctool.protocol import faultcounts
 from hctool.protocol.faults import IN_RANK, Fault
 from hctool.protocol.runrecord import RunRecord
+from hctool.supervise import procs
 from hctool.supervise.faults import FaultController
 from hctool.supervise.job import CommandJob
 from hctool.supervise.watch import watch

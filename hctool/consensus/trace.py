@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hctool import log, runlock
 from hctool.consensus.columns import RECORD_DTYPE
+from hctool.console import log
 from hctool.protocol.records import (
     CALL,
     FLAG_ASYNC,
@@ -36,6 +36,7 @@ from hctool.protocol.records import (
     Event,
     Site,
 )
+from hctool.supervise import runlock
 
 TRACE_NAME = re.compile(r"^rank(\d{1,6}|X)-(\d{1,10})\.jsonl$")
 MAX_WORLD = 1 << 16
@@ -158,7 +159,7 @@ class TraceDirReader:
         self.world_size: int | None = None
         self.more = False
         self._files: dict[str, _File] = {}
-        self.run_id: str | None = None  # the run that claimed the folder (hctool/runlock.py)
+        self.run_id: str | None = None  # the run that claimed the folder (hctool/supervise/runlock.py)
         self.foreign: set[str] = set()  # trace files of anything else there: never read
 
     def poll(self) -> list[Event]:

@@ -6,7 +6,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hctool.errors import UsageError
+from hctool.console.errors import UsageError
 from hctool.protocol.limits import bounded
 from hctool.protocol.safefile import UnsafeFile, read_named, why
 

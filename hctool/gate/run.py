@@ -15,8 +15,8 @@ from typing import NamedTuple
 
 import psutil
 
-from hctool import log
-from hctool.procs import kill_tree
+from hctool.console import log
+from hctool.supervise.procs import kill_tree
 
 
 class Proc(NamedTuple):

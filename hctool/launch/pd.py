@@ -20,8 +20,8 @@ import requests
 
 from engine.lab import ServerArgs, contract
 from hctool.launch.topology import SOURCE_ROOT, Death, Topology, TopologyError, _distinct_free_ports, _url_host
-from hctool.procs import inject_env, python_cmd
 from hctool.protocol.faults import Fault
+from hctool.supervise.procs import inject_env, python_cmd
 
 
 class PDTopology:

@@ -22,9 +22,9 @@ import psutil
 import requests
 
 from engine.lab import ServerArgs, contract
-from hctool.procs import Child, ProcessSet, describe_exit, free_port, inject_env, kill_tree, python_cmd
 from hctool.protocol import env as protocol_env
 from hctool.protocol.faults import Fault
+from hctool.supervise.procs import Child, ProcessSet, describe_exit, free_port, inject_env, kill_tree, python_cmd
 
 SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
 

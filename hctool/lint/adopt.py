@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
-from hctool.errors import UsageError
+from hctool.console.errors import UsageError
 
 BASELINE_VERSION = 2
 _COMMENT = re.compile(r"\s+#[^'\"]*$")

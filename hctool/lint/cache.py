@@ -22,7 +22,7 @@ import time
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 
-from hctool.errors import UsageError
+from hctool.console.errors import UsageError
 from hctool.protocol.safefile import write_atomic
 
 _VERSION: str | None = None

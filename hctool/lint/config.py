@@ -6,7 +6,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from hctool.errors import UsageError
+from hctool.console.errors import UsageError
 from hctool.lint.bounded import BUDGET_LIMITS_MIB, DEFAULT_BUDGET_MIB
 from hctool.lint.rules import ALL_CODES
 

@@ -10,9 +10,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hctool import log
-from hctool import progress as hprogress
-from hctool.errors import UsageError
+from hctool.console import log
+from hctool.console import progress as hprogress
+from hctool.console.errors import UsageError
 from hctool.lint.analysis import FileResult, check_file, summarize_file, suppress, unused_suppressions, walked
 from hctool.lint.cache import Cache, digest, still_valid
 from hctool.lint.checks import gated_callers
@@ -154,7 +154,7 @@ def _pass2(job: tuple):
 
 
 def _map(fn, jobs: list, workers: int, bar=None) -> list:
-    """fn over jobs in order; `bar` (hctool.progress) advances once a file."""
+    """fn over jobs in order; `bar` (hctool.console.progress) advances once a file."""
 
     def counted(results):
         out = []
@@ -200,7 +200,7 @@ def lint(
 
 
 def _lint(paths: list[Path], cfg: LintConfig, jobs: int | None, cwd: Path | None, progress, cache_dir) -> Report:
-    with hprogress.task("lint", total=None, text="finding files") as bar:  # a terminal only (hctool.progress)
+    with hprogress.task("lint", total=None, text="finding files") as bar:  # a terminal only (hctool.console.progress)
         return _lint_files(paths, cfg, jobs, cwd, progress, cache_dir, bar)
 
 

@@ -1,9 +1,9 @@
 """Every HCTOOL_* environment variable, in one place. The supervisor sets them on the ranks it
-starts (hctool.procs.inject_env); the agent reads them. The engine's own variables (its
+starts (hctool.supervise.procs.inject_env); the agent reads them. The engine's own variables (its
 process contract) are the engine's: engine/lab/contract.py."""
 
 TRACE_DIR = "HCTOOL_TRACE_DIR"  # turn the collective recorder on; traces go here
-RUN_ID = "HCTOOL_RUN_ID"  # the run that claimed the trace folder (hctool/runlock.py); in each trace's header
+RUN_ID = "HCTOOL_RUN_ID"  # the run that claimed the trace folder (hctool/supervise/runlock.py); in each trace's header
 FAULTS = "HCTOOL_FAULTS"  # ';'-joined fault specs (faults.py)
 FAULTS_T0 = "HCTOOL_FAULTS_T0"  # file holding "T0 [HEAL_S]": when the fault clock starts / heals
 PROBES = "HCTOOL_PROBES"  # ','-joined probes: `pkg.mod:Qual.name` functions, modules or .py files

@@ -1,5 +1,5 @@
 """Bounds of every number that reaches a deadline, a sleep or a trace, in one table: hctool's
-command-line options (checked by hctool/optlimits.py before a command runs), fault fields (an
+command-line options (checked by hctool/console/optlimits.py before a command runs), fault fields (an
 --inject text, a schedule file, a scenario), a chaos schedule's heal, the gate's step timeouts
 and the pytest plugin's options. The engine's flags keep theirs in engine/server_args.py.
 

@@ -14,7 +14,7 @@ NAME = "hctool-run.json"
 MAX_BYTES = 1 << 20
 STACK_BYTES = 16 << 10  # of one rank's stacks kept in the record
 MAX_STACK_RANKS = 48  # ranks whose stacks the record keeps (within MAX_BYTES)
-LOCK_NAME = "hctool.lock"  # the claim of a run on its folder (hctool/runlock.py writes it)
+LOCK_NAME = "hctool.lock"  # the claim of a run on its folder (hctool/supervise/runlock.py writes it)
 MAX_LOCK_BYTES = 4096
 
 

@@ -190,7 +190,7 @@ def _headline(report: Report, codes: dict[int, int | None], timeout: float) -> s
 
 
 def _describe(code: int | None) -> str:
-    from hctool.procs import describe_exit
+    from hctool.supervise.procs import describe_exit
 
     return describe_exit(code)
 

@@ -22,7 +22,7 @@ def write_run_report(run_dir, document: dict | None = None) -> Path | None:
     """The runners' hook: a report that cannot be made is one line on stderr, never a failed run."""
     import time
 
-    from hctool import log
+    from hctool.console import log
 
     out = Path(run_dir) / REPORT_NAME
     t0 = time.monotonic()

@@ -8,9 +8,10 @@ import json
 import time
 from pathlib import Path
 
-from hctool import __version__, log
+from hctool import __version__
 from hctool.consensus.marks import run_marks
 from hctool.consensus.timeline import collect, default_limit
+from hctool.console import log
 from hctool.report import assets
 from hctool.report.folders import Folder, analysis, ended_at, identify, interesting, traced_runs
 from hctool.report.runview import headline, run_section, verdict_badge

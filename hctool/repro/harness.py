@@ -17,21 +17,21 @@ from pathlib import Path
 import requests
 
 from engine.lab import ServerArgs, Variants
-from hctool import log as hlog
-from hctool import progress
 from hctool.consensus import analyze_dir
 from hctool.consensus.live import LiveWatcher
 from hctool.consensus.model import Divergence, Report
+from hctool.console import log as hlog
+from hctool.console import progress
 from hctool.launch import PDTopology, Topology
-from hctool.procs import alive as _alive
 from hctool.protocol import faultcounts
 from hctool.protocol.faults import IN_RANK, Fault
 from hctool.repro.scenario import Scenario, Variant
 from hctool.repro.state import find_state_divergence
 from hctool.repro.verdict import Observation, VariantReport, judge
 from hctool.repro.workload import WorkloadDriver, build_prompts, run_to_completion
-from hctool.stacks import dump_stacks
 from hctool.supervise.faults import FaultController
+from hctool.supervise.procs import alive as _alive
+from hctool.supervise.stacks import dump_stacks
 from hctool.supervise.watch import watch
 
 DEATH_GRACE_S = 5.0  # a rank whose socket closed has this long to exit

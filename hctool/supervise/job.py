@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hctool import procs
-from hctool.procs import alive
-from hctool.stacks import dump_stacks, ranks_in_tree
+from hctool.supervise import procs
+from hctool.supervise.procs import alive
+from hctool.supervise.stacks import dump_stacks, ranks_in_tree
 
 
 @dataclass

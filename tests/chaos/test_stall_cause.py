@@ -17,7 +17,7 @@ import torch.distributed as dist
 from engine.mem_cache.hiradix_cache import HiRadixCache
 from engine.mem_cache.memory_pool import KVPool, PagedAllocator
 from engine.server_args import ServerArgs
-from hctool.procs import free_port
+from hctool.supervise.procs import free_port
 
 PAGE = 16
 

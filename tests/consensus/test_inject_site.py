@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from hctool.procs import AGENT_SITE_DIR, inject_env
+from hctool.supervise.procs import AGENT_SITE_DIR, inject_env
 
 pytestmark = pytest.mark.timeout(60)
 

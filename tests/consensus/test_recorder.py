@@ -12,7 +12,7 @@ import pytest
 
 from hctool.consensus import analyze_dir
 from hctool.consensus.trace import TraceDirReader
-from hctool.procs import inject_env, torchrun_env
+from hctool.supervise.procs import inject_env, torchrun_env
 from tests.consensus.helpers import PROGRAMS, site
 
 pytestmark = pytest.mark.timeout(120)

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from hctool.cli import app
 from hctool.consensus.live import LiveWatcher
-from hctool.procs import ProcessSet, free_port, inject_env, torchrun_env
+from hctool.supervise.procs import ProcessSet, free_port, inject_env, torchrun_env
 from tests.consensus.helpers import PROGRAMS, run_check, site
 
 

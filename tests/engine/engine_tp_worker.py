@@ -97,7 +97,7 @@ def run_tp_workers(out_dir: Path, world: int = 2, kind: str = "cpu", timeout: fl
     deadline, reap them, and return each rank's saved logits."""
     import time
 
-    from hctool.procs import ProcessSet, free_port, python_cmd, torchrun_env
+    from hctool.supervise.procs import ProcessSet, free_port, python_cmd, torchrun_env
 
     port = free_port()
     with ProcessSet() as procs:

@@ -25,7 +25,7 @@ from engine.mem_cache.hiradix_cache import HiRadixCache
 from engine.mem_cache.memory_pool import KVPool, PagedAllocator
 from engine.mem_cache.radix_cache import RadixCache, chain_hashes
 from engine.server_args import ServerArgs
-from hctool.procs import free_port
+from hctool.supervise.procs import free_port
 
 CPU = torch.device("cpu")
 PAGE = 16

@@ -201,7 +201,7 @@ def test_pd_usage_errors_exit_2_with_one_line(hctool_cmd, clean_env, tmp_path, a
 @pytest.mark.slow
 def test_pd_per_role_launch_serves_tp1_tokens(launch, reference):  # noqa: F811
     """The form for several hosts: each part started by its own `hctool launch --pd-role`."""
-    from hctool.procs import free_port
+    from hctool.supervise.procs import free_port
 
     boot = free_port()
     prefill = launch("--pd-role", "prefill", "--disaggregation-bootstrap-port", str(boot))

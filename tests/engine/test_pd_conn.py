@@ -11,7 +11,7 @@ import torch
 from engine.disaggregation.bootstrap import BootstrapServer
 from engine.disaggregation.conn import KVPoll, KVReceiverManager, KVSenderManager, head_range
 from engine.lab.seams import SEAMS
-from hctool.procs import free_port
+from hctool.supervise.procs import free_port
 
 HEADS, LAYERS, TOKENS, HD = 4, 2, 5, 3
 

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hctool.cli import app
-from hctool.errors import UsageError
+from hctool.console.errors import UsageError
 
 SRC = """\
 import torch.distributed as dist
@@ -94,7 +94,7 @@ def test_baseline_entries_that_no_longer_match_are_reported_fixed(repo: Path):
     ],
 )
 def test_invalid_baseline_is_a_usage_error(tmp_path, content, needle):
-    from hctool.errors import UsageError
+    from hctool.console.errors import UsageError
     from hctool.lint.adopt import read_baseline
 
     (tmp_path / "bl.json").write_text(content)

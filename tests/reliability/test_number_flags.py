@@ -1,5 +1,5 @@
 """Every numeric flag refuses NaN, infinities and values out of range: each numeric option of
-hctool's own commands (walked from the real command tree, hctool/optlimits.py) and each numeric
+hctool's own commands (walked from the real command tree, hctool/console/optlimits.py) and each numeric
 field of the engine's ServerArgs (`hctool launch --FLAG`, NUMBER_LIMITS). Each refusal is exit 2
 with exactly one `Error:` line naming the flag, before anything runs. Before: `--timeout inf`
 ran forever, `--hang-after nan` never reported a hang, `--budget nan` ... were accepted."""
@@ -16,7 +16,7 @@ import typer
 
 from engine.server_args import NUMBER_LIMITS, ServerArgs, _flag
 from hctool.cli import app, main
-from hctool.optlimits import OPTION_LIMITS, numeric_options
+from hctool.console.optlimits import OPTION_LIMITS, numeric_options
 from tests.reliability.helpers import REPO, child_env
 
 BAD_FLOATS = ("nan", "inf", "-inf", "NaN", "1e400")

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from hctool.procs import free_port, inject_env
+from hctool.supervise.procs import free_port, inject_env
 from tests.reliability.helpers import REPO, child_env, running
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -168,7 +168,7 @@ def test_sigkill_of_check_consensus_run_torchrun_leaves_no_process(tmp_path):
 
 SUPERVISOR = """
 import os, subprocess, sys, time
-from hctool.procs import inject_env
+from hctool.supervise.procs import inject_env
 child = "import os, time; os.fork(); print(os.getpid(), flush=True); time.sleep(300)"
 subprocess.Popen([sys.executable, "-c", child], env=inject_env(dict(os.environ)), start_new_session=True)
 time.sleep(300)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hctool.procs import inject_env
+from hctool.supervise.procs import inject_env
 from tests.reliability.helpers import REPO, child_env
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -104,7 +104,7 @@ def _agent_process(tmp_path: Path, code: str, **env) -> subprocess.CompletedProc
 
 
 def _free_port() -> int:
-    from hctool.procs import free_port
+    from hctool.supervise.procs import free_port
 
     return free_port()
 

@@ -20,7 +20,7 @@ import requests
 
 from engine.lab import ServerArgs, contract
 from engine.managers.io_struct import ReadyOutput
-from hctool.procs import free_port
+from hctool.supervise.procs import free_port
 from tests.reliability.helpers import REPO, SMALL_ENGINE, Server, child_env
 
 

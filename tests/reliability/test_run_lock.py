@@ -1,4 +1,4 @@
-"""One run per folder (hctool/runlock.py): a second `check-consensus run` on a --trace-dir that
+"""One run per folder (hctool/supervise/runlock.py): a second `check-consensus run` on a --trace-dir that
 another run holds is refused with one Error line naming the holder; a lock whose holder died is
 taken over; trace files of anything else in the folder are never read into the report; `repro`
 and `chaos` claim their --artifacts the same way. Real concurrent runs, real files."""
@@ -149,7 +149,7 @@ def test_repro_and_chaos_refuse_artifacts_another_run_holds(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys, time\nfrom hctool import runlock\n"
+            "import sys, time\nfrom hctool.supervise import runlock\n"
             f"runlock.claim({str(folder)!r}, 'repro 30760'); print('held', flush=True); time.sleep(120)",
         ],
         cwd=REPO,

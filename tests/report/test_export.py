@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from hctool.procs import free_port
+from hctool.supervise.procs import free_port
 from tests.consensus.helpers import PROGRAMS, run_check, site
 from tests.report.trace_format import check
 

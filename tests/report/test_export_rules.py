@@ -118,8 +118,8 @@ def test_fault_windows_that_touch_still_nest(four_ranks):
     # a chaos schedule's windows as history.jsonl gives them: one ending as the next starts (the
     # microsecond rounding put the second 1 ns inside the first) and one switched on as the run
     # ended (no length): export_folder takes such marks from any source
-    from hctool.consensus.export import export_folder
     from hctool.consensus.marks import Mark
+    from hctool.report.export import export_folder
 
     doc, _, folder = four_ranks
     t0 = doc["otherData"]["hctool"]["t0_wall"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hctool.report.paths import short_frame, short_path, tidy_stack_text
+from hctool.console.paths import short_frame, short_path, tidy_stack_text
 from tests.consensus.helpers import PROGRAMS, site
 
 PREFIXES = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)), os.path.expanduser("~")}

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hctool.cli import app
-from hctool.errors import UsageError
+from hctool.console.errors import UsageError
 from hctool.repro.catalogue import builtin_dir, find_scenario, load_catalogue
 from hctool.repro.scenario import ScenarioError, load_scenario
 

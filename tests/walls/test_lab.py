@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 import engine.lab as lab
 from engine.lab.seams import DECLARED, POINTS, SEAMS
-from hctool.procs import free_port
+from hctool.supervise.procs import free_port
 from tests.walls.imports import REPO
 
 

@@ -109,3 +109,27 @@ def test_every_hctool_env_name_is_declared_in_the_protocol():
         used |= set(re.findall(r"\bHCTOOL_[A-Z0-9_]+\b", path.read_text()))
     # compile-time macros of the C sources and internal names are not environment variables
     assert used - declared - {"HCTOOL_DIR", "HCTOOL_TORCH_VERSION"} == set()
+
+
+# Who may build on whom inside the tool: a package never imports one listed after it here
+# (the commands sit on everything; report renders consensus's results; the supervisor and the
+# console serve every runner and know none of them).
+LAYERS = {
+    "hctool.console": ("hctool.supervise", "hctool.consensus", "hctool.chaos", "hctool.repro", "hctool.report"),
+    "hctool.supervise": ("hctool.consensus", "hctool.chaos", "hctool.repro", "hctool.report", "hctool.lint"),
+    "hctool.consensus": ("hctool.report", "hctool.chaos", "hctool.repro", "hctool.commands", "hctool.gate"),
+    "hctool.chaos": ("hctool.report", "hctool.commands", "hctool.gate"),
+    "hctool.repro": ("hctool.report", "hctool.chaos", "hctool.commands", "hctool.gate"),
+    "hctool.report": ("hctool.commands", "hctool.gate"),
+}
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_no_upward_edge(package):
+    below = LAYERS[package]
+    bad = {
+        m: sorted(i for i in imports(p, m) if i.startswith(below) or i in below)
+        for m, p in modules().items()
+        if m == package or m.startswith(package + ".")
+    }
+    assert {m: v for m, v in bad.items() if v} == {}

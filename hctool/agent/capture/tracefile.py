@@ -197,7 +197,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _register_faulthandler(path: str) -> None:
-    # Fallback for hctool.stacks when ptrace is denied: SIGUSR1 dumps all threads.
+    # Fallback for hctool.supervise.stacks when ptrace is denied: SIGUSR1 dumps all threads.
     import faulthandler
 
     try:

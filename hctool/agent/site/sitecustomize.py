@@ -1,5 +1,5 @@
 """hctool's injection point, loaded by every Python process started with
-hctool/agent/site first on PYTHONPATH (see hctool.procs.inject_env). Nothing
+hctool/agent/site first on PYTHONPATH (see hctool.supervise.procs.inject_env). Nothing
 else lives in this folder: every file here shadows a top-level module of the
 user's program (`import faults` must find theirs, not ours).
 

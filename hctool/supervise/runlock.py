@@ -27,8 +27,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from hctool import log
-from hctool.errors import UsageError
+from hctool.console import log
+from hctool.console.errors import UsageError
 from hctool.protocol import env as protocol_env
 from hctool.protocol.runrecord import LOCK_NAME
 from hctool.protocol.runrecord import MAX_LOCK_BYTES as MAX_BYTES

@@ -6,7 +6,7 @@ it) shows as a second line instead of failing (rich allows one live display at
 a time). Off a terminal, or with -q, `task()` yields an object whose methods do
 nothing and nothing is written: piped and --json output stay as they were.
 Log lines printed while the display is up appear above it (rich redirects
-sys.stderr, and hctool.log writes to sys.stderr as it is at the time).
+sys.stderr, and hctool.console.log writes to sys.stderr as it is at the time).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import contextlib
 import sys
 import threading
 
-from hctool import log
+from hctool.console import log
 
 _lock = threading.Lock()
 _display = None  # the rich Progress while any task is open

@@ -21,9 +21,9 @@ import psutil
 
 from hctool.protocol import env as protocol_env
 from hctool.protocol.safefile import open_append
-from hctool.signals import deferred
+from hctool.supervise.signals import deferred
 
-AGENT_SITE_DIR = Path(__file__).resolve().parent / "agent" / "site"  # holds sitecustomize.py only
+AGENT_SITE_DIR = Path(__file__).resolve().parents[1] / "agent" / "site"  # holds sitecustomize.py only
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -228,9 +228,9 @@ class ProcessSet:
 @contextlib.contextmanager
 def sigterm_as_interrupt():
     """Turn SIGTERM (and SIGHUP) into KeyboardInterrupt in the main thread, so the
-    same teardown path runs for Ctrl-C, `kill` and a closed terminal (hctool/signals.py
+    same teardown path runs for Ctrl-C, `kill` and a closed terminal (hctool/supervise/signals.py
     remembers which, and the command ends by it)."""
-    from hctool.signals import as_interrupt
+    from hctool.supervise.signals import as_interrupt
 
     old = {s: signal.signal(s, as_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:

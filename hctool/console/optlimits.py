@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import typing
 
-from hctool.errors import UsageError
+from hctool.console.errors import UsageError
 from hctool.protocol.limits import LIMITS
 
 # The options' rows live in the one table of every bounded number (hctool/protocol/limits.py).

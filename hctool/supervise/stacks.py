@@ -105,9 +105,9 @@ def dump_stacks(
     pids_by_rank: dict[int, int | list[int]], timeout: float = 10.0, trace_dir: str | None = None
 ) -> dict[str, str]:
     """{"<rank>": text}: every process of every rank dumped in parallel; a rank
-    with several processes gets one labelled section per pid. Paths as hctool.report.paths
+    with several processes gets one labelled section per pid. Paths as hctool.console.paths
     shows them (relative to the working directory, the interpreter by its name)."""
-    from hctool.report.paths import tidy_stack_text
+    from hctool.console.paths import tidy_stack_text
 
     jobs = [(r, p) for r, pids in sorted(pids_by_rank.items()) for p in (pids if isinstance(pids, list) else [pids])]
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(jobs)))) as pool:

@@ -30,7 +30,7 @@ from hctool.consensus.align import pair_label
 from hctool.consensus.marks import Mark
 from hctool.consensus.model import Divergence, Report
 from hctool.consensus.timeline import Call, Timeline, wall_end
-from hctool.report.paths import short_frame
+from hctool.console.paths import short_frame
 
 FORMAT = "hctool-chrome-trace/1"
 MAX_NAMED = 12  # runs named in the line that says which run of a folder was exported
@@ -94,7 +94,7 @@ def _call_args(c: Call, divergence: Divergence | None) -> dict:
         "state": ev.get("state"),
     }
     if c.divergent or ev.get("state") != "completed":  # the stack where it matters; elsewhere it would triple the file
-        # frames as the reader opens them: relative to the working directory (hctool.report.paths)
+        # frames as the reader opens them: relative to the working directory (hctool.console.paths)
         args["stack"] = [short_frame(f) if isinstance(f, str) else f for f in ev.get("stack") or []]
     if ev.get("ro"):
         args["reduce_op"] = ev["ro"]
@@ -350,9 +350,9 @@ def export_folder(path, run: str | None = None, limit: int | None = None, marks:
     clean; which one, and why, is in otherData.hctool.run/run_choice and on stderr.
     marks: more instant events to draw (a probe's entries, a fault's firings) beside
     what the folder's records give. Raises folders.FolderError or trace.TraceError."""
-    from hctool import log
     from hctool.consensus.marks import run_marks
     from hctool.consensus.timeline import collect
+    from hctool.console import log
     from hctool.report.folders import analysis, ended_at, identify, interesting, pick, traced_runs
 
     folder = identify(path)
