@@ -87,8 +87,7 @@ def run(
     if timeout <= 0 or hang_after <= 0:
         raise UsageError("--timeout and --hang-after must be positive", "e.g. --timeout 60 --hang-after 5")
     script_mode = command[0].endswith(".py")
-    if script_mode and not Path(command[0]).is_file():
-        raise UsageError(f"script not found: {command[0]}", "give the path of a Python file, or a command after --")
+    _check_command(ctx, list(command))
     faults, probes = checked_faults_and_probes(list(command), inject, probe)
     trace_dir = trace_dir or _default_trace_dir()
     from hctool.supervise import runlock
@@ -129,6 +128,30 @@ def run(
     write_run_report(trace_dir, report.to_json())
     _emit(report, as_json)
     raise typer.Exit(_exit_code(report))
+
+
+def _check_command(ctx: typer.Context, words: list[str]) -> None:
+    """What follows the options must be something to run, checked before a run folder exists: an
+    option hctool does not know (a typo, torchrun's) lands here as the first word; so does a
+    file that is neither a script nor an executable."""
+    import difflib
+
+    first = words[0]
+    if first.startswith("-"):
+        name = first.split("=", 1)[0]
+        known = [o for p in ctx.command.params for o in p.opts if o.startswith("--")]
+        if name.replace("_", "-") in ("--nproc-per-node", "--nnodes", "--standalone", "--rdzv-endpoint"):
+            hint = "hctool starts a SCRIPT.py's ranks with --nproc N; torchrun's options go after `-- torchrun`"
+        else:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {close[0]}?" if close else "see `hctool check-consensus run --help`"
+        raise UsageError(f"no such option: {first}", hint)
+    from hctool.supervise.targets import TargetError, parse_target
+
+    try:
+        parse_target(words)  # the one rule for what can follow `--` (chaos's command targets too)
+    except TargetError as exc:
+        raise UsageError(str(exc), "give SCRIPT.py, or a command: torchrun ... train.py, python -m pkg") from None
 
 
 def checked_faults_and_probes(command: list[str], inject: list[str], probe: list[str]):

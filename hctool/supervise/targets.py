@@ -136,7 +136,9 @@ def parse_target(words: list[str]) -> Command | EngineFlags:
     if cmd.script_mode:
         if not Path(words[0]).is_file():
             raise TargetError(f"script not found: {words[0]}")
-    elif shutil.which(words[0]) is None and not Path(words[0]).is_file():
+    elif shutil.which(words[0]) is None:
+        if Path(words[0]).is_file():  # a data file, or a script without its execute bit
+            raise TargetError(f"{words[0]} is neither a Python script (.py) nor an executable")
         raise TargetError(f"command not found: {words[0]}")
     return cmd
 

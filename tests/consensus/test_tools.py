@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from hctool.cli import app
 from hctool.consensus.live import LiveWatcher
 from hctool.supervise.procs import ProcessSet, free_port, inject_env, torchrun_env
+from tests.conftest import REPO
 from tests.consensus.helpers import PROGRAMS, run_check, site
 
 
@@ -103,16 +104,23 @@ def test_analyze_after_run_gives_the_same_report(tmp_path, no_leftover_processes
     [
         (["check-consensus", "run"], "no program given"),
         (["check-consensus", "run", "--", "missing_script.py"], "script not found"),
+        (["check-consensus", "run", "--timout", "5", "--", "x.py"], "no such option: --timout"),
+        (["check-consensus", "run", "--nproc-per-node", "2", "--", "x.py"], "no such option: --nproc-per-node"),
+        (["check-consensus", "run", "--", "no-such-command-here", "x"], "command not found"),
+        (["check-consensus", "run", "--", "pyproject.toml"], "neither a Python script"),
         (["check-consensus", "run", "--on-divergence", "maybe", "--", "x.py"], "--on-divergence"),
         (["check-consensus", "analyze", "/nonexistent/dir"], "not a folder"),
     ],
 )
-def test_usage_errors_exit_2_with_one_line(argv, needle, hctool_cmd, clean_env):
-    proc = subprocess.run([*hctool_cmd, *argv], capture_output=True, text=True, env=clean_env, timeout=60)
+def test_usage_errors_exit_2_with_one_line(argv, needle, hctool_cmd, clean_env, tmp_path):
+    if "pyproject.toml" in argv:
+        argv = [a.replace("pyproject.toml", str(REPO / "pyproject.toml")) for a in argv]
+    proc = subprocess.run([*hctool_cmd, *argv], capture_output=True, text=True, env=clean_env, timeout=60, cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.startswith("Error: ") and needle in proc.stderr.splitlines()[0]
     assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "hctool-runs").exists()  # nothing was run: no run folder is left behind
 
 
 def _steady_watch(tmp_path, seconds: float) -> tuple[LiveWatcher, list[int], float]:
