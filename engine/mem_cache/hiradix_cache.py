@@ -284,7 +284,10 @@ class HiRadixCache(RadixCache):
         )
         skip = self.ack_check != "packed"
         counts = mine.pack(skip)
-        self._all_reduce(counts, dist.ReduceOp.MIN)
+        if self.pp_sync is None:  # issued here, not in a shared helper: a trace names the agreeing method, as SGLang's
+            dist.all_reduce(counts, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
+        else:
+            self.pp_sync.all_reduce(counts, dist.ReduceOp.MIN)
         a = mine.unpack(counts, skip)
         writes, loads, backups = a.write_acks, a.load_acks, a.backups
         if not a.io_ok:  # every rank raises in the same tick, none is left in a collective
@@ -347,15 +350,11 @@ class HiRadixCache(RadixCache):
 
     def _min(self, value: int) -> int:
         t = torch.tensor([value], dtype=torch.int64)
-        self._all_reduce(t, dist.ReduceOp.MIN)
-        return int(t.item())
-
-    def _all_reduce(self, t: torch.Tensor, op) -> None:
-        """Every agreement of the cache: over the TP ranks, or under PP as StageSync says."""
         if self.pp_sync is None:
-            dist.all_reduce(t, op=op, group=self.tp_cpu_group)
+            dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
         else:
-            self.pp_sync.all_reduce(t, op)
+            self.pp_sync.all_reduce(t, dist.ReduceOp.MIN)
+        return int(t.item())
 
     def _finish_write(self, node: TreeNode, event) -> None:
         # A node split while its copy ran shares the event with its upper part.
@@ -450,14 +449,20 @@ class HiRadixCache(RadixCache):
         op None is the neutral contribution of a rank with no live prefetch."""
         mine = [0, 0] if op is None else [int(not self.can_terminate_prefetch(op)), int(op.terminate_flag.is_set())]
         state = torch.tensor(mine, dtype=torch.int64)
-        self._all_reduce(state, dist.ReduceOp.MAX)
+        if self.pp_sync is None:
+            dist.all_reduce(state, op=dist.ReduceOp.MAX, group=self.tp_cpu_group)
+        else:
+            self.pp_sync.all_reduce(state, dist.ReduceOp.MAX)
         if int(state[0]) > 0:
             return False
         follows = self.pp_sync is not None and self.pp_sync.follows_stage0
         if op is not None and not follows:
             op.terminate()
         completed = torch.tensor([NO_BOUND if op is None else op.completed_tokens], dtype=torch.int64)
-        self._all_reduce(completed, dist.ReduceOp.MIN)
+        if self.pp_sync is None:
+            dist.all_reduce(completed, op=dist.ReduceOp.MIN, group=self.tp_cpu_group)
+        else:
+            self.pp_sync.all_reduce(completed, dist.ReduceOp.MIN)
         if op is not None:
             if follows:  # stage 0's count: fetch up to it before stopping
                 catch_up(op, int(completed.item()))
@@ -471,7 +476,10 @@ class HiRadixCache(RadixCache):
         ops = list(self.ongoing_prefetch.values())
         snap = [[int(not self.can_terminate_prefetch(op)), -op.completed_tokens] for op in ops]
         votes = torch.tensor(snap, dtype=torch.int64).reshape(-1)
-        self._all_reduce(votes, dist.ReduceOp.MAX)
+        if self.pp_sync is None:
+            dist.all_reduce(votes, op=dist.ReduceOp.MAX, group=self.tp_cpu_group)
+        else:
+            self.pp_sync.all_reduce(votes, dist.ReduceOp.MAX)
         follows = self.pp_sync is not None and self.pp_sync.follows_stage0
         for op, (not_terminable, neg_completed) in zip(ops, votes.view(-1, 2).tolist()):
             if not_terminable == 0:
