@@ -57,7 +57,7 @@ def explore(
         log(
             f"chaos: schedule {index}: {res.verdict}"
             + "".join(f"; {a.invariant}" for a in res.anomalies)
-            + f" in {res.seconds:.0f} s"
+            + f" in {res.seconds:.0f} s; {max(0.0, budget_s - (time.monotonic() - t0)):.0f} s of the budget left"
         )
         if progress:
             progress(len(runs), time.monotonic() - t0, res.verdict)
@@ -74,13 +74,26 @@ class Verdict(NamedTuple):
     runs: int
 
 
-def reproduces(runner: ChaosRunner, sched: Schedule, invariant: str, need: int, tries: int, name: str) -> Verdict:
+def _in_time(deadline: float | None) -> bool:
+    return deadline is None or time.monotonic() < deadline
+
+
+def reproduces(
+    runner: ChaosRunner,
+    sched: Schedule,
+    invariant: str,
+    need: int,
+    tries: int,
+    name: str,
+    deadline: float | None = None,
+) -> Verdict:
     """Does `sched` reproduce `invariant` reliably: in at least `need` of `tries` runs?
     Stops as soon as the answer is known (`need` hits, or too many misses to get
     there), so a reduction that fires only sometimes costs one or two runs and is
-    rejected: a shrunk schedule that replays 2 in 10 is a lucky draw, not a finding."""
+    rejected: a shrunk schedule that replays 2 in 10 is a lucky draw, not a finding.
+    Past `deadline` (monotonic) it runs nothing more: an answer not reached is a no."""
     hits = runs = 0
-    while runs < tries and hits < need and need - hits <= tries - runs:
+    while runs < tries and hits < need and need - hits <= tries - runs and _in_time(deadline):
         res = runner.run(sched, f"{name}-try{runs + 1}")
         runs += 1
         hits += any(a.invariant == invariant for a in res.anomalies)
@@ -123,8 +136,9 @@ def shrink(
     attempts). `predicate(schedule, name)` decides "still fails" (default: it
     reproduces in `need` of `tries` runs, see `reproduces`), so "smallest" means the
     smallest magnitude that still reproduces at that rate. No candidate is run twice."""
-    still = predicate or (lambda s, name: reproduces(runner, s, invariant, need, tries, name).reproduced)
     t0, attempts, tried = time.monotonic(), 0, set()
+    end = t0 + budget_s
+    still = predicate or (lambda s, name: reproduces(runner, s, invariant, need, tries, name, end).reproduced)
     faults, trail = list(sched.faults), [sched]
 
     def left() -> bool:
@@ -159,28 +173,53 @@ def shrink(
     return Shrunk(sched.with_faults(faults), attempts, trail)
 
 
+class Replayed(NamedTuple):
+    schedule: Schedule
+    hits: int
+    runs: int  # fewer than asked where the deadline came first
+
+
 def replay_trail(
-    runner: ChaosRunner, trail: list[Schedule], invariant: str, times: int, min_hits: int
-) -> list[tuple[Schedule, int]]:
+    runner: ChaosRunner,
+    trail: list[Schedule],
+    invariant: str,
+    times: int,
+    min_hits: int,
+    deadline: float | None = None,
+) -> list[Replayed]:
     """Replay the last reduction `times` times; while it reproduces fewer than
     `min_hits`, step back along the trail (the acceptance rule passes a schedule at
-    the edge of its rate by luck now and then). Returns every (schedule, hits)
-    replayed, the one to report last."""
-    out = []
+    the edge of its rate by luck now and then). Returns every schedule replayed with its
+    hits and runs, the one to report last; nothing more starts past `deadline`."""
+    out: list[Replayed] = []
     for k, sched in enumerate(reversed(trail)):
-        out.append((sched, replay(runner, sched, invariant, times, f"replay-{k}-" if k else "replay")))
-        if out[-1][1] >= min_hits:
+        if not _in_time(deadline):
+            break
+        hits, runs = replay(runner, sched, invariant, times, f"replay-{k}-" if k else "replay", deadline)
+        out.append(Replayed(sched, hits, runs))
+        if hits >= min_hits:
             break
     return out
 
 
-def replay(runner: ChaosRunner, sched: Schedule, invariant: str, times: int, name: str = "replay") -> int:
+def replay(
+    runner: ChaosRunner,
+    sched: Schedule,
+    invariant: str,
+    times: int,
+    name: str = "replay",
+    deadline: float | None = None,
+) -> tuple[int, int]:
+    """(hits, runs) of up to `times` runs; none starts past `deadline`."""
     hits = 0
     for k in range(times):
+        if not _in_time(deadline):
+            log(f"chaos: {name}: the budget ran out after {k} replay(s)")
+            return hits, k
         res = runner.run(sched, f"{name}{k + 1}")
         hits += any(a.invariant == invariant for a in res.anomalies)
         log(
             f"chaos: {name} {k + 1}/{times}: "
             + ("reproduced" if any(a.invariant == invariant for a in res.anomalies) else "not reproduced")
         )
-    return hits
+    return hits, times

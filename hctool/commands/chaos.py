@@ -201,7 +201,9 @@ def _shrink_and_replay(
     k: int,
     accept: tuple[int, int] = (5, 5),
     min_rate: float = 0.8,
+    deadline: float | None = None,
 ):
+    """Shrink, then replay; with a `deadline` (monotonic: explore's budget) both stop there."""
     from hctool.chaos.explore import replay_trail, shrink
     from hctool.chaos.report import anomaly_entry, replay_command
 
@@ -209,6 +211,8 @@ def _shrink_and_replay(
     # that changed the text (start 0, half the ms) would move the fault to another rank.
     sched = sched.with_faults(f.resolved(runner.world_size, sched.seed) for f in sched.faults)
     trail = [sched]
+    if deadline is not None:
+        shrink_budget = min(shrink_budget, max(0.0, deadline - time.monotonic()))
     if shrink_budget > 0:
         res = shrink(runner, sched, anomaly.invariant, shrink_budget, need=accept[0], tries=accept[1])
         trail = res.trail
@@ -216,8 +220,11 @@ def _shrink_and_replay(
             f"chaos: shrunk to {len(res.schedule.faults)} fault(s) in {res.attempts} attempt(s): "
             f"{'; '.join(res.schedule.specs())}"
         )
-    replayed = replay_trail(runner, trail, anomaly.invariant, replays, math.ceil(min_rate * replays)) if replays else []
-    final = replayed[-1][0] if replayed else trail[-1]
+    need = math.ceil(min_rate * replays)
+    replayed = replay_trail(runner, trail, anomaly.invariant, replays, need, deadline) if replays else []
+    if replays and not replayed:
+        log.info("chaos: no replay: the budget was spent (--budget covers exploring, shrinking and replaying)")
+    final = replayed[-1].schedule if replayed else trail[-1]
     path = root / f"anomaly-{k}.toml"
     path.write_text(final.to_toml())
     entry = anomaly_entry(
@@ -225,10 +232,10 @@ def _shrink_and_replay(
         sched,
         replay_command(path, target),
         final if final != sched else None,
-        f"{replayed[-1][1]}/{replays}" if replayed else None,
+        f"{replayed[-1].hits}/{replayed[-1].runs}" if replayed else None,
     )
     if len(replayed) > 1:  # the steps backed off, for the record
-        entry["replayed"] = [{"schedule": s.specs(), "reproduced": f"{h}/{replays}"} for s, h in replayed]
+        entry["replayed"] = [{"schedule": r.schedule.specs(), "reproduced": f"{r.hits}/{r.runs}"} for r in replayed]
     return entry
 
 
@@ -285,7 +292,12 @@ def explore_cmd(
     no_scenario_faults: bool = NoFaultsOpt,
     catalogue: list[Path] = CatalogueOpt,
     rounds: int = RoundsOpt,
-    budget: float = typer.Option(600.0, "--budget", min=1, help="Seconds of exploration (setup included)."),
+    budget: float = typer.Option(
+        600.0,
+        "--budget",
+        min=1,
+        help="Seconds for all of it: setup, exploring, shrinking and replaying (a run under way finishes).",
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the schedule generator."),
     shard: str = typer.Option("1/1", "--shard", help="i/N: this machine's share of the schedules."),
     kinds: str = typer.Option(
@@ -296,7 +308,9 @@ def explore_cmd(
     ),
     max_schedules: int = typer.Option(None, "--max-schedules", min=1, help="Stop after this many schedules."),
     keep_going: bool = typer.Option(False, "--keep-going", help="Do not stop at the first anomaly."),
-    shrink_budget: float = typer.Option(600.0, "--shrink-budget", min=0, help="Seconds for shrinking (0: none)."),
+    shrink_budget: float = typer.Option(
+        600.0, "--shrink-budget", min=0, help="At most this much of --budget for shrinking (0: none)."
+    ),
     replays: int = typer.Option(
         10, "--replays", min=0, help="Replays of the (shrunk) schedule (its reproduction rate)."
     ),
@@ -351,7 +365,9 @@ def explore_cmd(
             text=f"{k} schedules, {sum(anomalous)} anomalous, {max(0.0, budget - t):.0f} s of budget left",
         )
 
-    # explore() runs the setup inside its budget: the budget bounds the whole exploration.
+    # The budget bounds everything explore does: setup, exploring, shrinking and replaying (the
+    # run under way when it ends finishes: at most one schedule's length over).
+    deadline = time.monotonic() + budget
     with (
         sigterm_as_interrupt(),
         progress.task("chaos explore", total=budget, text="setting up") as bar,
@@ -364,7 +380,16 @@ def explore_cmd(
             with sigterm_as_interrupt():
                 anomalies.append(
                     _shrink_and_replay(
-                        runner, target, sched, a, root, shrink_budget, replays, len(anomalies) + 1, need_tries
+                        runner,
+                        target,
+                        sched,
+                        a,
+                        root,
+                        shrink_budget,
+                        replays,
+                        len(anomalies) + 1,
+                        need_tries,
+                        deadline=deadline,
                     )
                 )
     minutes = found.seconds / 60

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import subprocess
+import time
 
 from hctool.chaos.explore import replay_trail, reproduces, shard_indices, shrink
 from hctool.chaos.invariants import Anomaly
@@ -43,10 +44,11 @@ class _Scripted:
     """Stands in for ChaosRunner.run in the acceptance arithmetic only: run k of a
     schedule fails iff script[k] (what a real runner reports is tested elsewhere)."""
 
-    def __init__(self, script: str):
-        self.script, self.calls = script, 0
+    def __init__(self, script: str, seconds: float = 0.0):
+        self.script, self.calls, self.seconds = script, 0, seconds  # seconds: how long a run takes
 
     def run(self, sched, name):
+        time.sleep(self.seconds)
         hit = self.script[self.calls] == "x"
         self.calls += 1
         return RunResult(name, "invalid" if hit else "valid", [Anomaly("consensus", {})] if hit else [], [], 0.0, "")
@@ -75,8 +77,19 @@ def test_a_shrunk_schedule_below_the_rate_backs_off_along_its_trail():
     a, b, c = (Schedule((parse_fault(f"free-delay:rank=1,ms={ms}"),)) for ms in (80, 40, 20))
     # c (the last reduction) reproduces 1 of 3, b 3 of 3: b is what gets reported
     out = replay_trail(_Scripted("x..xxx"), [a, b, c], "consensus", 3, 3)
-    assert [(s, h) for s, h in out] == [(c, 1), (b, 3)]
-    assert replay_trail(_Scripted("xxx"), [a, b, c], "consensus", 3, 3) == [(c, 3)]
+    assert [(r.schedule, r.hits, r.runs) for r in out] == [(c, 1, 3), (b, 3, 3)]
+    assert replay_trail(_Scripted("xxx"), [a, b, c], "consensus", 3, 3) == [(c, 3, 3)]
+
+
+def test_nothing_starts_past_the_budget():
+    """explore's --budget covers shrinking and replaying: past its deadline no run starts, and a
+    replay cut short says how many ran."""
+    sched = Schedule((parse_fault("free-delay:rank=1,ms=80"),))
+    assert replay_trail(_Scripted("xxx"), [sched], "consensus", 3, 3, deadline=time.monotonic() - 1) == []
+    r = _Scripted("xxxxxxxxxx", seconds=0.2)
+    out = replay_trail(r, [sched], "consensus", 10, 8, deadline=time.monotonic() + 0.5)
+    assert out[0].runs == r.calls < 10 and out[0].hits == out[0].runs
+    assert reproduces(_Scripted("xxx"), sched, "consensus", 3, 3, "t", deadline=time.monotonic() - 1).runs == 0
 
 
 def test_shards_cover_every_schedule_once():
