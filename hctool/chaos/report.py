@@ -143,15 +143,30 @@ def render(report: dict, console) -> None:
             console.print(Text(str(ev["cause"]), style="bold"), soft_wrap=True)
             if ev.get("symptom"):
                 console.print(Text(str(ev["symptom"])), soft_wrap=True)
+        elif ev:  # another invariant's evidence: one line per fact, not one JSON line
+            for key, value in ev.items():
+                text = value if isinstance(value, str) else json.dumps(value, default=str)
+                console.print(Text(f"  {key}: {text[:400]}"), soft_wrap=True)
         else:
-            console.print(json.dumps(a["evidence"], default=str)[:1500])
+            console.print(Text(str(a["evidence"])[:1500]), soft_wrap=True)
         if "counts" in a["evidence"]:  # the calls each rank was seen making, as the JSON has them
             from hctool.consensus.report import counts_line
 
             console.print(Text(counts_line(a["evidence"]), style="dim"), soft_wrap=True)
-        if a.get("shrunk") is not None:
-            console.print(f"shrunk to {len(a['shrunk'])} fault(s): {a['shrunk']}")
+        if a.get("shrunk") is not None:  # as the faults are written on the command line
+            specs = "; ".join(_spec(f) for f in a["shrunk"])
+            console.print(Text(f"shrunk to {len(a['shrunk'])} fault(s): {specs}"), soft_wrap=True)
         if a.get("reproduced"):
-            console.print(f"reproduced {a['reproduced']}")
+            console.print(Text(f"reproduced {a['reproduced']}"))
         console.print(Text(f"replay: {a['replay']}", style="bold"))
-    console.print(f"history: {report['history']}")
+    console.print(Text(f"history: {report['history']}"))
+
+
+def _spec(fault) -> str:
+    """A fault of the JSON report as its text form (`kind:key=value,...`)."""
+    from hctool.protocol.faults import Fault
+
+    try:
+        return Fault.from_dict(fault).spec() if isinstance(fault, dict) else str(fault)
+    except (ValueError, TypeError):
+        return json.dumps(fault, default=str)

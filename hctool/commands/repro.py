@@ -235,6 +235,7 @@ def _mechanism_cell(v: dict) -> str:
 def _render_all(results: list[dict], root: Path) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     table = Table(title="hctool repro all")
@@ -243,7 +244,7 @@ def _render_all(results: list[dict], root: Path) -> None:
     for r in results:
         for v in r["variants"]:
             req = v["requests"]
-            table.add_row(
+            cells = (
                 r["id"],
                 v["name"],
                 " | ".join(v["expected"]),
@@ -252,10 +253,12 @@ def _render_all(results: list[dict], root: Path) -> None:
                 _mechanism_cell(v),
                 f"{req['succeeded']}/{req['sent']}",
                 f"{v['seconds']:.1f}",
-                style=None if v["ok"] else "red",
             )
+            # as text, never as markup: a reason quotes gloo's "[/path/pair.cc:537]", which rich
+            # took for a closing tag and failed the whole command on
+            table.add_row(*map(Text, cells), style=None if v["ok"] else "red")
     console.print(table)
-    console.print(f"artifacts: {root}")
+    console.print(f"artifacts: {root}", markup=False)
 
 
 def _site_cell(fd: dict | None) -> str:
@@ -274,13 +277,14 @@ def _site_cell(fd: dict | None) -> str:
 def variant_table(result: dict):
     """The variant table of `hctool repro ID` (README.md shows one: tests/test_readme.py)."""
     from rich.table import Table
+    from rich.text import Text
 
     table = Table()
     for col in ("variant", "expected", "verdict", "ok", "mechanism", "requests", "seconds", "first divergence"):
         table.add_column(col, overflow="fold")
     for v in result["variants"]:
         req = v["requests"]
-        table.add_row(
+        cells = (
             v["name"],
             " | ".join(v["expected"]),
             _verdict_cell(v),
@@ -289,8 +293,8 @@ def variant_table(result: dict):
             f"{req['succeeded']}/{req['sent']}",
             f"{v['seconds']:.1f}",
             _site_cell(v["first_divergence"]),
-            style=None if v["ok"] else "red",
         )
+        table.add_row(*map(Text, cells), style=None if v["ok"] else "red")  # text, never markup (see above)
     return table
 
 
@@ -320,7 +324,7 @@ def _render(result: dict) -> None:
                 )
             )
             for rank, value in sd["ranks"].items():
-                console.print(f"  rank {rank}: {value}")
+                console.print(f"  rank {rank}: {value}", markup=False)
         if v["first_divergence"] or v["stacks"]:
             console.print(Text(f"\n{v['name']}: {v['verdict']}: {v.get('reason', '')}", style="bold"))
             fd = Divergence.from_json(v["first_divergence"]) if v["first_divergence"] else None
@@ -332,7 +336,7 @@ def _render(result: dict) -> None:
                 v.get("counts", {}),
             )
             render(report, console, label=v["verdict"])
-    console.print(f"artifacts: {result['artifacts']}")
+    console.print(f"artifacts: {result['artifacts']}", markup=False)
 
 
 def _main_threads(stacks: dict) -> dict:
