@@ -83,3 +83,14 @@ def test_cuda_without_a_gpu_is_refused_before_any_folder_is_made(tmp_path):
     )
     assert out.returncode == 2 and out.stderr.startswith("Error: --cuda but torch sees no CUDA device"), out.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_reason_that_looks_like_markup_is_printed_as_it_is(capsys):
+    """gloo's errors quote their source as "[/path/pair.cc:537]": rich read it as a closing tag
+    and the command failed after the run (`internal error: MarkupError`)."""
+    reason = "rank 0 died: [/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error"
+    variant = dict(VARIANT, reason=reason, mechanism={"seen": True, "evidence": [reason]})
+    _render({"id": "26921", "title": "t", "variants": [variant], "artifacts": "/tmp/[x]"})
+    out = " ".join(capsys.readouterr().out.split())
+    assert "[/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537]" in out.replace("│ ", "").replace(" │", "")
+    assert "artifacts: /tmp/[x]" in out
