@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from hctool.consensus.analyze import AnalysisSession
-from hctool.consensus.model import Report
+from hctool.consensus.model import Kind, Report, Verdict
 from hctool.supervise.procs import alive as _alive
 
 
@@ -58,3 +58,23 @@ class LiveWatcher:
 
     def pids(self) -> dict[int, int]:
         return {r: rt.pid for r, rt in self.reader.ranks.items()}
+
+
+def merge_live(final: Report, live: Report | None, stacks: dict[str, str]) -> Report:
+    """The report of a run: the final analysis of every trace, except what ending the job took
+    away from it. A finding seen live stands if the final data lost it (a consistent or an
+    unseen verdict), and a wait cycle seen live stays on the finding it explains (ending the
+    job broke the cycle the final data would show)."""
+    if live is None:
+        return final
+    if (final.verdict is Verdict.CONSISTENT or not final.verdict.seen) and live.first_divergence is not None:
+        live.stacks, live.exit_codes = stacks, final.exit_codes
+        live.command_exit_code, live.coverage = final.command_exit_code, final.coverage
+        return live
+    lf, ff = live.first_divergence, final.first_divergence
+    if lf is not None and lf.deadlock and (ff is None or not ff.deadlock):
+        if lf.kind is Kind.WAIT_CYCLE:
+            final.verdict, final.first_divergence = live.verdict, lf
+        elif ff is not None and (lf.group, lf.seq) == (ff.group, ff.seq):
+            ff.deadlock, ff.cycle = lf.deadlock, lf.cycle
+    return final

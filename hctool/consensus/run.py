@@ -11,8 +11,8 @@ from pathlib import Path
 
 from hctool.consensus import kernel_build
 from hctool.consensus.analyze import analyze_dir
-from hctool.consensus.live import LiveWatcher
-from hctool.consensus.model import Kind, Report, Verdict
+from hctool.consensus.live import LiveWatcher, merge_live
+from hctool.consensus.model import Report, Verdict
 from hctool.console import log
 from hctool.protocol import env as protocol_env
 from hctool.protocol import faultcounts
@@ -165,26 +165,6 @@ def run_job(opts: RunOptions) -> tuple[Report, float | None]:
     if report.verdict is not Verdict.CONSISTENT:
         _log_tails(opts, report)
     return report, latency
-
-
-def merge_live(final: Report, live: Report | None, stacks: dict[str, str]) -> Report:
-    """The report of a run: the final analysis of every trace, except what ending the job took
-    away from it. A finding seen live stands if the final data lost it (a consistent or an
-    unseen verdict), and a wait cycle seen live stays on the finding it explains (ending the
-    job broke the cycle the final data would show)."""
-    if live is None:
-        return final
-    if (final.verdict is Verdict.CONSISTENT or not final.verdict.seen) and live.first_divergence is not None:
-        live.stacks, live.exit_codes = stacks, final.exit_codes
-        live.command_exit_code, live.coverage = final.command_exit_code, final.coverage
-        return live
-    lf, ff = live.first_divergence, final.first_divergence
-    if lf is not None and lf.deadlock and (ff is None or not ff.deadlock):
-        if lf.kind is Kind.WAIT_CYCLE:
-            final.verdict, final.first_divergence = live.verdict, lf
-        elif ff is not None and (lf.group, lf.seq) == (ff.group, ff.seq):
-            ff.deadlock, ff.cycle = lf.deadlock, lf.cycle
-    return final
 
 
 def fault_counts(opts: RunOptions, controller: FaultController | None) -> list[dict]:

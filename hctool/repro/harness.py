@@ -18,8 +18,7 @@ import requests
 
 from engine.lab import ServerArgs, Variants
 from hctool.consensus import analyze_dir
-from hctool.consensus.live import LiveWatcher
-from hctool.consensus.model import Divergence, Report
+from hctool.consensus.live import LiveWatcher, merge_live
 from hctool.console import log as hlog
 from hctool.console import progress
 from hctool.launch import PDTopology, Topology
@@ -174,7 +173,9 @@ class ReproHarness:
             else:
                 driver.stop()
                 codes = topo.rank_exit_codes()
-        final = analyze_dir(traces, exit_codes=codes, stacks=stacks)
+            # what ranks still running write from here on is the teardown's doing, not the run's
+            ended_at = None if outcome == "done" else time.monotonic()
+        final = analyze_dir(traces, exit_codes=codes, stacks=stacks, ended_at=ended_at)
         # how often each fault fired: the ranks' own counts (both sides of a PD run), the supervisor's
         folders = [traces, vdir / "traces-prefill"] if self.s.pd else [traces]
         fired = faultcounts.read(folders, [f.spec() for f in faults if f.kind in IN_RANK])
@@ -188,7 +189,9 @@ class ReproHarness:
         if hooks:
             hooks.finished(obs, driver, topo, codes)
         per_round = [b - a for a, b in zip([0, *load_back], load_back)]
-        first = _first_divergence(outcome, live, final)
+        # the one rule of every road (consensus/live.merge_live): the final analysis, except what
+        # ending the job took away from it
+        first = merge_live(final, live, stacks).first_divergence
         state = find_state_divergence(vdir / "state")  # written by ranks run with --state-digest
         j = judge(obs, variant.expected, per_round, self.s.require_load_back, variant.mechanism, first, state)
         report = VariantReport(
@@ -271,15 +274,6 @@ class ReproHarness:
         out = {"id": self.s.id, "title": self.s.title, "variants": results, "artifacts": str(self.root)}
         (self.root / "report.json").write_text(json.dumps(out, indent=2))
         return out
-
-
-def _first_divergence(outcome: str, live: Report | None, final: Report) -> Divergence | None:
-    """After a death the traces are complete by the time of the final analysis, which
-    (unlike the live check, taken 0.5 s after the death) is not cut short by the
-    live settle window; otherwise what the live check saw first."""
-    if outcome == "death" and final.first_divergence is not None:
-        return final.first_divergence
-    return (live.first_divergence if live is not None else None) or final.first_divergence
 
 
 def _load_back_tokens(url: str) -> int:
