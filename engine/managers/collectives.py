@@ -44,11 +44,13 @@ class TickCollectives:
         return bool(t.item())
 
     def dp_gather_outputs(self, payload: object) -> list | None:
-        """DP, every tick, on each replica's first rank: its outputs to rank 0, the one that
-        talks to the frontend (None elsewhere)."""
+        """DP, every tick, on every rank: each replica's outputs to replica 0 over this
+        tp_rank's DP group (to global rank tp_rank, replica 0's rank of it); only rank 0's
+        gather (tp_rank 0) reaches the frontend, the others carry nothing. Every rank issues
+        it, so the tick's DP calls are the same sequence on every tp_rank (None elsewhere)."""
         ps = self.parallel
-        out = [None] * ps.dp_size if ps.rank == 0 else None
-        dist.gather_object(payload, out, dst=0, group=ps.dp_cpu_group)
+        out = [None] * ps.dp_size if ps.rank == ps.tp_rank else None
+        dist.gather_object(payload, out, dst=ps.tp_rank, group=ps.dp_cpu_group)
         return out
 
     def agree_admitted(self, admitted: int) -> int:

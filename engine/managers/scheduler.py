@@ -80,7 +80,7 @@ class Scheduler:
         rank = parallel.rank if parallel is not None else tp_rank  # the one that talks to the frontend: 0
         self.io = SchedulerIO(rank, self.sync, recv_from_frontend, send_to_frontend)
         if self.dp_size > 1:
-            self.io.dp_gather = parallel.tp_rank == 0
+            self.io.dp_gather, self.io.dp_leader = True, parallel.tp_rank == 0
             self.io.router = DataParallelRouter(self.dp_size) if rank == 0 else None
         self.prefill = PrefillManager(
             args, self.tree_cache, r.req_to_token_pool, r.token_to_kv_pool_allocator, self.sync

@@ -60,10 +60,12 @@ class SchedulerIO:
             self.last_metrics = metrics.counters
             self.send_to_frontend(metrics)
 
-    dp_gather = False  # set on every replica's first rank under DP
+    dp_gather = False  # set on every rank under DP
+    dp_leader = False  # a replica's first rank: its outputs are the replica's
 
     def flush_dp(self, metrics_fn: Callable[[], object]) -> None:
-        gathered = self.sync.dp_gather_outputs((self.outputs, metrics_fn().counters))
+        payload = (self.outputs, metrics_fn().counters) if self.dp_leader else ([], {})
+        gathered = self.sync.dp_gather_outputs(payload)
         self.outputs = []
         if gathered is None or self.send_to_frontend is None:
             return
