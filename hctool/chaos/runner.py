@@ -52,7 +52,7 @@ class ChaosRunner:
 
     @property
     def world_size(self) -> int:
-        return self.harness.tp
+        return self.harness.world_size  # every rank a schedule may target: dp x pp x tp
 
     def prepare(self) -> None:
         if self.prepared:
@@ -66,8 +66,7 @@ class ChaosRunner:
 
     def run(self, schedule: Schedule, name: str, attempt: int = 1) -> RunResult:
         self.prepare()
-        tp = self.harness.tp
-        faults = schedule.healed(tp)
+        faults = schedule.healed(self.world_size)
         prompts = [((r, i), p) for r, ps in enumerate(self.harness.rounds) for i, p in enumerate(ps)]
         ctl = Controller(schedule, faults, prompts, self.history, self.starve_ticks)
         ctl.max_new_tokens = self.target.scenario.workload.max_new_tokens

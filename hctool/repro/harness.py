@@ -54,6 +54,8 @@ class ReproHarness:
     def __init__(self, scenario: Scenario, opts: HarnessOptions):
         self.s, self.opts = scenario, opts
         self.tp = opts.tp or scenario.tp
+        # the ranks of one (decode) server: dp replicas x pp stages x tp ranks, what the checks watch
+        self.world_size = scenario.server_args(scenario.variants[0], self.tp).world_size
         self.root = Path(opts.artifacts)
         self.root.mkdir(parents=True, exist_ok=True)
         vocab = ServerArgs().model.vocab_size
@@ -119,7 +121,13 @@ class ReproHarness:
             extra = ("--hicache-storage-dir", str(vdir / "storage"))
         args = self.s.server_args(variant, self.tp, (*self.device_flags, *extra))
         deadline_s = self.opts.timeout or self.s.deadline
-        shape = f"PD prefill TP={self.s.prefill_tp} + decode TP={self.tp}" if self.s.pd else f"TP={self.tp}"
+        shape = (
+            f"PD prefill TP={self.s.prefill_tp} + decode TP={self.tp}"
+            if self.s.pd
+            else f"TP={args.tp_size}"
+            + (f" PP={args.pp_size}" if args.pp_size > 1 else "")
+            + (f" DP={args.dp_size}" if args.dp_size > 1 else "")
+        )
         log(f"{name}: starting {shape} with faults {', '.join(f.spec() for f in faults) or 'none'}")
         t0 = time.monotonic()
         stacks: dict[str, str] = {}
@@ -143,7 +151,7 @@ class ReproHarness:
         with topo:
             url = topo.start(self.opts.startup_timeout)
             (vdir / "commands.txt").write_text(_commands(topo, args, self.s, faults))
-            watcher = LiveWatcher(traces, self.tp, hang_after=self.s.hang_after)
+            watcher = LiveWatcher(traces, args.world_size, hang_after=self.s.hang_after)
             driver = WorkloadDriver(
                 url,
                 self.rounds,
