@@ -126,19 +126,21 @@ def _check_names(target, faults) -> None:
 
 
 @contextlib.contextmanager
-def _clean_without_faults():
-    """Around the fault-free run (a command) or setup + reference (the engine): a target that
-    fails without faults is the user's to fix, one Error line."""
+def _clean_without_faults(as_json: bool = False):
+    """Around the fault-free run (a command) or setup + reference (the engine): a program that
+    fails with no fault at all is a finding in its own right (exit 1, as an anomaly would be),
+    not a usage error; nothing is explored on top of it."""
     from hctool.chaos.command import ChaosSetupError
 
     try:
         yield
     except ChaosSetupError as exc:
-        raise UsageError(
-            str(exc),
-            "chaos explores a program that is clean without faults: fix it, or check it with "
-            "hctool check-consensus run",
-        ) from None
+        if as_json:
+            print(json.dumps({"verdict": "invalid", "without_faults": True, "reason": str(exc)}))
+        else:
+            print(f"INVALID without any fault: {exc}")
+        log.info("chaos: nothing explored on top of it; `hctool check-consensus run` shows the run whole")
+        raise typer.Exit(1) from None
 
 
 def _setup(artifacts: Path | None, what: str):
@@ -272,7 +274,7 @@ def run_cmd(
     root, history = _setup(artifacts, "run")
     runner = target.runner(root, history, starve_ticks)
     with sigterm_as_interrupt():
-        with _clean_without_faults():
+        with _clean_without_faults(as_json):
             runner.prepare()
         results = [(sched, runner.run(sched, f"run{k + 1}")) for k in range(runs)]
     invariants = sorted({a.invariant for _, r in results for a in r.anomalies})
@@ -371,7 +373,7 @@ def explore_cmd(
     with (
         sigterm_as_interrupt(),
         progress.task("chaos explore", total=budget, text="setting up") as bar,
-        _clean_without_faults(),
+        _clean_without_faults(as_json),
     ):
         found = explore(runner, seed, budget, (i, n), kind_list, max_schedules, keep_going, show)
     anomalies = []
@@ -448,7 +450,7 @@ def shrink_cmd(
     root, history = _setup(artifacts, "shrink")
     runner = target.runner(root, history, starve_ticks)
     with sigterm_as_interrupt():
-        with _clean_without_faults():
+        with _clean_without_faults(as_json):
             runner.prepare()
         first = runner.run(sched, "original")
         seen = [a for a in first.anomalies if invariant in (None, a.invariant)]

@@ -211,3 +211,14 @@ def test_explore_finds_shrinks_and_replays_each_timing_bug(tmp_path, program):
     assert len(shrunk) <= 2 and all("fn" not in f for f in shrunk), shrunk
     hits, runs = (int(x) for x in a["reproduced"].split("/"))
     assert runs == 10 and hits >= 8, a["reproduced"]
+
+
+def test_a_program_that_fails_without_faults_is_a_finding(tmp_path):
+    """Not 'could not run' (exit 2): the fault-free run's divergence is the answer, exit 1, and
+    nothing is explored on top of it."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "extra_call.py"
+    code, report, err = chaos(tmp_path, "explore", "--budget", "60", "--json", "--", str(example))
+    assert code == 1 and report is not None, err[-2000:]
+    assert report["verdict"] == "invalid" and report["without_faults"] is True
+    assert "cause: rank 1, extra all_reduce at extra_call.py:13" in report["reason"]
+    assert "schedule 0" not in err
