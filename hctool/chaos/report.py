@@ -59,6 +59,24 @@ def build(
     }
 
 
+def merge_problem(reports: list[dict]) -> str | None:
+    """Why these reports are not shards of one exploration (None: they can be merged): another
+    target, another seed, or a shard given twice (the same report twice counted its runs twice)."""
+    targets = sorted({str(r.get("target", "")) for r in reports})
+    if len(targets) > 1:
+        return f"reports of different targets: {' | '.join(targets)}"
+    seeds = sorted({str(r.get("seed")) for r in reports})
+    if len(seeds) > 1:
+        return f"reports of different seeds ({', '.join(seeds)}): shards of one exploration share its seed"
+    seen: set = set()
+    for r in reports:
+        key = (r.get("shard"), r.get("history"))
+        if key in seen:
+            return f"shard {r.get('shard')} is given twice (history {r.get('history')})"
+        seen.add(key)
+    return None
+
+
 def merge(reports: list[dict]) -> dict:
     """Shards of one exploration (or any reports): anomalies and runs concatenated,
     invalid if any shard is, valid only if every shard is."""

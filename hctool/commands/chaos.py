@@ -471,12 +471,15 @@ def merge_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Join the reports of CI shards into one; exit as the merged verdict."""
-    from hctool.chaos.report import load_report, merge
+    from hctool.chaos.report import load_report, merge, merge_problem
 
     try:
         loaded = [load_report(p) for p in reports]
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read a report: {exc}", "pass the files written by chaos explore --json") from None
+    problem = merge_problem(loaded)
+    if problem:
+        raise UsageError(problem, "merge the shards of one exploration (explore --shard i/N, one seed, one target)")
     merged = merge(loaded)
     if as_json:
         print(json.dumps(merged, indent=2, default=str))

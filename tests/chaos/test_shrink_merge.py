@@ -8,6 +8,8 @@ import json
 import subprocess
 import time
 
+import pytest
+
 from hctool.chaos.explore import replay_trail, reproduces, shard_indices, shrink
 from hctool.chaos.invariants import Anomaly
 from hctool.chaos.report import merge
@@ -129,6 +131,29 @@ def test_merge_joins_shards(hctool_cmd, clean_env, tmp_path):
     bad = merge([_report("valid", 4), _report("invalid", 2, [{"invariant": "liveness", "evidence": {}}], "2/2")])
     assert bad["verdict"] == "invalid" and bad["anomalies"][0]["invariant"] == "liveness"
     assert merge([_report("valid", 4), _report("unknown", 1)])["verdict"] == "unknown"
+
+
+@pytest.mark.parametrize(
+    "second, says",
+    [
+        (lambda r: r, "shard 1/2 is given twice"),
+        (lambda r: dict(r, target="-- torchrun --nproc-per-node 2 train.py", shard="2/2"), "different targets"),
+        (lambda r: dict(r, seed=2, shard="2/2"), "different seeds"),
+    ],
+)
+def test_merge_refuses_what_is_not_shards_of_one_exploration(hctool_cmd, clean_env, tmp_path, second, says):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(_report("valid", 4)))
+    b.write_text(json.dumps(second(_report("valid", 5))))
+    out = subprocess.run(
+        [*hctool_cmd, "chaos", "merge", str(a), str(b), "--json"],
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        timeout=60,
+    )
+    assert out.returncode == 2 and out.stdout == "", out.stdout
+    assert out.stderr.startswith("Error: ") and says in out.stderr.splitlines()[0]
 
 
 def test_usage_errors_are_one_line(hctool_cmd, clean_env, tmp_path):
