@@ -14,6 +14,7 @@ from hctool.consensus.analyze import analyze_dir
 from hctool.consensus.live import LiveWatcher, merge_live
 from hctool.consensus.model import Report, Verdict
 from hctool.console import log
+from hctool.console.paths import tidy_stack_text
 from hctool.protocol import env as protocol_env
 from hctool.protocol import faultcounts
 from hctool.protocol.faults import IN_RANK, Fault
@@ -97,7 +98,9 @@ def _start(opts: RunOptions, ps: procs.ProcessSet, controller: FaultController |
     return ranks
 
 
-def _log_tails(opts: RunOptions, report: Report) -> None:
+def _log_tails(opts: RunOptions, report: Report, log_ends: dict[Path, int]) -> None:
+    """The last lines each rank (or the command) logged before hctool ended the job, its paths
+    as a reader opens them."""
     logs = sorted(opts.trace_dir.glob("*.log"))
     if len(logs) > 8:
         # a big world: the logs of the ranks the answer names (the culprits, else the first), not 64 tails
@@ -107,9 +110,12 @@ def _log_tails(opts: RunOptions, report: Report) -> None:
         _log(f"{len(logs) - len(keep)} more logs in {opts.trace_dir}")
         logs = keep
     for path in logs:
-        lines = path.read_text(errors="replace").splitlines()[-5:]
+        with open(path, "rb") as f:
+            data = f.read(log_ends[path]) if path in log_ends else f.read()
+        lines = tidy_stack_text(data.decode(errors="replace")).splitlines()[-5:]
         if lines:
-            _log(f"last lines of {path.name}:\n  " + "\n  ".join(lines))
+            cut = " (before hctool ended the job)" if path in log_ends else ""
+            _log(f"last lines of {path.name}{cut}:\n  " + "\n  ".join(lines))
 
 
 def run_job(opts: RunOptions) -> tuple[Report, float | None]:
@@ -147,6 +153,9 @@ def run_job(opts: RunOptions) -> tuple[Report, float | None]:
         stacks = job.stacks(str(opts.trace_dir)) if job.alive() else {}
         # what ranks still running write from here on (an end record, failed calls) is this teardown's doing
         ended_at = time.monotonic() if job.alive() else None
+        # so do the lines they log from here on (torchrun's SignalException for hctool's SIGTERM):
+        # the tails shown end where the teardown began
+        log_ends = {p: p.stat().st_size for p in opts.trace_dir.glob("*.log")} if ended_at else {}
         job.stop()
     if command_exit and not codes:
         _log(f"the command failed ({procs.describe_exit(command_exit)}) before any rank recorded a collective")
@@ -163,7 +172,7 @@ def run_job(opts: RunOptions) -> tuple[Report, float | None]:
             if not f["total"]:
                 _log(f"fault {faultcounts.describe(f)}")
     if report.verdict is not Verdict.CONSISTENT:
-        _log_tails(opts, report)
+        _log_tails(opts, report, log_ends)
     return report, latency
 
 

@@ -159,3 +159,17 @@ def test_live_watcher_stays_bounded_on_a_steady_run(tmp_path, no_leftover_proces
     )
     assert watcher.events_seen > 100
     assert max(pending) < 200  # what every rank agreed on is dropped as it goes
+
+
+def test_the_tails_shown_end_where_hctool_ended_the_job(tmp_path, no_leftover_processes):
+    """Under torchrun a divergence used to end with torchrun's SignalException traceback: the
+    SIGTERM of hctool's own teardown, not the program's doing."""
+    cmd = [sys.executable, "-m", "hctool", "check-consensus", "run", "--trace-dir", str(tmp_path / "t"), "--"]
+    cmd += [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    proc = subprocess.run(
+        [*cmd, str(REPO / "examples" / "extra_call.py")], capture_output=True, text=True, timeout=240, cwd=tmp_path
+    )
+    assert proc.returncode == 1 and "DIVERGED" in proc.stdout, proc.stderr[-2000:]
+    assert "last lines of cmd.log (before hctool ended the job)" in proc.stderr
+    assert "SignalException" not in proc.stderr
+    assert "SignalException" in (tmp_path / "t" / "cmd.log").read_text()  # it is in the log, whole
