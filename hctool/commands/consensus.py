@@ -113,6 +113,7 @@ def run(
                 script_mode=script_mode,
                 faults=tuple(faults),
                 probes=tuple(probes),
+                echo=True,  # the program's output, as torchrun would show it (stderr: stdout is the report)
             )
         )
     except TraceError as exc:

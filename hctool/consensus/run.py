@@ -21,7 +21,7 @@ from hctool.protocol.faults import IN_RANK, Fault
 from hctool.protocol.runrecord import RunRecord
 from hctool.supervise import procs
 from hctool.supervise.faults import FaultController
-from hctool.supervise.job import CommandJob
+from hctool.supervise.job import CommandJob, OutputEcho
 from hctool.supervise.watch import watch
 
 DEATH_GRACE_S = 2.0  # after a rank hctool started failed: its peers' last records reach the traces
@@ -41,6 +41,7 @@ class RunOptions:
     controller: FaultController | None = None  # chaos passes its own (heal, history); else one is made for faults
     split_stdout: bool = False  # stdout alone in stdout.log (rank{r}.stdout for a script), for --same-output
     cwd: Path | None = None  # the job's working directory (default: hctool's)
+    echo: bool = False  # show the program's output on stderr as it comes (check-consensus run)
 
 
 def _log(msg: str) -> None:
@@ -129,6 +130,7 @@ def run_job(opts: RunOptions) -> tuple[Report, float | None]:
     )
     with procs.sigterm_as_interrupt(), procs.ProcessSet() as ps:
         job = CommandJob(ps, {}, watcher, opts.script_mode)
+        echo = OutputEcho(opts.trace_dir, opts.script_mode, log.info) if opts.echo else None
         try:
             job.ranks = _start(opts, ps, controller)
             if controller is not None:
@@ -138,6 +140,7 @@ def run_job(opts: RunOptions) -> tuple[Report, float | None]:
                 watcher,
                 deadline=deadline,
                 done=lambda: not job.alive(),
+                on_tick=echo,
                 faults=controller,
                 abort=opts.abort,
                 death_grace_s=DEATH_GRACE_S,
@@ -156,6 +159,8 @@ def run_job(opts: RunOptions) -> tuple[Report, float | None]:
         # so do the lines they log from here on (torchrun's SignalException for hctool's SIGTERM):
         # the tails shown end where the teardown began
         log_ends = {p: p.stat().st_size for p in opts.trace_dir.glob("*.log")} if ended_at else {}
+        if echo is not None:
+            echo(final=not ended_at)  # what they wrote up to here (a partial last line, if they ended)
         job.stop()
     if command_exit and not codes:
         _log(f"the command failed ({procs.describe_exit(command_exit)}) before any rank recorded a collective")
@@ -171,7 +176,7 @@ def run_job(opts: RunOptions) -> tuple[Report, float | None]:
         for f in faults:
             if not f["total"]:
                 _log(f"fault {faultcounts.describe(f)}")
-    if report.verdict is not Verdict.CONSISTENT:
+    if report.verdict is not Verdict.CONSISTENT and echo is None:  # echoed: the user has seen it
         _log_tails(opts, report, log_ends)
     return report, latency
 

@@ -5,7 +5,9 @@ command the traces' headers name the ranks' pids and their end records say how t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from hctool.supervise import procs
 from hctool.supervise.procs import alive
@@ -19,6 +21,36 @@ class RankFailure:
 
     def message(self) -> str:
         return f"rank {self.rank} failed ({procs.describe_exit(self.returncode)})"
+
+
+class OutputEcho:
+    """The program's own output, shown as torchrun shows it (on hctool's stderr: its stdout is
+    the report's): each pass of the watch loop prints the complete lines each log gained, a
+    script's ranks prefixed `[rankN]` as torchrun's --tee does; the logs keep everything."""
+
+    def __init__(self, folder: Path, script_mode: bool, show: Callable[[str], None]):
+        self.folder, self.script_mode, self.show = folder, script_mode, show
+        self.offsets: dict[Path, int] = {}
+
+    def __call__(self, final: bool = False) -> None:
+        for path in sorted(self.folder.glob("rank*.log" if self.script_mode else "cmd.log")):
+            start = self.offsets.get(path, 0)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(start)
+                    data = f.read(MAX_ECHO_BYTES)
+            except OSError:
+                continue
+            end = len(data) if final else data.rfind(b"\n") + 1  # whole lines only, until the end
+            if end <= 0:
+                continue
+            self.offsets[path] = start + end
+            prefix = f"[{path.stem}] " if self.script_mode else ""
+            for line in data[:end].decode(errors="replace").splitlines():
+                self.show(prefix + line)
+
+
+MAX_ECHO_BYTES = 1 << 20  # per log per pass: a program printing faster than this is read on over passes
 
 
 class CommandJob:

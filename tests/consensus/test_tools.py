@@ -161,7 +161,7 @@ def test_live_watcher_stays_bounded_on_a_steady_run(tmp_path, no_leftover_proces
     assert max(pending) < 200  # what every rank agreed on is dropped as it goes
 
 
-def test_the_tails_shown_end_where_hctool_ended_the_job(tmp_path, no_leftover_processes):
+def test_what_is_shown_ends_where_hctool_ended_the_job(tmp_path, no_leftover_processes):
     """Under torchrun a divergence used to end with torchrun's SignalException traceback: the
     SIGTERM of hctool's own teardown, not the program's doing."""
     cmd = [sys.executable, "-m", "hctool", "check-consensus", "run", "--trace-dir", str(tmp_path / "t"), "--"]
@@ -170,6 +170,29 @@ def test_the_tails_shown_end_where_hctool_ended_the_job(tmp_path, no_leftover_pr
         [*cmd, str(REPO / "examples" / "extra_call.py")], capture_output=True, text=True, timeout=240, cwd=tmp_path
     )
     assert proc.returncode == 1 and "DIVERGED" in proc.stdout, proc.stderr[-2000:]
-    assert "last lines of cmd.log (before hctool ended the job)" in proc.stderr
     assert "SignalException" not in proc.stderr
     assert "SignalException" in (tmp_path / "t" / "cmd.log").read_text()  # it is in the log, whole
+
+
+PRINTS = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(1)
+dist.all_reduce(t)
+print("rank", dist.get_rank(), "sum", t.item())
+print("a last line without its newline", end="")
+dist.destroy_process_group()
+"""
+
+
+def test_the_programs_output_is_shown_as_torchrun_shows_it(tmp_path, no_leftover_processes):
+    """On stderr, each line once, a script's ranks prefixed; stdout stays the report alone."""
+    program = tmp_path / "prints.py"
+    program.write_text(PRINTS)
+    cmd = [sys.executable, "-m", "hctool", "check-consensus", "run", "--json", "--trace-dir", str(tmp_path / "t")]
+    proc = subprocess.run([*cmd, "--", str(program)], capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["verdict"] == "consistent", proc.stderr[-2000:]
+    lines = proc.stderr.splitlines()
+    for rank in (0, 1):
+        assert lines.count(f"[rank{rank}] rank {rank} sum 2.0") == 1, proc.stderr
+        assert lines.count(f"[rank{rank}] a last line without its newline") == 1, proc.stderr
