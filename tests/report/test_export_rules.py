@@ -48,7 +48,9 @@ def test_a_four_rank_export_obeys_the_format(four_ranks):
     assert any(name.endswith(" #2") for name in threads) and "labels" in threads, threads
     assert any(e["ph"] == "X" and e["cat"] == "p2p" for e in evs)
     starts = Counter(e["pid"] for e in evs if e["ph"] == "s")
-    assert set(starts) == {1, 2, 3, 4} and starts[4] > starts[1], starts
+    # (each step's first all_reduce is entered by the last rank 30-90 ms before the others; which
+    # rank enters first in the calls after it is the machine's timing: 18 vs 17 under load)
+    assert set(starts) == {1, 2, 3, 4} and starts[4] >= 3, starts
     # every pairing of a group call is drawn: in a consistent run each call but the last to
     # enter starts one arrow
     calls = Counter((e["args"]["group"], e["args"]["seq"]) for e in evs if e["ph"] == "X" and e["cat"] == "collective")
