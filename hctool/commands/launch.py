@@ -127,7 +127,10 @@ def launch(
         None, "--run-dir", help="Logs, traces and default storage (default: ./hctool-runs/launch-TIME-PID)."
     ),
     inject: list[str] = typer.Option(
-        [], "--inject", help="Fault for the ranks, e.g. h2d-sleep:rank=1,ms=30 (repeatable)."
+        [],
+        "--inject",
+        help="A fault (docs/chaos.md): in the ranks, e.g. h2d-sleep:rank=1,ms=30, or from outside them, "
+        "e.g. rank-pause:rank=1,start_s=5,ms=2000; repeatable; firing counts at the stop.",
     ),
     probes: list[str] = typer.Option([], "--probes", help="Python module the ranks import at startup (repeatable)."),
     cuda: bool = typer.Option(None, "--cuda/--cpu", help="Device (default: CUDA when there is a GPU per rank)."),
