@@ -71,7 +71,12 @@ def _start(opts: RunOptions, ps: procs.ProcessSet, controller: FaultController |
     if opts.cwd is not None:  # run elsewhere, import as from here: `python -m pkg` finds ./pkg
         base["PYTHONPATH"] = os.pathsep.join(p for p in (base.get("PYTHONPATH"), os.getcwd()) if p)
     env = procs.inject_env(base, TRACE_DIR=str(opts.trace_dir.resolve()), **extra)
-    env.setdefault("PYTHONUNBUFFERED", "1")
+    if opts.script_mode:
+        # each rank writes its own log: unbuffered, its last lines survive a kill. Not under a
+        # wrapper command, whose ranks share one stdout: unbuffered, print() writes the text and
+        # its newline apart and two ranks' lines cut into each other ("rank 1 steps 6result
+        # steps=6"), which a program does not do without hctool
+        env.setdefault("PYTHONUNBUFFERED", "1")
     if not opts.script_mode:
         ps.start(
             "cmd",

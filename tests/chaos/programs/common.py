@@ -2,6 +2,7 @@
 of the ranks hctool starts for a SCRIPT.py), with a deadline on every wait."""
 
 import os
+import sys
 from datetime import timedelta
 
 import torch.distributed as dist
@@ -14,6 +15,9 @@ def init() -> int:
 
 
 def done(steps: int) -> None:
-    print(f"rank {dist.get_rank()} steps {steps}", flush=True)
+    # one write per line: under PYTHONUNBUFFERED print() writes the text and its newline apart,
+    # and ranks sharing torchrun's stdout cut into each other's lines
+    sys.stdout.write(f"rank {dist.get_rank()} steps {steps}\n")
+    sys.stdout.flush()
     dist.destroy_process_group()
     os._exit(0)  # no interpreter teardown with gloo threads alive
