@@ -159,7 +159,7 @@ def checked_faults_and_probes(command: list[str], inject: list[str], probe: list
     """--inject and --probe of a run on the user's program, checked before anything runs: the
     spec parses, it acts on any program (the engine's kinds need hctool's engine), and every
     named function resolves in the program's source (exit 2 otherwise)."""
-    from hctool.protocol.faults import ENGINE_ONLY, hint, parse_fault
+    from hctool.protocol.faults import Scope, hint, parse_fault, usable_on
     from hctool.supervise.resolve import check_function
     from hctool.supervise.targets import Command
 
@@ -172,7 +172,7 @@ def checked_faults_and_probes(command: list[str], inject: list[str], probe: list
             raise UsageError(
                 f"bad --inject {spec!r}: {exc}", "see docs/chaos.md for the fault kinds and keys"
             ) from None
-        if f.kind in ENGINE_ONLY:
+        if f.kind not in usable_on(Scope.ANY):
             raise UsageError(
                 f"--inject {f.kind} acts on hctool's own engine, not on this program",
                 f"for any program: {hint()}",

@@ -56,7 +56,7 @@ class Kind:
     range of `n`, `weight` how often it is drawn, `drawn_for` the targets whose exploration draws
     it by default, `draw_keys` text keys exploration sets, `window`: False for one-shot kinds
     (no probability, no window: they act once at start_s), `draw_p`: exploration may draw p<1.
-    `per_rank`: a target rank applies (every in-rank kind; the supervisor's signals)."""
+    """
 
     name: str
     family: str
@@ -76,10 +76,6 @@ class Kind:
     window: bool = True
     draw_p: bool = True
     default_ms: float = 0.0  # a magnitude-less kind that still needs a non-zero value (kv-drop: "drop")
-
-    @property
-    def per_rank(self) -> bool:
-        return self.acts is not Acts.WORKLOAD
 
     @property
     def by_name(self) -> bool:
@@ -331,15 +327,10 @@ KIND: dict[str, Kind] = {k.name: k for k in KINDS}
 # Derived views, for the readers that want a set or a {name: doc} table.
 FAULT_KINDS = {k.name: k.doc for k in KINDS}
 IN_RANK = {k.name: k.doc for k in KINDS if k.acts is Acts.RANK}
-GENERIC = {k.name: k.doc for k in KINDS if k.acts is Acts.RANK and k.scope is Scope.ANY and not k.by_name}
-BY_NAME = {k.name: k.doc for k in KINDS if k.by_name}
 ENGINE = {k.name: k.doc for k in KINDS if k.acts is Acts.RANK and k.scope is Scope.ENGINE}
-CONTROLLER = {k.name: k.doc for k in KINDS if k.acts is not Acts.RANK}  # carried out outside the ranks
-ENGINE_ONLY = {k.name for k in KINDS if k.scope is Scope.ENGINE}
 NEEDS_MS = {k.name for k in KINDS if k.needs_magnitude}
 BY_PAGES = {k.name for k in KINDS if k.unit == "pages"}  # magnitude written pages=N; held in ms
 NEEDS_N = {k.name for k in KINDS if k.needs_n}
-PER_RANK = {k.name for k in KINDS if k.per_rank}
 TEXT_KEYS = {k.name: k.keys for k in KINDS if k.keys}
 NEEDS_TEXT = {k.name: k.needs for k in KINDS if k.needs}
 TEXT_FIELDS = ("fn", "when", "exc", "op", "group", "path", "thread")

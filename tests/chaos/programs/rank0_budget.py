@@ -8,7 +8,6 @@ import time
 
 import torch
 import torch.distributed as dist
-
 from common import done, init
 
 rank = init()
@@ -16,7 +15,7 @@ start, steps = time.monotonic(), 0
 while True:
     time.sleep(0.1)
     stop = torch.tensor([int(rank == 0 and time.monotonic() - start > 0.6)])
-    dist.broadcast(stop, src=0)             # every rank follows rank 0's decision
+    dist.broadcast(stop, src=0)  # every rank follows rank 0's decision
     steps += 1
     if stop.item():
         break
