@@ -99,7 +99,7 @@ def read_regular(path, limit: int, follow: bool = False) -> bytes:
         raise _no_link(exc, path) from None
     _check_regular(fd, path, limit)
     chunks, size = [], 0
-    try:  # os.read, not open(): a fault may have patched open() (agent/faults.py io-delay)
+    try:  # os.read, not open(): a fault may have patched open() (agent/faults/files.py, io-delay)
         while size <= limit:
             chunk = os.read(fd, limit + 1 - size)
             if not chunk:

@@ -45,7 +45,7 @@ class _State:
         # goes below autograd through c10's dispatch TLS, not the pybind guard); wrappers.py
         self.fastpath: str | bool = False
         self.c10d_kernel = "python"  # what sees C++-issued calls: "python" or "c++" (c10d.py)
-        self.before_call = None  # fn(op, group index) before each recorded call: in-rank faults (agent/faults.py)
+        self.before_call = None  # fn(op, group index) before each recorded call (agent/faults/collectives.py)
         self.reset()
 
     def reset(self) -> None:
