@@ -22,6 +22,8 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import tomli_w
+
 from hctool.protocol.faults import FAULT_KINDS, KIND, Acts, Fault, Scope, drawn_for, parse_fault
 from hctool.protocol.limits import bounded
 from hctool.protocol.safefile import read_named, why
@@ -73,16 +75,12 @@ class Schedule:
         return {"seed": self.seed, "heal_s": self.heal_s, "faults": [f.to_dict() for f in self.faults]}
 
     def to_toml(self) -> str:
-        lines = [f"seed = {self.seed}"] + ([] if self.heal_s is None else [f"heal_s = {self.heal_s:g}"])
-        for f in self.faults:
-            lines.append("\n[[faults]]")
-            for k, v in f.to_dict().items():
-                if v is None:
-                    continue
-                lines.append(
-                    f"{k} = {v!r}" if isinstance(v, str) else f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
-                )
-        return "\n".join(lines).replace("'", '"') + "\n"
+        """The schedule file's text (tomli-w escapes what tomllib reads back: a path with a quote)."""
+        data: dict = {"seed": self.seed}
+        if self.heal_s is not None:
+            data["heal_s"] = self.heal_s
+        data["faults"] = [{k: v for k, v in f.to_dict().items() if v is not None} for f in self.faults]
+        return tomli_w.dumps(data)
 
     def with_faults(self, faults) -> Schedule:
         return replace(self, faults=tuple(faults))

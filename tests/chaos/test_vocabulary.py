@@ -82,6 +82,16 @@ def test_schedule_toml_round_trip(tmp_path):
     assert load_schedule(path).faults == s.faults and load_schedule(path).heal_s == s.heal_s
 
 
+def test_schedule_toml_keeps_quotes_and_backslashes(tmp_path):
+    """A path with a quote wrote a replay file tomllib rejected (the writer was f-strings)."""
+    s = Schedule(
+        (parse_fault("io-delay:path=/data/o'brien/*,ms=50"), parse_fault('io-delay:path=/x/"q"\\y*,ms=5')), seed=2
+    )
+    path = tmp_path / "s.toml"
+    path.write_text(s.to_toml())
+    assert load_schedule(path).faults == s.faults
+
+
 def test_bad_schedule_files(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text('[[faults]]\nkind = "free-delay"\n')
