@@ -45,9 +45,9 @@ def _root(
 
 def _register() -> None:
     # Each command module owns its group; order here is the order in --help.
-    from hctool.commands import chaos, consensus, gate, launch, lint, report, repro
+    from hctool.commands import chaos, consensus, gate, launch, lint, report, repro, schema
 
-    for module in (launch, repro, consensus, lint, chaos, gate, report):
+    for module in (launch, repro, consensus, lint, chaos, gate, report, schema):
         module.register(app)
 
 
