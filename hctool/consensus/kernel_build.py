@@ -23,7 +23,6 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import warnings
 from pathlib import Path
 
 from hctool.protocol import cachedir
@@ -128,6 +127,7 @@ def ensure_built(log=None, timeout: float | None = None) -> tuple[Path | None, s
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        shutil.rmtree(work_dir(Path(tmp)), ignore_errors=True)  # the objects of a build done or killed
     if proc.returncode != 0 or not out.exists():
         lines = (
             [ln for ln in (stderr + stdout).splitlines() if "error" in ln.lower()]
@@ -145,52 +145,49 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.communicate(timeout=10)
 
 
+def work_dir(tmp: Path) -> Path:
+    """The build's scratch folder beside its temporary file (the parent removes both)."""
+    return tmp.with_name(tmp.name + ".d")
+
+
 def build(out: Path, tmp: Path) -> None:
-    """Compile _c10d_kernel.cpp against the torch imported here into `tmp`, then rename it to OUT."""
+    """Compile _c10d_kernel.cpp against the torch imported here into `tmp`, then rename it to OUT.
+
+    torch.utils.cpp_extension's own recipe (CppExtension + BuildExtension, as a setup.py builds
+    an extension): torch's include folders and libraries, its C++ standard, its C++ ABI and its
+    pybind11 ABI (so types cross between torch's module and this one), whatever this torch needs.
+    Setuptools' compiler driver, not ninja: nothing to fetch, nothing beyond a C++ compiler."""
     import torch
+    from setuptools import setup
+    from torch.utils.cpp_extension import BuildExtension, CppExtension
 
-    torch_dir = Path(torch.__file__).parent
-    lib = torch_dir / "lib"
-    try:  # torch's own pybind11 ABI, so types cross between its module and this one (older torch)
-        from torch.utils.cpp_extension import _get_pybind11_abi_build_flags as pybind_flags
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            abi_flags = list(pybind_flags())
-    except Exception:
-        abi_flags = []
+    lib = Path(torch.__file__).parent / "lib"
     version = torch.__version__.split("+")[0]
-    base = [
-        compiler(),
-        "-O2",
-        "-shared",
-        "-fPIC",
-        "-w",
-        f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-        f'-DHCTOOL_TORCH_VERSION="{version}"',
-        *abi_flags,
-        "-I",
-        str(torch_dir / "include"),
-        "-I",
-        str(torch_dir / "include" / "torch" / "csrc" / "api" / "include"),
-        "-I",
-        sysconfig.get_paths()["include"],
-        str(SOURCE),
-        "-L",
-        str(lib),
-        "-lc10",
-        "-ltorch_cpu",
-        "-ltorch_python",
-        f"-Wl,-rpath,{lib}",
-    ]
-    for std in ("-std=c++17", "-std=c++20"):  # what this torch's headers need
-        proc = subprocess.run([*base, std, "-o", str(tmp)], capture_output=True, text=True)
-        if proc.returncode == 0:
-            os.chmod(tmp, 0o755)  # writable by the user alone: the cache rule loads no other (protocol/cachedir.py)
-            os.replace(tmp, out)  # concurrent builders: the last whole file wins
-            return
-    sys.stderr.write(proc.stderr[-4000:])
-    raise SystemExit(1)
+    extension = CppExtension(
+        "_c10d_kernel",
+        [str(SOURCE)],
+        # -g0: Python's own CFLAGS (which setuptools passes) carry -g, 8 MB of debug data in every rank
+        extra_compile_args=["-O2", "-g0", "-w", f'-DHCTOOL_TORCH_VERSION="{version}"'],
+        extra_link_args=[f"-Wl,-rpath,{lib}"],  # the ranks load it without torch's lib on LD_LIBRARY_PATH
+    )
+    work = work_dir(tmp)
+    try:
+        setup(
+            name="hctool-c10d-kernel",
+            ext_modules=[extension],
+            cmdclass={"build_ext": BuildExtension.with_options(use_ninja=False)},
+            script_args=["--quiet", "build_ext", "--build-lib", str(work), "--build-temp", str(work / "obj")],
+        )
+    except Exception as exc:  # torch's compiler check (CXX not a compiler): one line for the parent, no traceback
+        sys.stderr.write(f"error: {exc}\n")
+        raise SystemExit(1) from None
+    built = work / MODULE_NAME
+    if not built.is_file():
+        sys.stderr.write(f"error: the build made no {MODULE_NAME}\n")
+        raise SystemExit(1)
+    shutil.copyfile(built, tmp)
+    os.chmod(tmp, 0o755)  # writable by the user alone: the cache rule loads no other (protocol/cachedir.py)
+    os.replace(tmp, out)  # concurrent builders: the last whole file wins
 
 
 def _main(argv: list[str]) -> None:
@@ -201,6 +198,7 @@ def _main(argv: list[str]) -> None:
     def stop(signum, frame):  # the lifeline's SIGTERM (hctool died): no compiler, no partial file left
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        shutil.rmtree(work_dir(tmp), ignore_errors=True)
         os.killpg(0, signal.SIGKILL)  # this process group: the build and its compiler
 
     signal.signal(signal.SIGTERM, stop)
