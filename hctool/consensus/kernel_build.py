@@ -48,7 +48,8 @@ def _torch_dir() -> Path | None:
 
 
 def _key_name() -> str | None:
-    """The cache folder's name for this Python, torch and compiler (None: no torch or compiler)."""
+    """The cache folder's name for this source, recipe, Python, torch and compiler (None: no torch
+    or compiler)."""
     torch_dir, cxx = _torch_dir(), compiler()
     if torch_dir is None or cxx is None:
         return None
@@ -57,7 +58,15 @@ def _key_name() -> str | None:
     except OSError:
         version = ""
     key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), version.encode(), str(torch_dir).encode(), sys.version.encode(), cxx.encode()):
+    recipe = Path(__file__).read_bytes()  # how it is built: a changed recipe builds again
+    for part in (
+        SOURCE.read_bytes(),
+        recipe,
+        version.encode(),
+        str(torch_dir).encode(),
+        sys.version.encode(),
+        cxx.encode(),
+    ):
         key.update(part)
         key.update(b"\0")
     return f"c10d-{key.hexdigest()[:16]}"
