@@ -102,7 +102,19 @@ def load(harness) -> bool:
         return False
     harness.storage_seed = seed if seed.is_dir() else None
     harness.reference = reference
+    harness.reference_s = _seconds(entry / "workload.json")
     return True
+
+
+def _seconds(path: Path) -> float | None:
+    """The reference workload's length stored beside it (None: an entry made before it was kept)."""
+    try:
+        if cachedir.unsafe_entry(path) is None:
+            value = json.loads(read_regular(path, 4096)).get("seconds")
+            return float(value) if isinstance(value, (int, float)) and 0 < value < 86400 else None
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None
 
 
 def save(harness) -> None:
@@ -125,6 +137,8 @@ def save(harness) -> None:
             json.dumps([[r, i, out] for (r, i), out in harness.reference.items()]).encode(),
             mode=0o600,
         )
+        if harness.reference_s is not None:
+            write_atomic(tmp / "workload.json", json.dumps({"seconds": harness.reference_s}).encode(), mode=0o600)
         try:
             os.rename(tmp, final)
         except OSError:  # someone stored it meanwhile

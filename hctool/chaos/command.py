@@ -24,7 +24,7 @@ from typing import ClassVar
 from hctool.chaos.history import History
 from hctool.chaos.invariants import Anomaly
 from hctool.chaos.runner import RunResult
-from hctool.chaos.schedule import Schedule
+from hctool.chaos.schedule import Activity, Schedule
 from hctool.consensus.model import Report, Verdict
 from hctool.protocol.faults import Fault, Scope
 from hctool.supervise.targets import Command
@@ -43,6 +43,27 @@ def consensus_evidence(report: Report) -> dict:
         "first_divergence": first.to_json() if first else None,
         "counts": report.counts,
     }
+
+
+def activity_of(folder: Path, launched_wall: float) -> Activity | None:
+    """Each rank's recorded collectives in a finished run's traces, and the seconds after launch
+    of the first and the last of them (None: it recorded none)."""
+    from hctool.consensus.trace import TraceDirReader, TraceError
+
+    calls: Counter = Counter()
+    first = last = None
+    try:
+        for ev in TraceDirReader(str(folder)).poll():
+            if ev.get("op") is None or not isinstance(ev.get("w"), float):
+                continue
+            calls[int(ev["rank"])] += 1
+            first = ev["w"] if first is None else min(first, ev["w"])
+            last = ev["w"] if last is None else max(last, ev["w"])
+    except (OSError, TraceError):
+        return None
+    if not calls or first is None or last is None:
+        return None
+    return Activity(dict(calls), round(max(0.0, first - launched_wall), 2), round(max(0.0, last - launched_wall), 2))
 
 
 class ChaosSetupError(RuntimeError):
@@ -119,12 +140,13 @@ class CommandRunner:
         self.baseline: Counter | None = None
         self.prepared = False
         self.consensus_blind = False  # the fault-free run recorded no collective: nothing to compare
+        self.activity: Activity | None = None  # the fault-free run's collectives: where faults are drawn
 
     def prepare(self) -> None:
         """The fault-free run: it must be clean; its stdout lines and length are the reference."""
         if self.prepared:
             return
-        t0 = time.monotonic()
+        t0, launched = time.monotonic(), time.time()
         report, codes = self._run_job("baseline", [], None)
         seconds = time.monotonic() - t0
         # A program that forms no process group (or calls no collective) can still be explored for
@@ -141,7 +163,16 @@ class CommandRunner:
         if self.horizon_given is None:
             self.horizon_s = max(2.0, round(seconds, 1))
         self.baseline = self._output(self.root / "baseline")
-        self.history.add("baseline", seconds=round(seconds, 2), world_size=self.world_size, horizon_s=self.horizon_s)
+        activity = activity_of(self.root / "baseline", launched)
+        self.history.add(
+            "baseline",
+            seconds=round(seconds, 2),
+            world_size=self.world_size,
+            horizon_s=self.horizon_s,
+            **({} if activity is None else {"activity": activity._asdict()}),
+        )
+        # faults are anchored to the program's calls, unless --horizon asked for seconds after launch
+        self.activity = activity if self.horizon_given is None else None
         self.prepared = True
 
     def run(self, schedule: Schedule, name: str) -> RunResult:

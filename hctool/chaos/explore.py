@@ -22,6 +22,7 @@ class Exploration(NamedTuple):
     runs: list[tuple[Schedule, RunResult]]
     first_anomaly_s: float | None  # seconds from the start to the first anomalous run's end
     seconds: float
+    interrupted: bool = False  # Ctrl-C (or SIGTERM): `runs` is what had finished by then
 
 
 def shard_indices(shard: tuple[int, int]):
@@ -44,13 +45,32 @@ def explore(
     progress: Callable[[int, float, str], None] | None = None,
 ) -> Exploration:
     t0 = time.monotonic()
-    runner.prepare()  # setup and reference count against the budget too
-    runs, first = [], None
+    runs: list[tuple[Schedule, RunResult]] = []
+    first = None
+    try:
+        runner.prepare()  # setup and reference count against the budget too
+        first = _explore(runner, seed, budget_s, shard, kinds, max_schedules, keep_going, progress, t0, runs)
+    except KeyboardInterrupt:  # the run under way was stopped and reaped by its own supervisor
+        log(f"chaos: interrupted after {len(runs)} schedule(s)")
+        return Exploration(runs, None, time.monotonic() - t0, interrupted=True)
+    return Exploration(runs, first, time.monotonic() - t0)
+
+
+def _explore(runner, seed, budget_s, shard, kinds, max_schedules, keep_going, progress, t0, runs) -> float | None:
+    first = None
     for count, index in enumerate(shard_indices(shard)):
         elapsed = time.monotonic() - t0
         if elapsed >= budget_s or (max_schedules is not None and count >= max_schedules):
             break
-        sched = generate(seed, index, runner.world_size, kinds, horizon_s=runner.horizon_s, early=runner.early_windows)
+        sched = generate(
+            seed,
+            index,
+            runner.world_size,
+            kinds,
+            horizon_s=runner.horizon_s,
+            early=runner.early_windows,
+            activity=runner.activity,
+        )
         log(f"chaos: schedule {index} (seed {seed}): {'; '.join(sched.specs())}")
         res = runner.run(sched, f"s{seed}-{index}")
         runs.append((sched, res))
@@ -65,7 +85,7 @@ def explore(
             first = time.monotonic() - t0
             if not keep_going:
                 break
-    return Exploration(runs, first, time.monotonic() - t0)
+    return first
 
 
 class Verdict(NamedTuple):

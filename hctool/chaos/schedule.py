@@ -21,6 +21,7 @@ import random
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import tomli_w
 
@@ -60,7 +61,9 @@ class Schedule:
         heal happens), `one` resolved with the seed."""
         out = []
         for f in (f.resolved(world_size, self.seed) for f in self.faults):
-            if self.heal_s is not None and KIND[f.kind].window:
+            # an anchored window counts from the rank's K-th collective, not the workload's start:
+            # the heal (told to the ranks too) ends it where it stands
+            if self.heal_s is not None and KIND[f.kind].window and f.at_call is None:
                 if f.start_s >= self.heal_s:
                     continue
                 end = self.heal_s if f.duration_s is None else min(self.heal_s, f.start_s + f.duration_s)
@@ -141,6 +144,21 @@ def parse_kinds(text: str | None, default: tuple[str, ...] = DEFAULT_KINDS) -> t
     return kinds
 
 
+class Activity(NamedTuple):
+    """What the fault-free run did: each rank's number of recorded collectives, and the seconds
+    (after launch) of the first and the last of them: the program's active window."""
+
+    calls: dict[int, int]
+    first_s: float
+    last_s: float
+
+    def calls_of(self, target: str, world_size: int) -> int:
+        """Collectives the fault's rank made (every rank's fewest for `all`/`one`)."""
+        if target.startswith("rank:"):
+            return self.calls.get(int(target[5:]), 0)
+        return min((self.calls.get(r, 0) for r in range(world_size)), default=0)
+
+
 def generate(
     seed: int,
     index: int,
@@ -149,12 +167,19 @@ def generate(
     horizon_s: float = 20.0,
     max_faults: int = 4,
     early: bool = True,
+    activity: Activity | None = None,
 ) -> Schedule:
     """Schedule `index` of exploration `seed`: 1..max_faults faults, each with a
     kind, target, magnitude, probability and window (within horizon_s) drawn from
     one RNG; the heal comes when the workload is done. `early`: windows open in the
     first part of the horizon (the engine: asymmetry matters while requests queue);
-    otherwise anywhere in it (a program whose interesting part may come late)."""
+    otherwise anywhere in it (a program whose interesting part may come late).
+
+    With the fault-free run's `activity` (a command's), faults land where the program works:
+    a fault is anchored to one of its rank's collectives (at_call=K, K drawn over the calls that
+    rank made), so a replay hits the same step however long the start took (a supervisor's
+    fault too: the rank waits at that call for it); windows last to the end half the time
+    (a loader that falls behind must stay behind for some steps), else a share of the run."""
     rng = random.Random(f"hctool-chaos/{seed}/{index}")
     faults = []
     for _ in range(rng.randint(1, max_faults)):
@@ -171,9 +196,29 @@ def generate(
         p = 1.0 if rng.random() < 0.6 or not kind.window or not kind.draw_p else round(rng.uniform(0.1, 1.0), 2)
         # Rank asymmetry matters while requests queue, so windows start early and
         # mostly last until the heal; one-shot faults land anywhere before it.
-        start = round(rng.uniform(0, horizon_s * ((0.3 if kind.window else 0.75) if early else 0.9)), 1)
-        duration = None if rng.random() < 0.6 or not kind.window else round(rng.uniform(2.0, horizon_s), 1)
+        at_call = None
+        if activity is not None:
+            active_s = max(0.2, activity.last_s - activity.first_s)
+            calls = activity.calls_of(target, world_size)
+            if kind.acts is not Acts.WORKLOAD and calls:
+                at_call, start = rng.randint(1, calls), 0.0
+            else:
+                start = round(rng.uniform(activity.first_s, max(activity.first_s, activity.last_s)), 2)
+            duration = None if rng.random() < 0.5 or not kind.window else round(rng.uniform(0.1, 1.0) * active_s, 2)
+        else:
+            start = round(rng.uniform(0, horizon_s * ((0.3 if kind.window else 0.75) if early else 0.9)), 1)
+            duration = None if rng.random() < 0.6 or not kind.window else round(rng.uniform(2.0, horizon_s), 1)
         faults.append(
-            Fault(kind.name, ms=ms, target=target, p=p, start_s=start, duration_s=duration, n=n, **dict(kind.draw_keys))
+            Fault(
+                kind.name,
+                ms=ms,
+                target=target,
+                p=p,
+                start_s=start,
+                duration_s=duration,
+                n=n,
+                at_call=at_call,
+                **dict(kind.draw_keys),
+            )
         )
     return Schedule(tuple(faults), heal_s=None, seed=seed, index=index)

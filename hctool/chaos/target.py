@@ -23,7 +23,7 @@ class Target:
     # What chaos does differs by target in these members only (the command target has them too):
     # chosen once, where the target is made, not asked again with isinstance.
     scope: ClassVar[Scope] = Scope.ENGINE  # the fault kinds that can act on it, and those drawn
-    default_horizon_s: ClassVar[float | None] = 20.0  # faults start while requests queue
+    default_horizon_s: ClassVar[float | None] = None  # the no-cache reference's workload length
 
     @property
     def label(self) -> str:

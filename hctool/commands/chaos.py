@@ -163,7 +163,7 @@ def _schedule(path: Path):
         raise UsageError(str(exc), "see docs/chaos.md for the schedule format") from None
 
 
-def _finish(report: dict, root: Path, as_json: bool) -> None:
+def _finish(report: dict, root: Path, as_json: bool, exit_code: int | None = None) -> None:
     (root / "report.json").write_text(json.dumps(report, indent=2, default=str))
     write_run_report(root, report)
     if as_json:
@@ -174,7 +174,7 @@ def _finish(report: dict, root: Path, as_json: bool) -> None:
         from hctool.chaos.report import render
 
         render(report, Console(width=None if sys.stdout.isatty() else 160))
-    raise typer.Exit(EXIT[report["verdict"]])
+    raise typer.Exit(EXIT[report["verdict"]] if exit_code is None else exit_code)
 
 
 AcceptOpt = typer.Option(
@@ -213,8 +213,9 @@ def _shrink_and_replay(
     # that changed the text (start 0, half the ms) would move the fault to another rank.
     sched = sched.with_faults(f.resolved(runner.world_size, sched.seed) for f in sched.faults)
     trail = [sched]
-    if deadline is not None:
-        shrink_budget = min(shrink_budget, max(0.0, deadline - time.monotonic()))
+    if deadline is not None:  # half of what is left shrinks, the rest replays: a rate is half the finding
+        left = max(0.0, deadline - time.monotonic())
+        shrink_budget = min(shrink_budget, left / 2 if replays else left)
     if shrink_budget > 0:
         res = shrink(runner, sched, anomaly.invariant, shrink_budget, need=accept[0], tries=accept[1])
         trail = res.trail
@@ -321,8 +322,9 @@ def explore_cmd(
         None,
         "--horizon",
         min=1,
-        help="Faults start within this many seconds (default: 20 "
-        "for the engine; a command's fault-free run length). The heal comes when the workload is done.",
+        help="Faults start within this many seconds (default: the engine's no-cache reference workload's "
+        "length; a command's faults are anchored to the collectives of its fault-free run instead). "
+        "The heal comes when the workload is done.",
     ),
     as_json: bool = JsonOpt,
     artifacts: Path = ArtifactsOpt,
@@ -356,7 +358,8 @@ def explore_cmd(
     need_tries = _accept(accept)
     _check_kinds(target, kind_list)
     root, history = _setup(artifacts, "explore")
-    # No --horizon: the engine's faults start within 20 s; a command's within its fault-free run.
+    # No --horizon: the engine's faults start within its reference workload's length; a command's
+    # are anchored to calls of its fault-free run (schedule.generate)
     runner = target.runner(root, history, starve_ticks, target.default_horizon_s if horizon is None else horizon)
     anomalous = []
 
@@ -377,23 +380,32 @@ def explore_cmd(
     ):
         found = explore(runner, seed, budget, (i, n), kind_list, max_schedules, keep_going, show)
     anomalies = []
+    interrupted = found.interrupted
     for sched, res in found.runs:
         for a in res.anomalies[:1] if res.anomalies else []:
-            with sigterm_as_interrupt():
-                anomalies.append(
-                    _shrink_and_replay(
-                        runner,
-                        target,
-                        sched,
-                        a,
-                        root,
-                        shrink_budget,
-                        replays,
-                        len(anomalies) + 1,
-                        need_tries,
-                        deadline=deadline,
+            if interrupted:  # what was found stays found; shrinking and replaying are what was cut
+                anomalies.append(_unshrunk(a, sched, root, target, len(anomalies) + 1))
+                continue
+            try:
+                with sigterm_as_interrupt():
+                    anomalies.append(
+                        _shrink_and_replay(
+                            runner,
+                            target,
+                            sched,
+                            a,
+                            root,
+                            shrink_budget,
+                            replays,
+                            len(anomalies) + 1,
+                            need_tries,
+                            deadline=deadline,
+                        )
                     )
-                )
+            except KeyboardInterrupt:
+                interrupted = True
+                log.info("chaos: interrupted while shrinking or replaying")
+                anomalies.append(_unshrunk(a, sched, root, target, len(anomalies) + 1))
     minutes = found.seconds / 60
     report = build(
         target,
@@ -406,7 +418,22 @@ def explore_cmd(
         first_anomaly_s=None if found.first_anomaly_s is None else round(found.first_anomaly_s, 1),
         schedules_per_min=round(len(found.runs) / minutes, 2) if minutes else None,
     )
-    _finish(report, root, as_json)
+    if interrupted:
+        report["interrupted"] = True
+        log.info(
+            f"chaos explore: interrupted: {len(found.runs)} schedule(s) ran, "
+            f"{sum(bool(r.anomalies) for _, r in found.runs)} anomalous; the report covers those"
+        )
+    _finish(report, root, as_json, exit_code=130 if interrupted else None)
+
+
+def _unshrunk(anomaly, sched, root: Path, target, k: int) -> dict:
+    """An anomaly as found, not shrunk or replayed (the exploration was interrupted)."""
+    from hctool.chaos.report import anomaly_entry, replay_command
+
+    path = root / f"anomaly-{k}.toml"
+    path.write_text(sched.to_toml())
+    return anomaly_entry(anomaly, sched, replay_command(path, target), None, None)
 
 
 @app.command("shrink", context_settings=EXTRA)

@@ -60,7 +60,8 @@ def _c10d_kernel(timeout: float) -> dict[str, str]:
 
 def _start(opts: RunOptions, ps: procs.ProcessSet, controller: FaultController | None) -> dict[int, procs.Child]:
     extra = dict(_c10d_kernel(opts.timeout))  # the build counts against the run's --timeout
-    in_rank = [f.spec() for f in opts.faults if f.kind in IN_RANK]
+    # a supervisor's fault anchored at a rank's call goes to the ranks too: the rank says when it is there
+    in_rank = [f.spec() for f in opts.faults if f.kind in IN_RANK or f.at_call is not None]
     if in_rank:
         extra[protocol_env.FAULTS] = ";".join(in_rank)
     if opts.probes:

@@ -13,8 +13,10 @@ divergence it provokes is the program's own. Kinds come in three families:
 Keys: `rank=K` (same as `target=rank:K`), `target=all|one|rank:K` (default all), `ms` (the
 magnitude; `pages=N` for the page-count kinds), `p` (probability per operation, default 1),
 `start_s`/`duration_s` (the window in seconds after the workload starts; no duration: until
-the heal), `n` (requests), `role=prefill|decode` (a PD side), and per kind: `fn`, `when`
-(entry|exit), `exc` (an exception name), `op`/`group` (collective filters), `path` (a glob)
+the heal), `at_call=K` (the window counts from the rank's K-th collective instead, so a replay
+hits the same step of the program however long its start took; a supervisor's kind acts when the
+rank reaches that call, which waits for it), `n` (requests), `role=prefill|decode` (a PD side),
+and per kind: `fn`, `when` (entry|exit), `exc` (an exception name), `op`/`group` (collective filters), `path` (a glob)
 and `thread` (a thread-name glob). In-rank kinds travel as HCTOOL_FAULTS (';'-joined).
 """
 
@@ -334,7 +336,7 @@ NEEDS_N = {k.name for k in KINDS if k.needs_n}
 TEXT_KEYS = {k.name: k.keys for k in KINDS if k.keys}
 NEEDS_TEXT = {k.name: k.needs for k in KINDS if k.needs}
 TEXT_FIELDS = ("fn", "when", "exc", "op", "group", "path", "thread")
-_KEYS = ("rank", "target", "ms", "p", "start_s", "duration_s", "n", "role", *TEXT_FIELDS)
+_KEYS = ("rank", "target", "ms", "p", "start_s", "duration_s", "at_call", "n", "role", *TEXT_FIELDS)
 ROLES = ("prefill", "decode")
 
 
@@ -375,6 +377,7 @@ class Fault:
     group: str | None = None  # ... only the group of this creation index (0: the default group)
     path: str | None = None  # io-delay: a glob over absolute paths
     thread: str | None = None  # thread-slow: a glob over thread names
+    at_call: int | None = None  # start_s/duration_s count from the rank's K-th collective (common.FaultClock)
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
@@ -403,6 +406,12 @@ class Fault:
             raise ValueError(f"fault {self.kind}: role must be prefill or decode, got {self.role!r}")
         if self.duration_s is not None and self.duration_s <= 0:
             raise ValueError(f"fault {self.kind}: duration_s must be positive")
+        if self.at_call is not None:
+            if KIND[self.kind].acts is Acts.WORKLOAD:  # a client sees no rank's calls
+                raise ValueError(f"fault {self.kind} acts on the workload, not a rank: it takes no at_call=")
+            if isinstance(self.at_call, bool) or not isinstance(self.at_call, int) or self.at_call < 1:
+                raise ValueError(f"fault {self.kind}: at_call must be a collective's number, 1 or more")
+            bounded("fault at_call", self.at_call, f"fault {self.kind}: at_call")
         for key in TEXT_FIELDS:  # HCTOOL_FAULTS joins specs with ';': one inside a value split the fault in two
             value = getattr(self, key)
             if value is not None and (not isinstance(value, str) or ";" in value or "," in value):
@@ -439,6 +448,7 @@ class Fault:
         ]
         if self.ms or self.kind in NEEDS_MS:
             parts.append(f"{'pages' if self.kind in BY_PAGES else 'ms'}={self.ms:g}")
+        parts += [] if self.at_call is None else [f"at_call={self.at_call}"]
         for key, default in (("p", 1.0), ("start_s", 0.0), ("duration_s", None), ("n", 0)):
             value = getattr(self, key)
             if value != default:
@@ -446,7 +456,7 @@ class Fault:
         return f"{self.kind}:{','.join(parts)}" if parts else self.kind
 
     def to_dict(self) -> dict:
-        d = {k: v for k, v in asdict(self).items() if v is not None or k not in TEXT_FIELDS}
+        d = {k: v for k, v in asdict(self).items() if v is not None or k not in (*TEXT_FIELDS, "at_call")}
         d.pop("rank")
         return d
 
@@ -472,10 +482,20 @@ class Fault:
         return replace(self, target="all", rank=(zlib.crc32(self.spec().encode()) + salt) % max(1, world_size))
 
     def active(self, t: float) -> bool:
+        """Active at t seconds on the fault's own clock (from the workload's start, or for at_call=
+        from the rank's K-th collective: common.FaultClock.since)."""
         return self.start_s <= t and (self.duration_s is None or t < self.start_s + self.duration_s)
 
     def matches_path(self, path: str) -> bool:
         return self.path is not None and fnmatch.fnmatchcase(path, self.path)
+
+
+def anchor_file(clock_file: str, rank: int, k: int) -> str:
+    """The file a rank writes beside the fault clock when it reaches its K-th collective, where a
+    supervisor's fault anchored there (at_call=K) waits; the supervisor adds `.done` once it acted."""
+    import os
+
+    return os.path.join(os.path.dirname(clock_file), f"anchor-rank{rank}-call{k}")
 
 
 def _builtin_exception(name: str) -> bool:
@@ -498,6 +518,7 @@ def _int(text: str, what: str) -> int:
 
 
 _NUMERIC = ("ms", "p", "start_s", "duration_s")
+_INTEGER = ("rank", "n", "at_call")
 
 
 def parse_fault(spec: str) -> Fault:
@@ -520,10 +541,12 @@ def parse_fault(spec: str) -> Fault:
         raise ValueError(f"fault {spec!r} needs n=N")
     try:
         kw: dict[str, Any] = {
-            k: (float(v) if k in _NUMERIC else int(v) if k in ("rank", "n") else v) for k, v in values.items()
+            k: (float(v) if k in _NUMERIC else int(v) if k in _INTEGER else v) for k, v in values.items()
         }
     except ValueError:
-        raise ValueError(f"fault {spec!r}: rank and n must be integers, ms, p, start_s, duration_s numbers") from None
+        raise ValueError(
+            f"fault {spec!r}: rank, n and at_call must be integers, ms, p, start_s, duration_s numbers"
+        ) from None
     try:
         return Fault(kind, **kw)
     except ValueError as exc:

@@ -46,6 +46,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "fault p": (0, 1),
     "fault start_s": (0, 30 * DAY),
     "fault duration_s": (0, 30 * DAY),
+    "fault at_call": (1, 1 << 40),  # a collective's number in one rank
     # chaos schedule file
     "heal_s": (0, 30 * DAY),
     # [tool.hctool.gate.timeouts] and the chaos step's budget, seconds

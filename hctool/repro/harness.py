@@ -63,6 +63,7 @@ class ReproHarness:
         self.storage_seed: Path | None = None
         self.device_flags: tuple[str, ...] = () if opts.device == "cpu" else ("--device", opts.device)
         self.reference: dict | None = None
+        self.reference_s: float | None = None  # seconds the reference took to answer the workload
 
     # -- once per invocation ------------------------------------------------------------
     def prepare(self) -> None:
@@ -98,7 +99,9 @@ class ReproHarness:
         # probe, a user's own) shape the runs under test, not what they are compared with.
         with Topology(ref_args, self.root / "reference", inherit_probes=False) as topo:
             url = topo.start(self.opts.startup_timeout)
+            t0 = time.monotonic()
             self.reference = run_to_completion(url, self.rounds, self.s.workload.max_new_tokens, self.s.deadline * 2)
+            self.reference_s = round(time.monotonic() - t0, 2)  # the workload's length: chaos's horizon
             topo.shutdown()
 
     # -- one variant run -------------------------------------------------------------------

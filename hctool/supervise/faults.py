@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hctool.protocol import env as protocol_env
-from hctool.protocol.faults import KIND, Acts, Fault
+from hctool.protocol.faults import KIND, Acts, Fault, anchor_file
 from hctool.protocol.safefile import write_atomic
 
 CLIENT = "client"  # the key a workload fault's firings are counted under (no rank sends them)
@@ -59,6 +59,7 @@ class FaultController:
         self.killed: list[int] = []  # ranks
         self.fired: dict[str, dict[str, int]] = {f.spec(): {} for f in self.outside}
         self.healed = False
+        self.anchors_done: set[tuple[str, int]] = set()  # (fault, rank) acted at its anchored call
 
     def env(self) -> dict[str, str]:
         return {protocol_env.FAULTS_T0: str(self.clock_file.resolve())}
@@ -69,6 +70,8 @@ class FaultController:
         self.clock_file.parent.mkdir(parents=True, exist_ok=True)
         self._write(f"{self.t0_wall!r}")
         for f in self.faults:
+            if f.at_call is not None:
+                continue  # it waits for its rank's call (tick: _anchored), not for a second
             self.events.append((f.start_s, "on", f))
             if f.duration_s is not None and KIND[f.kind].window:
                 self.events.append((f.start_s + f.duration_s, "off", f))
@@ -95,6 +98,8 @@ class FaultController:
                 if f.p < 1.0 and self.rng.random() >= f.p:
                     continue
                 getattr(self, self.ACTIONS[f.kind])(f, now, pids)
+        if not self.healed:
+            self._anchored(now, pids)
         if self.heal_s is not None and now >= self.heal_s:
             self.heal(now)
         for pid, until in list(self.paused.items()):
@@ -102,6 +107,22 @@ class FaultController:
                 _signal(pid, signal.SIGCONT)
                 del self.paused[pid]
                 self._note("rank-continue", pid=pid, at_s=round(now, 2))
+
+    def _anchored(self, now: float, pids: dict[int, int]) -> None:
+        """Act on each rank that has reached the call an anchored fault waits for (its file beside
+        the clock), then let it go on (`.done`): a pause then stops it at that very call."""
+        for f in self.outside:
+            if f.at_call is None or KIND[f.kind].acts is not Acts.SUPERVISOR:
+                continue
+            for rank in self._ranks(f, pids):
+                mark = anchor_file(str(self.clock_file), rank, f.at_call)
+                if (f.spec(), rank) in self.anchors_done or not os.path.exists(mark) or rank not in pids:
+                    continue
+                self.anchors_done.add((f.spec(), rank))
+                self._note("fault-on", at_s=round(now, 2), fault=f.spec(), rank=rank, at_call=f.at_call)
+                if f.p >= 1.0 or self.rng.random() < f.p:
+                    getattr(self, self.ACTIONS[f.kind])(f, now, {rank: pids[rank]})
+                write_atomic(Path(mark + ".done"), b"")
 
     def _can_act(self, f: Fault, pids: dict[int, int]) -> bool:
         if KIND[f.kind].acts is Acts.WORKLOAD:

@@ -36,7 +36,13 @@ def family_module(family: str):
 
 
 def install_with(clock: FaultClock, faults: list[Fault]) -> None:
-    """Install these faults, each by its family's module, on this clock."""
+    """Install these faults, each by its family's module, on this clock. A supervisor's fault
+    among them is anchored (at_call=K): the rank hands off to the supervisor at that call."""
+    clock.handoffs = {f.at_call for f in faults if KIND[f.kind].acts is Acts.SUPERVISOR and f.at_call is not None}
+    if any(f.at_call is not None for f in faults):
+        from hctool.agent.faults.collectives import before_each_call
+
+        before_each_call(lambda op, group: clock.on_call())  # first: the K-th call itself is in the window
     families: dict[str, list[Fault]] = {}
     for f in faults:
         row = KIND[f.kind]
@@ -48,7 +54,7 @@ def install_with(clock: FaultClock, faults: list[Fault]) -> None:
 
 def install(faults: list[Fault], rank: int) -> None:
     """Install this rank's faults (already filtered for it)."""
-    counts.start(faults, rank)
+    counts.start([f for f in faults if KIND[f.kind].acts is Acts.RANK], rank)  # the supervisor counts its own
     install_with(FaultClock(faults, rank), faults)
 
 
@@ -64,8 +70,10 @@ def install_from_env() -> list[Fault]:
         return faults
     rank, role = int(os.environ["RANK"]), os.environ.get(protocol_env.ROLE)
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    mine = [
-        f for f in (f.resolved(world) for f in faults) if KIND[f.kind].acts is Acts.RANK and f.applies_to(rank, role)
+    mine = [  # the in-rank kinds, and a supervisor's kinds anchored at one of this rank's calls
+        f
+        for f in (f.resolved(world) for f in faults)
+        if (KIND[f.kind].acts is Acts.RANK or f.at_call is not None) and f.applies_to(rank, role)
     ]
     if mine:
         install(mine, rank)

@@ -22,11 +22,12 @@ def install(clock: FaultClock, faults: list[Fault]) -> None:
     took_effect: set[Fault] = set()
 
     def offset() -> float:
-        t, off = clock.now(), 0.0
+        now, off = clock.now(), 0.0
         if clock.heal is not None:
-            t = min(t, clock.heal)
+            now = min(now, clock.heal)
         for f in skews:
-            if t < f.start_s:
+            t = clock.since(f, now)
+            if t is None or t < f.start_s:
                 continue
             if f not in took_effect:  # a clock fault "fires" once: when it starts to act
                 took_effect.add(f)

@@ -3,6 +3,7 @@ entry of a named function."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 from collections.abc import Callable
@@ -10,12 +11,16 @@ from collections.abc import Callable
 from hctool.agent import counts, names
 from hctool.agent.clock import REAL
 from hctool.protocol import env as protocol_env
-from hctool.protocol.faults import Fault
+from hctool.protocol.faults import Fault, anchor_file
 from hctool.protocol.safefile import read_regular
 
 
 class FaultClock:
     """Seconds since the workload started (0 before), and which faults fire now.
+
+    A fault with at_call=K keeps its window on its own clock, which starts when the rank enters
+    its K-th recorded collective: the same step of the program in every replay, however long
+    the ranks took to start.
 
     A supervisor writes the workload's start to the file named by HCTOOL_FAULTS_T0 (until it
     exists, or without it, the clock reads 0, so faults starting at 0 are on from launch); at
@@ -29,6 +34,48 @@ class FaultClock:
         self._next_look = 0.0
         self.heal: float | None = None
         self.rng = {f: random.Random(f"{f.spec()}#{rank}") for f in faults}
+        self.calls = itertools.count(1)  # this rank's recorded collectives, numbered from 1
+        self.anchored_at: dict[int, float] = {}  # K -> now() when the rank entered its K-th collective
+        self.anchors = {f.at_call for f in faults if f.at_call is not None}
+        self.rank = rank
+        self.handoffs: set[int] = set()  # K: a supervisor's fault acts at this rank's K-th call
+
+    def on_call(self) -> None:
+        """Before each of the rank's recorded collectives (faults/__init__ registers it first, so a
+        fault anchored at this very call acts on it)."""
+        k = next(self.calls)
+        if k in self.anchors:
+            self.anchored_at[k] = self.now()
+        if k in self.handoffs:
+            self.hand_off(k)
+
+    def hand_off(self, k: int) -> None:
+        """A supervisor's fault (rank-pause) anchored at this call: say so in a file beside the
+        fault clock, then wait until the supervisor has acted (it stops this process and writes
+        `.done`), so the pause lands at this call and not wherever the rank got to before the
+        supervisor's next look. The wait has a deadline: a supervisor that never answers costs
+        a few seconds, never a hang."""
+        if not self.path:
+            return
+        mark = anchor_file(self.path, self.rank, k)
+        try:
+            with open(mark + ".tmp", "w") as f:
+                f.write(f"{REAL.time()!r}")
+            os.replace(mark + ".tmp", mark)
+        except OSError:
+            return
+        give_up = REAL.monotonic() + HANDOFF_S
+        while not os.path.exists(mark + ".done") and REAL.monotonic() < give_up:
+            REAL.sleep(0.002)
+
+    def since(self, f: Fault, t: float | None = None) -> float | None:
+        """Seconds on f's own clock: from the workload's start, or for at_call=K from the rank's
+        K-th collective (None until the rank gets there)."""
+        t = self.now() if t is None else t
+        if f.at_call is None:
+            return t
+        anchor = self.anchored_at.get(f.at_call)
+        return None if anchor is None else t - anchor
 
     def now(self) -> float:
         """Seconds since the workload started; the file holds "T0 [HEAL_S]" and is re-read
@@ -51,11 +98,11 @@ class FaultClock:
         t = self.now()
         if self.heal is not None and t >= self.heal:
             return []
-        out = [
-            f
-            for f in (faults if faults is not None else self.faults)
-            if f.kind in kinds and f.active(t) and (f.p >= 1.0 or self.rng[f].random() < f.p)
-        ]
+        out = []
+        for f in faults if faults is not None else self.faults:
+            own = self.since(f, t) if f.kind in kinds else None
+            if own is not None and f.active(own) and (f.p >= 1.0 or self.rng[f].random() < f.p):
+                out.append(f)
         for f in out:
             counts.fired(f)
         return out
@@ -63,6 +110,9 @@ class FaultClock:
     def total_ms(self, kinds, faults=None) -> float:
         """The summed magnitude of the faults of these kinds that fire now."""
         return sum(f.ms for f in self.firing(kinds, faults))
+
+
+HANDOFF_S = 5.0  # how long a rank waits at an anchored call for the supervisor to act
 
 
 def sleep_ms(ms: float) -> None:
