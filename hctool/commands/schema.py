@@ -82,8 +82,8 @@ def schema_text(name: str) -> str:
 def register(app: typer.Typer) -> None:
     @app.command("schema")
     def schema_command(
-        name: str = typer.Argument(None, help="Which document (no name: list them)."),
-        write: Path = typer.Option(
+        name: str | None = typer.Argument(None, help="Which document (no name: list them)."),
+        write: Path | None = typer.Option(
             None, "--write", metavar="DIR", help="Write every schema as DIR/<name>.schema.json (docs/schemas/)."
         ),
     ) -> None:

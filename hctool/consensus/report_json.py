@@ -43,7 +43,7 @@ class ProbeSeen(TypedDict):
 class RankCallJSON(CallFields):
     """A rank's call at the divergence's seq (what the transport paired with the cause)."""
 
-    state: Literal["completed", "blocked", "absent", "failed"]
+    state: Literal["completed", "blocked", "absent"]
     stack: NotRequired[list[str]]  # not for an absent rank
     last_seen: NotRequired[str]  # an absent rank's last recorded call
     probe: NotRequired[ProbeSeen | None]  # only when the run recorded probes
