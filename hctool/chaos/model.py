@@ -36,7 +36,7 @@ class FaultJSON(TypedDict):
     duration_s: float | None  # None: until the schedule's heal
     n: int
     role: str | None  # PD: only this side's ranks
-    at_call: NotRequired[int | None]  # in-rank kinds: the window counts from the rank's K-th collective
+    at_call: NotRequired[int]  # anchored in-rank faults: the window counts from the rank's K-th collective
     # the keys of the kinds that take them, only when set
     fn: NotRequired[str]
     when: NotRequired[Literal["entry", "exit"]]
