@@ -4,9 +4,7 @@ and name the first divergent one (docs/consensus.md)."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
-import time
 from pathlib import Path
 
 import typer
@@ -36,11 +34,6 @@ def _emit(report, as_json: bool) -> None:
 
 def _exit_code(report) -> int:
     return report.exit_code
-
-
-def _default_trace_dir() -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("hctool-runs") / f"consensus-{stamp}-{os.getpid()}"
 
 
 def run(
@@ -89,7 +82,10 @@ def run(
     script_mode = command[0].endswith(".py")
     _check_command(ctx, list(command))
     faults, probes = checked_faults_and_probes(list(command), inject, probe)
-    trace_dir = trace_dir or _default_trace_dir()
+    if trace_dir is None:  # hctool's own folder: kept out of git, the oldest beyond HCTOOL_KEEP_RUNS removed
+        from hctool.console.runs import new_run_folder
+
+        trace_dir = new_run_folder("consensus")
     from hctool.supervise import runlock
 
     runlock.claim(trace_dir, "check-consensus run", refuse_glob="*.jsonl")  # one run per folder, its files only

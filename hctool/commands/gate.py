@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import typer
 
 from hctool.console.errors import UsageError
+from hctool.console.runs import RUNS_DIR, new_run_folder
 
 
 def register(app: typer.Typer) -> None:
@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
         steps = [s for s in cfg.steps() if (not only or s in only) and s not in (skip or [])]
         if not steps:
             raise UsageError("no step to run", "configure lint, tests, repro or chaos in [tool.hctool.gate]")
-        work = (artifacts or cfg.root / "hctool-runs" / time.strftime("gate-%Y%m%d-%H%M%S")).resolve()
+        work = (artifacts or new_run_folder("gate", root=cfg.root / RUNS_DIR)).resolve()  # console/runs.py
         runners = {
             "lint": lambda t: lint_step(cfg, work, changed_since, t),
             "tests": lambda t: tests_step(cfg, work, t),

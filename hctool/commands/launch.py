@@ -12,13 +12,13 @@ import dataclasses
 import os
 import signal
 import socket
-import time
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
 from hctool.console.errors import UsageError
+from hctool.console.runs import make_run_folder, run_folder_name
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -170,8 +170,9 @@ def launch(
     if pd_role is not None:
         _check_role(pd_role, pd, prefill_url, bootstrap, decode_url)
     device = _detect_device(cuda, prefill_tp + decode_tp if pd else tp * pp * dp)
-    if run_dir is None:
-        run_dir = Path("hctool-runs") / f"launch-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    default_dir = run_dir is None
+    if default_dir:  # made once the arguments are checked, kept out of git, pruned (console/runs.py)
+        run_dir = run_folder_name("launch")
     run_dir = run_dir.resolve()
     for arg in ctx.args:
         if arg.split("=")[0] in LAUNCH_OWNED:
@@ -195,6 +196,8 @@ def launch(
             f"port {port} on {host} is in use or not a local address",
             "pick another with --port N, or --port 0 for a free one",
         )
+    if default_dir:
+        make_run_folder(run_dir, "launch")
 
     # Faults that act from outside the ranks (rank-pause, rank-kill) are carried out here; their
     # clock, and the ranks', starts when the server is ready.

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-import time
 from pathlib import Path
 
 import typer
@@ -13,6 +11,7 @@ from typer.core import TyperGroup
 
 from hctool.console import log
 from hctool.console.errors import UsageError
+from hctool.console.runs import new_run_folder
 from hctool.report import write_run_report
 from hctool.supervise import runlock
 
@@ -163,7 +162,7 @@ def run_cmd(
     if tp is not None and (tp < 1 or scenario.server_args(scenario.variants[0]).model.num_heads % tp):
         raise UsageError(f"--tp {tp} must be a positive divisor of the model's heads", "try --tp 1, 2 or 4")
     device = _device(cuda)  # no GPU: refused before a folder is made
-    root = artifacts or Path("hctool-runs") / f"repro-{incident}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    root = artifacts or new_run_folder("repro", f"repro-{incident}")  # kept out of git, pruned (console/runs.py)
     log.info(f"repro {incident}: artifacts in {root}")
     runlock.claim(root, f"repro {incident}")  # one run per folder: refused if another holds it
     with sigterm_as_interrupt():
@@ -197,7 +196,7 @@ def all_cmd(
     part = _parse_shard(shard)
     scenarios = _catalogue(catalogue)
     ids = shard_ids(list(scenarios), part)
-    root = artifacts or Path("hctool-runs") / f"repro-all-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    root = artifacts or new_run_folder("repro", "repro-all")
     log.info(f"repro all (shard {part[0]}/{part[1]}: {', '.join(ids) or 'nothing'}): artifacts in {root}")
     runlock.claim(root, "repro all")  # one run per folder: refused if another holds it
     results = []

@@ -17,6 +17,7 @@ FASTPATH = "HCTOOL_FASTPATH"  # 0: the recorder's C hot path is off
 CACHE_DIR = "HCTOOL_CACHE_DIR"  # build, lint and chaos caches (default ~/.cache/hctool; off: none)
 DEBUG = "HCTOOL_DEBUG"  # 1: internal errors print their traceback
 ANALYZE_COLUMNS = "HCTOOL_ANALYZE_COLUMNS"  # 0: the analyzer reads every call as an event (no column fast path)
+KEEP_RUNS = "HCTOOL_KEEP_RUNS"  # run folders kept per command in ./hctool-runs (hctool/console/runs.py; 0: all)
 
 ALL = (
     TRACE_DIR,
@@ -34,6 +35,7 @@ ALL = (
     CACHE_DIR,
     DEBUG,
     ANALYZE_COLUMNS,
+    KEEP_RUNS,
 )
 
 

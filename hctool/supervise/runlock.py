@@ -29,6 +29,7 @@ from pathlib import Path
 
 from hctool.console import log
 from hctool.console.errors import UsageError
+from hctool.console.runs import MARKER
 from hctool.protocol import env as protocol_env
 from hctool.protocol.runrecord import LOCK_NAME
 from hctool.protocol.runrecord import MAX_LOCK_BYTES as MAX_BYTES
@@ -72,7 +73,7 @@ def claim(folder: Path, what: str, refuse_glob: str | None = None) -> Claim:
             f"{folder} is in use by another run: {describe(holder)}",
             "wait for it to end, or give this run a folder of its own",
         ) from None
-    if refuse_glob is not None and any(p.name != LOCK_NAME for p in folder.glob(refuse_glob)):
+    if refuse_glob is not None and any(p.name not in (LOCK_NAME, MARKER) for p in folder.glob(refuse_glob)):
         os.close(fd)
         raise UsageError(f"{folder} already holds the files of another run", "pass a new folder or remove the old one")
     previous = _holder(path)
