@@ -151,6 +151,8 @@ def _summarize(file: str, data: bytes, path: str, modname: str, cfg: LintConfig)
                     (min([d.lineno for d in node.decorator_list] + [node.lineno]), node.end_lineno or node.lineno),
                     w.receives,
                     w.direct_dims,
+                    tuple(w.frees),
+                    tuple(w.gated_refs),
                 )
             )
             if cls:  # fields are keyed by their class: `self.rank` elsewhere is another field

@@ -3,12 +3,14 @@ rank-local source that decides it; rootcause.py folds the relations of one sourc
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from hctool.lint import names as N
 from hctool.lint import sources as S
 from hctool.lint.paths import Paths
-from hctool.lint.retries import retried_poll
+from hctool.lint.retries import consumed_event, retried_poll
 from hctool.lint.walker import Collective, Exit, Frame, Src, Walker
 
 
@@ -140,6 +142,68 @@ def _forwarded(w: Walker, c: Collective, frame: Frame | None, after: int) -> boo
     return False
 
 
+def _rendezvous(fn_node) -> list[tuple[int, tuple, bool]]:
+    """The group rendezvous calls of a function (names.GROUP_RENDEZVOUS): (line, the texts that name the
+    group made: the name it is assigned to, arguments that say group; whether it makes the default group)."""
+    out = []
+    if fn_node is None:
+        return out
+    assigned = {}
+    for n in ast.walk(fn_node):
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and len(n.targets) == 1:
+            d = N.dotted(n.targets[0])
+            if d is not None:
+                assigned[id(n.value)] = d
+    for n in ast.walk(fn_node):
+        if not isinstance(n, ast.Call):
+            continue
+        last = (N.dotted(n.func) or "").rsplit(".", 1)[-1]
+        if not N.GROUP_RENDEZVOUS.search(last):
+            continue
+        texts = {assigned[id(n)]} if id(n) in assigned else set()
+        for a in (*n.args, *(k.value for k in n.keywords)):
+            d = N.dotted(a)
+            if d is not None and "group" in d.lower():
+                texts.add(d)
+        out.append((n.lineno, tuple(texts), last == "init_process_group"))
+    return out
+
+
+def _joined_after(made: list, exit_line: int, c: Collective, fn_node) -> bool:
+    """A rank-id exit before the rendezvous that makes C's group (`if rank < 0: return` ahead of
+    `init_collective_group(world_size, rank, ..., self.group_name)` and `barrier(self.group_name)`):
+    the ranks that leave never join it, and every member reaches C (verl's checkpoint engines)."""
+    call = next(
+        (n for n in ast.walk(fn_node) if isinstance(n, ast.Call) and (n.lineno, n.col_offset + 1) == (c.line, c.col)),
+        None,
+    )
+    text = ast.unparse(call) if call is not None else ""
+    for line, texts, default in made:
+        if not exit_line < line < c.line:
+            continue
+        if default and not c.group:
+            return True
+        if text and any(t in text for t in texts):
+            return True
+    return False
+
+
+def _consumed_in_loop(w: Walker, branch: Frame) -> bool:
+    """An event consumed by the arm that polls it (retries.consumed_event), in a `while` loop that polls it
+    again and issues no other collective: every rank runs the arm once per `set()`, some a turn later."""
+    if not consumed_event(branch.node):
+        return False
+    loop = None
+    for c in w.collectives:
+        if branch in c.stack:
+            idx = next(i for i, f in enumerate(c.stack) if f is branch)
+            loop = next((f for f in reversed(c.stack[:idx]) if f.kind == "loop"), None)
+            break
+    if loop is None or not isinstance(loop.node, ast.While):
+        return False
+    return all(branch in c.stack for c in w.collectives if loop in c.stack)
+
+
 def check_function(w: Walker, path: str) -> list[Relation]:
     out: list[Relation] = []
     paths: dict = {}
@@ -151,7 +215,7 @@ def check_function(w: Walker, path: str) -> list[Relation]:
         Collectives on a group of another parallel dimension than the deciding rank id's are left out
         of the comparison: every member of such a group takes the same arm (_other_dimension), so
         whether an arm issues one changes nothing between the ranks the condition sets apart."""
-        if frame.node is None or w.fn_node is None:
+        if frame.node is None or frame.kind == "loop" or w.fn_node is None:
             return False
         kept = tuple(c for c in w.collectives if first_src(_for(frame.taint, c), path) is not None)
         key = tuple(c.pos for c in kept)
@@ -202,6 +266,8 @@ def check_function(w: Walker, path: str) -> list[Relation]:
         named = set()
         for branch in reversed(c.stack):
             src = first_src(_for(branch.taint, c), path) if branch.kind != "loop" and not branch.balanced else None
+            if src is not None and src.kind == "poll" and _consumed_in_loop(w, branch):
+                continue
             if src is not None and src not in named and not converges(branch):
                 named.add(src)
                 if branch.kind == "swallow":
@@ -248,6 +314,7 @@ def check_function(w: Walker, path: str) -> list[Relation]:
                 "on this rank's clock: the next batch, and its collectives, differ between ranks",
             )
         )
+    made = _rendezvous(w.fn_node)
     for e in w.exits:
         if e.kind != "return":
             continue
@@ -265,6 +332,8 @@ def check_function(w: Walker, path: str) -> list[Relation]:
                     continue
                 decides = first_src(_for(cond.taint, c), path)
                 if decides is None:
+                    continue
+                if decides.kind.startswith("id") and made and _joined_after(made, e.line, c, w.fn_node):
                     continue
                 add(
                     "HC103",

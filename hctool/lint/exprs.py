@@ -144,11 +144,24 @@ class Expressions:
 
     def e_boolop(self, node) -> frozenset:
         # `a and f()` calls f only where a holds: later operands run under earlier ones.
-        t = self.expr(node.values[0])
+        parts = [self.expr(node.values[0])]
+        t = parts[0]
         for value in node.values[1:]:
             saved = self._push(Frame("short", node.lineno, t))
-            t = t | self.expr(value)
+            parts.append(self.expr(value))
+            t = t | parts[-1]
             self._pop(saved)
+        members = [v for v in node.values if _member_test(v)] if isinstance(node.op, ast.And) and t else []
+        if members:
+            # `master_rank in [src, dest] and local_rank == 0` around a collective on new_group([src, dest]):
+            # the condition selects the members of a group by its rank list, and a test of another rank id
+            # beside it picks the process of each listed rank (its local rank 0), not some members of the
+            # group against others. A test of the same rank (`rank in ranks and rank == ranks[0]`) does.
+            tested = {N.dotted(m.left) for m in members}
+            t = EMPTY
+            for value, part in zip(node.values, parts):
+                same = any(N.dotted(n) in tested for n in ast.walk(value) if isinstance(n, (ast.Name, ast.Attribute)))
+                t = t | (part if same and not _member_test(value) else _without_ids(part))
         return t
 
     def e_ifexp(self, node) -> frozenset:
@@ -227,8 +240,14 @@ class Expressions:
             return src
         if self.facts is None:
             self._thread_facts(node, func, last)
+            if S.is_pool_change(last) and isinstance(func, ast.Attribute):
+                pool = S.pool_field(N.dotted(func.value))
+                if pool:
+                    self.frees.append((pool, self._per_rank_control(), node.lineno))
         if last in S.MUTATORS and args and isinstance(func, ast.Attribute):  # `xs.append(v)`: xs now holds v
             d = N.dotted(func.value)
+            if self.facts is None and isinstance(func.value, ast.Name) and self._per_rank_control():
+                self.lag_lists.add(func.value.id)
             if d is not None and d.split(".", 1)[0] not in ("self", "cls"):
                 # A rank's own shard stored in a list is a per-rank value, not a per-rank shape of the list.
                 held = _without_ids(args - recv if recv else args)
@@ -252,6 +271,8 @@ class Expressions:
             per_arg = None
             if any(arg_taints) or any(kw_taints):  # by position and keyword, for constructors' fields
                 per_arg = (tuple(arg_taints), tuple((k.arg, t) for k, t in zip(node.keywords, kw_taints) if k.arg))
+            if self._per_rank_control():
+                self.gated_refs.append((ref, node.lineno))
             self.calls.append(
                 (
                     ref,
@@ -272,6 +293,18 @@ class Expressions:
         elif self.swallow:
             self._may_fail(node, last, qual, display)
         return t | order
+
+    def _per_rank_control(self) -> bool:
+        """Pass 1: whether this point runs under a condition or loop decided by an event poll, a per-rank
+        deadline, a swallowed failure or a configured rank-local name (what makes a pool's frees lag)."""
+        for f in self.stack:
+            if any(isinstance(a, Src) and a.kind in S.LAGGING_KINDS for a in f.taint):
+                return True
+            # `for req in expired:` over a list filled under such a condition (`expired.append(req)`)
+            loop = f.node if f.kind == "loop" else None
+            if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Name) and loop.iter.id in self.lag_lists:
+                return True
+        return False
 
     def _may_fail(self, node, last: str, qual: str | None, display: str) -> None:
         """A call inside a construct that swallows its failure: from here on, that scope's collectives run
@@ -423,6 +456,16 @@ def _inside(inner, outer) -> bool:
         inner.end_lineno,
         inner.end_col_offset,
     ) <= (outer.end_lineno, outer.end_col_offset)
+
+
+def _member_test(node) -> bool:
+    """`x_rank in [a, b]` / `rank in ranks`: a rank tested for membership of a list of ranks."""
+    if not (isinstance(node, ast.Compare) and S.is_membership(node) and len(node.ops) == 1):
+        return False
+    left = N.dotted(node.left) or ""
+    right = node.comparators[0]
+    listed = isinstance(right, (ast.List, ast.Tuple, ast.Set)) or "rank" in (N.dotted(right) or "").lower()
+    return "rank" in left.rsplit(".", 1)[-1].lower() and listed
 
 
 def _without_ids(taint: frozenset) -> frozenset:

@@ -64,6 +64,19 @@ RANK_ENV_VARS = frozenset({"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK"})
 # Rank ids within the groups collectives usually run on (tensor parallel). Pipeline and data-parallel
 # coordinates (pp_rank, dp_rank) are constant inside a TP/CP group, so they are not listed.
 RANK_VARIABLES = frozenset({"rank", "local_rank", "global_rank", "tp_rank", "attn_tp_rank", "tp_local_rank"})
+# Calls that create a process group by a rendezvous of the ranks that pass their own rank and the group's
+# size (`init_process_group`, ray's `init_collective_group`, vLLM-style `stateless_init_process_group`):
+# only the members call them. A rank that leaves before such a call is no member of the group it makes,
+# so the collectives on that group after it are not skipped by anyone in it (torch's `new_group` is not
+# one: every rank of the world must call it).
+GROUP_RENDEZVOUS = re.compile(r"^_*(\w*_)?init_\w*(process_group|collective_group|group)$")
+# Pipeline point-to-point exchanges (`send_forward`, `recv_backward`, `send_forward_recv_backward`): a stage
+# pairs each with its neighbour's opposite call, however the library implements it (a broadcast on a
+# two-rank group, in ColossalAI's p2p_v2). Their counts differ per stage on purpose (1F1B warm-up), so a
+# call of one is no collective of its caller: whether the pairs match is the schedule's, not a rank id's.
+P2P_EXCHANGE = re.compile(r"^_*(i?send|i?recv)_(forward|backward)")
+
+
 CLOCK_CALLS = frozenset(
     {
         "time.time",

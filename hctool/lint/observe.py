@@ -58,6 +58,8 @@ class Observations:
         """Pass 1: this function assigns field NAME of BASE (threads.py: fields another thread writes)."""
         if isinstance(base, ast.Name) and base.id in ("self", "cls"):
             self.writes.append((None, name, line))
+            if self.cls and self._per_rank_control():  # the object changes at a time of this rank's own
+                self.frees.append((S.SELF_LAGS, True, line))
         elif self._untyped(base):
             self.writes.append(("loose", self._loose_key(base, name), line))
         else:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from hctool.lint import latches
 from hctool.lint import names as N
+from hctool.lint import sources as S
 from hctool.lint.taint import TaintSolver
 from hctool.lint.walker import EMPTY, Src
 
@@ -39,6 +40,23 @@ class FuncSummary:
     span: tuple = (0, 0)  # (first line, decorators included; last line): pass 2 parses just these
     receives: bool = False  # receives messages from another process (a socket's or a pipe's recv)
     direct_dims: frozenset | None = frozenset()  # dimensions its direct collectives' groups name (None: one names none)
+    frees: tuple = ()  # (pool field, under a per-rank condition, line) of the frees it calls (Project.lagging_pools)
+    gated_refs: tuple = ()  # (ref, line) it calls under a per-rank condition (poll, deadline, swallowed failure)
+
+
+@dataclass(frozen=True)
+class Lag:
+    """Where a pool is changed at a time of one rank's own: the change (PATH, LINE) and, when the condition
+    is not around it, the per-rank call or thread entry it runs under (VIA: path, line)."""
+
+    path: str
+    line: int
+    via: tuple | None
+
+
+# How far below a per-rank condition a free still lags with it: `_do_release()` called for each expired
+# request, which calls `release_kv_cache()`, which calls the tree cache's `cache_finished_req()` that frees.
+LAG_DEPTH = 2
 
 
 def program_of(modname: str) -> str:
@@ -119,6 +137,7 @@ class Project(TaintSolver):
         self._solve_taint(modules)
         self.checked = {k for k, f in self.funcs.items() if f.state_writes}  # pass 2 walks these too
         self._followers: set | None = None
+        self._lagging: frozenset | None = None
         mod_of = {m.path: m.modname for m in modules}
         self.coll_programs = {program_of(mod_of[self.funcs[_key(k)].path]) for k in self.coll}
 
@@ -360,6 +379,7 @@ class Project(TaintSolver):
                         seen.add(t)
                         queue.append(t)
         self.callers = callers
+        direct = [node for node in direct if not self._p2p(node)]
         for node in direct:
             f = self.funcs[_key(node)]
             self.coll[node] = (f.direct[0], f.direct[1], None)
@@ -367,9 +387,61 @@ class Project(TaintSolver):
         while queue:  # breadth first: each site keeps its shortest chain
             target = queue.popleft()
             for caller, line, display in callers.get(target, ()):
-                if caller not in self.coll:
+                if caller not in self.coll and not self._p2p(caller):
                     self.coll[caller] = (line, display, target)
                     queue.append(caller)
+
+    def lagging_pools(self) -> dict:
+        """The pools (by field name, sources.pool_field) some rank frees at a time of its own, each with the
+        evidence (a Lag): a free under an event poll, a deadline or a swallowed failure; in a function such
+        a condition calls (LAG_DEPTH calls down); on another thread; or a pool class that changes its own
+        fields under such a condition. Only their free counts are findings (sources.LAGGING_KINDS)."""
+        if self._lagging is None:
+            from hctool.lint.threads import thread_functions
+
+            # function key -> (path, line) of the per-rank call or thread entry it runs under
+            per_rank: dict = {k: (self.funcs[k].path, self.funcs[k].line) for k in thread_functions(self)}
+            queue = deque(
+                (t, 0, (f.path, line))
+                for f in sorted(self.funcs.values(), key=lambda f: f.key)
+                for ref, line in f.gated_refs
+                for t in self.resolve(ref)
+            )
+            while queue:  # what such a condition calls, and what that calls, LAG_DEPTH calls down
+                key, depth, via = queue.popleft()
+                if key in per_rank or key not in self.funcs:
+                    continue
+                per_rank[key] = via
+                if depth < LAG_DEPTH:
+                    calls = self.funcs[key].calls
+                    queue.extend((t, depth + 1, via) for ref, *_rest in calls for t in self.resolve(ref))
+            pools: dict = {}
+            for f in sorted(self.funcs.values(), key=lambda f: f.key):
+                for pool, gated, line in f.frees:
+                    if pool != S.SELF_LAGS and pool not in pools and (gated or f.key in per_rank):
+                        pools[pool] = Lag(f.path, line, None if gated else per_rank[f.key])
+            # A pool class that frees on its own at a time of its own (`_collect()` returns the pages whose
+            # copy event fired): every field declared or built as that class, a base or a subclass of it.
+            lagging = {}
+            for f in sorted(self.funcs.values(), key=lambda f: f.key):
+                for p, _g, line in f.frees:
+                    if f.cid and p == S.SELF_LAGS and f.cid not in lagging:
+                        lagging[f.cid] = Lag(f.path, line, None)
+            if lagging:
+                for fname, specs in sorted(self.global_field.items()):
+                    if fname in pools:
+                        continue
+                    for cid in self.classes_of(frozenset(specs)):
+                        hit = sorted(set(self.family(cid)) & set(lagging))
+                        if hit:
+                            pools[fname] = lagging[hit[0]]
+                            break
+            self._lagging = pools
+        return self._lagging
+
+    def _p2p(self, node) -> bool:
+        """A pipeline point-to-point exchange (names.P2P_EXCHANGE): no collective for its callers."""
+        return bool(N.P2P_EXCHANGE.search(self.funcs[_key(node)].qual.rsplit(".", 1)[-1]))
 
     # ---- facts for pass 2 -------------------------------------------------
     def chain(self, key) -> tuple:

@@ -124,3 +124,29 @@ def retried_poll(fn_node, if_line: int) -> bool:
         return False
     fld = local.get(polled.id) if isinstance(polled, ast.Name) else _field(polled)
     return fld is not None and _consumes(body[idx + 1 :], fld)
+
+
+def consumed_event(if_node) -> bool:
+    """`if self.event.is_set(): <collectives>; self.event.clear()`, no `else` (issue 34, class 2, a latch
+    handed from one task to another): the arm consumes the event it polled, so it acts once per `set()`
+    and a rank that sees the event later acts later. checks.py asks the rest: that the `if` sits in a loop
+    that polls it again (a `while`), and that nothing else in that loop issues collectives, which a rank
+    seeing the event one turn later would interleave with this arm's in another order."""
+    if not isinstance(if_node, ast.If) or if_node.orelse:
+        return False
+    test = if_node.test
+    if not (isinstance(test, ast.Call) and not test.args and isinstance(test.func, ast.Attribute)):
+        return False
+    if test.func.attr != "is_set":
+        return False
+    event = N.dotted(test.func.value)
+    if event is None:
+        return False
+    return any(
+        isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "clear"
+        and N.dotted(n.func.value) == event
+        for stmt in if_node.body
+        for n in ast.walk(stmt)
+    )

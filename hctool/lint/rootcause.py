@@ -4,7 +4,8 @@ The location is the source (the poll, the deadline comparison, the write on anot
 swallowed I/O failure); `related` lists each gated collective with how the source decides it, the
 deciding conditions and exits, and the call chain of the nearest one down to the real collective.
 A source that is rank-local only under a premise (a pool's free count) is one finding per premise
-and source expression, however many places read it, with the premise named.
+and pool, however many places and methods read it, with the premise named and the code that makes it
+hold cited (project.Project.lagging_pools).
 """
 
 from __future__ import annotations
@@ -31,15 +32,19 @@ def group_key(r: Relation) -> tuple:
         return ("cond", *(r.cond or (r.path, r.line)))
     pid = S.premise_id(src.kind, src.what)
     if pid:
-        return ("premise", pid, src.what)
+        # one root cause per pool: its free counts (`available_size()`, `swa_available_size()`) differ
+        # between ranks for the same reason, wherever they are read
+        return ("premise", pid, S.free_count_pool(src.what) or src.what)
     return ("src", src.path, src.line, src.kind, src.what)
 
 
-def fold(relations: list[Relation]) -> list[Finding]:
+def fold(relations: list[Relation], lagging: dict | None = None) -> list[Finding]:
+    """LAGGING: pool -> project.Lag, the change of a pool at a time of one rank's own that a free-count
+    finding's premise rests on (cited in its message and its related lines)."""
     groups: dict[tuple, list[Relation]] = {}
     for r in relations:
         groups.setdefault(group_key(r), []).append(r)
-    return [_finding(rels) for _, rels in sorted(groups.items(), key=lambda kv: repr(kv[0]))]
+    return [_finding(rels, lagging or {}) for _, rels in sorted(groups.items(), key=lambda kv: repr(kv[0]))]
 
 
 def _rel(path: str, line: int) -> str:
@@ -48,7 +53,7 @@ def _rel(path: str, line: int) -> str:
     return f"{path}:{line}"
 
 
-def _finding(rels: list[Relation]) -> Finding:
+def _finding(rels: list[Relation], lagging: dict) -> Finding:
     srcs = sorted({r.src for r in rels if r.src is not None})
     gated: dict[tuple, Relation] = {}
     for r in sorted(rels, key=lambda r: (r.path, r.line, r.rule)):
@@ -65,6 +70,21 @@ def _finding(rels: list[Relation]) -> Finding:
     related: list[Rel] = []
     for s in srcs[1:]:
         related.append(Rel(s.path, s.line, f"the same source: {s.what}", "source"))
+    premise_id = S.premise_id(kind, loc.what) if srcs else None
+    premise = S.PREMISES.get(premise_id) if premise_id else None
+    lag = lagging.get(S.free_count_pool(loc.what)) if premise else None
+    if lag is not None:
+        seen_here = f"here `{S.free_count_pool(loc.what)}` changes at {_rel(lag.path, lag.line)}"
+        where = ", under a per-rank condition"
+        if lag.via:
+            where = f", reached from the per-rank call or thread at {_rel(*lag.via)}"
+        premise = f"{premise}: {seen_here}{where}"
+        related.append(
+            Rel(lag.path, lag.line, "the premise: the pool changes here at a time of this rank's own", "source")
+        )
+        if lag.via:
+            via = "the premise: the per-rank call or thread it runs under"
+            related.append(Rel(lag.via[0], lag.via[1], via, "source"))
     seen = {(path, line)}
     for r in sorted(sites, key=lambda r: (r is not primary, r.path, r.line)):
         related.append(Rel(r.path, r.line, f"{r.rule}: {r.what} {r.how}", "collective"))
@@ -78,8 +98,6 @@ def _finding(rels: list[Relation]) -> Finding:
                 }[role]
                 related.append(Rel(where[0], where[1], label, role))
     related += [Rel(p, ln, m, "chain") for p, ln, m in primary.chain]
-    premise_id = S.premise_id(kind, loc.what) if srcs else None
-    premise = S.PREMISES.get(premise_id) if premise_id else None
     what = loc.what if srcs else "state"
     n = len(sites)
     head = f"rank-local {what} ({KIND_TEXT.get(kind, 'rank-local state')})"

@@ -13,6 +13,7 @@ from pathlib import Path
 from hctool.console import log
 from hctool.console import progress as hprogress
 from hctool.console.errors import UsageError
+from hctool.lint import sources as S
 from hctool.lint.analysis import FileResult, check_file, summarize_file, suppress, unused_suppressions, walked
 from hctool.lint.cache import Cache, digest, still_valid
 from hctool.lint.checks import gated_callers
@@ -301,8 +302,11 @@ def findings(relations: list, project: Project, summaries: list, used: dict, cfg
         for r in gated_callers(relations, project, summaries):
             table = tables.get(r.path)
             relations += suppress([r], table, used.setdefault(r.path, set())) if table else [r]
+    # A pool's free count differs between ranks only where some rank frees it at a time of its own.
+    lagging = project.lagging_pools()
+    relations = [r for r in relations if not (r.src is not None and r.src.kind == "pool" and not _lags(r.src, lagging))]
     out = []
-    for f in fold(relations):
+    for f in fold(relations, lagging):
         table = tables.get(f.path, {})
         codes = {f.rule} | {rel.message.split(":", 1)[0] for rel in f.related if rel.role == "collective"}
         hit = table.get(f.line)
@@ -314,6 +318,11 @@ def findings(relations: list, project: Project, summaries: list, used: dict, cfg
         for path, table in sorted(tables.items()):
             out += unused_suppressions(path, table, used.get(path, set()), cfg.select)
     return sorted(out)
+
+
+def _lags(src, lagging: dict) -> bool:
+    pool = S.free_count_pool(src.what)
+    return pool is None or pool in lagging
 
 
 def stderr_progress(message: str) -> None:

@@ -158,7 +158,33 @@ def _role_branch(frame: Frame, seqs: list) -> bool:
     if not frame.taint or any(not (isinstance(a, Src) and a.kind.startswith("id")) for a in frame.taint):
         return False
     kinds = [{c.op for c in seq} for seq in seqs]
-    return bool(kinds[0]) and all(k == kinds[0] for k in kinds)
+    if bool(kinds[0]) and all(k == kinds[0] for k in kinds):
+        return True
+    return _role_branch_with_own_group(seqs)
+
+
+def _role_branch_with_own_group(seqs: list) -> bool:
+    """`if rank == src: gather(group=intra); all_to_all(group=inter); scatter(group=intra) else:
+    gather(group=intra); scatter(group=intra)`: the arms pair on the groups both name, and the root's arm
+    also runs a collective on a group no other arm names. The ranks that take that arm are the roots, and
+    a group only roots talk on is a group of roots (the inter-node exchange of hierarchical collectives,
+    ColossalAI's HierarchicalAllToAll): every member of it takes that arm. Each collective must name its
+    group for this to be read; a rank that is in such a group and still takes the other arm is not seen."""
+    if len(seqs) < 2 or any(not seq or any(not c.group for c in seq) for seq in seqs):
+        return False
+    groups = [{c.group for c in seq} for seq in seqs]
+    shared = set.intersection(*groups)
+    if not shared:
+        return False
+    paired = [[c for c in seq if c.group in shared] for seq in seqs]
+    own = [[c for c in seq if c.group not in shared] for seq in seqs]
+    # the extra groups are each one arm's alone
+    for i, extra in enumerate(own):
+        for c in extra:
+            if any(c.group in g for j, g in enumerate(groups) if j != i):
+                return False
+    kinds = [{c.op for c in seq} for seq in paired]
+    return all(k == kinds[0] for k in kinds) and all(len(p) == len(paired[0]) for p in paired)
 
 
 def _same_ops(a: list, b: list) -> bool:

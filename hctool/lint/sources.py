@@ -96,6 +96,39 @@ def is_free_count(name: str, call: ast.Call | None) -> bool:
     return bool(words & _FREE_WORDS) and bool(words & _QUANTITY_WORDS)
 
 
+# What makes a pool's free count differ between ranks is a change of the pool that one rank makes at a
+# time of its own: a free or a release under an event poll, a per-rank deadline, a failure a handler
+# swallowed, or on another thread (project.Project.lagging_pools). Without one, the count moves only at
+# points of the replicated schedule and is the same on every rank of the group: no finding.
+LAGGING_KINDS = frozenset({"poll", "deadline", "io", "swallow", "rank"})
+_POOL_CHANGE = re.compile(r"^_*(free|release|dealloc|deallocate|evict|return)(_|$)")
+
+
+SELF_LAGS = "@self"  # a method that changes its own object's fields under such a condition (`_collect()`)
+
+
+def is_pool_change(name: str) -> bool:
+    """`pool.free(idx)`, `allocator.release_pages(...)`, `evict(n)`: a call that gives pages back."""
+    return bool(_POOL_CHANGE.search(name))
+
+
+def pool_field(receiver: str | None) -> str | None:
+    """The name a pool is known by across the code: the last field or variable of its receiver
+    (`self.tree_cache.token_to_kv_pool_allocator` -> `token_to_kv_pool_allocator`)."""
+    if not receiver:
+        return None
+    last = receiver.rsplit(".", 1)[-1]
+    return None if last in ("self", "cls") else last
+
+
+def free_count_pool(what: str) -> str | None:
+    """The pool a free-count source reads (`self.pool.free_count()` -> `pool`), from the source's text."""
+    text = what.strip("`")
+    if not text.endswith("()") or "." not in text:
+        return None
+    return pool_field(text[:-2].rsplit(".", 1)[0])
+
+
 def method_kind(func: ast.Attribute, imports: dict, call: ast.Call | None = None) -> str | None:
     """The kind of `x.NAME()` when NAME is a rank-local observation on this receiver."""
     kind = METHODS.get(func.attr)

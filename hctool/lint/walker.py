@@ -77,6 +77,9 @@ class Walker(Expressions, Observations):
     swallow: list = field(default_factory=list)  # pass 2: open try/suppress scopes that swallow failures (Swallow)
     receives: bool = False  # pass 1: it receives messages from another process (project.follows)
     sends: list = field(default_factory=list)  # pass 2: (pos, stack, names carried) of messages it sends
+    frees: list = field(default_factory=list)  # pass 1: (pool field, under a per-rank condition, line)
+    gated_refs: list = field(default_factory=list)  # pass 1: (ref, line) it calls under a per-rank condition
+    lag_lists: set = field(default_factory=set)  # pass 1: local lists filled under such a condition (`expired`)
 
     # ---- statements -------------------------------------------------------
     def run(self, fn: ast.AST) -> Walker:
@@ -86,7 +89,12 @@ class Walker(Expressions, Observations):
             # Fields a constructor stores take the taint of what its callers pass (PrefillAdder(budget)).
             for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs)[1:]:
                 self.env[arg.arg] = frozenset((ParamAtom(self.key, arg.arg),))
+        own = _own_rank_fields(fn, a)
         for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+            if arg.arg in own:
+                # `def _add_peers(self, rank, peers)` reading `self.rank` too: the object's own rank is
+                # `self.rank`, so the argument names another one (a peer, a loop over every rank).
+                self.env[arg.arg] = EMPTY
             if arg.annotation is not None:
                 specs = self._annotation(arg.annotation)
                 if specs:
@@ -262,7 +270,7 @@ class Walker(Expressions, Observations):
         self._arms(Frame("if", s.lineno, self.expr(s.subject)), arms)
 
     def _loop(self, s, header: frozenset, target) -> None:
-        frame = Frame("loop", s.lineno, header)
+        frame = Frame("loop", s.lineno, header, node=s)
         saved = self._push(frame)
         if target is not None:
             self.bind(target, header | self.ctl)
@@ -408,6 +416,19 @@ class Swallow:
     line: int
     failed: Src | None = None
     failed_at: object = None  # the call node that set FAILED
+
+
+def _own_rank_fields(fn, a) -> frozenset:
+    """The parameters named like a rank id (names.RANK_VARIABLES) of a method that also reads the
+    field of that name on its own object."""
+    params = {arg.arg for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs)} & N.RANK_VARIABLES
+    if not params or not a.args or a.args[0].arg != "self":
+        return frozenset()
+    read, stored = set(), set()
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Attribute) and n.attr in params and isinstance(n.value, ast.Name) and n.value.id == "self":
+            (read if isinstance(n.ctx, ast.Load) else stored).add(n.attr)
+    return frozenset(read - stored)  # `self.rank = rank` stores the argument as the object's own rank
 
 
 def _without_ids(taint: frozenset) -> frozenset:

@@ -42,4 +42,4 @@ def test_readme_lint_sample_is_what_the_command_prints(tmp_path):
     assert res.stdout == block(SAMPLE), res.stdout
     # what the prose around the sample says of it
     assert "[medium]" in res.stdout and "[high] rank-local `rank`" in res.stdout
-    assert "mypkg/tp.py:19" not in res.stdout  # broadcast_config's arms pair
+    assert "mypkg/tp.py:23" not in res.stdout  # broadcast_config's arms pair

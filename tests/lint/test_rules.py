@@ -9,10 +9,21 @@ from __future__ import annotations
 from .conftest import expected, expected_gated, gated
 
 HEADER = "import time\nimport torch\nimport torch.distributed as dist\n"
+# The pools the snippets read free counts of (`pool`, `allocator`) get pages back on each rank when that
+# rank's copy event fires: their counts can differ between ranks (what a free count finding rests on).
+LAGGING_FREES = """
+def _on_copy_done(pool, allocator, event, pages):
+    if event.query():
+        pool.free(pages)
+        allocator.free(pages)
+"""
 
 
 def check(lint_snippets, files):
-    files = {name: HEADER + text.lstrip("\n") if name.endswith(".py") else text for name, text in files.items()}
+    files = {
+        name: HEADER + text.lstrip("\n") + LAGGING_FREES if name.endswith(".py") else text
+        for name, text in files.items()
+    }
     found, report = lint_snippets(files)
     assert not report.errors
     assert found == expected(files), [(f.path, f.rule, f.line, f.message) for f in report.findings]
@@ -146,7 +157,9 @@ class Cache:
         },
     )
     (f,) = report.findings
-    lines = [(r.path, r.line, r.role) for r in f.related]
+    lines = [(r.path, r.line, r.role) for r in f.related if r.role != "source"]
+    # the premise's evidence: the allocator's pages come back under an event poll (LAGGING_FREES)
+    assert any(r.role == "source" and r.message.startswith("the premise") for r in f.related)
     assert lines[:4] == [
         ("sched.py", 17, "collective"),
         ("sched.py", 13, "loop"),
@@ -555,3 +568,58 @@ def save(mpu, state, group):
 """
         },
     )
+
+
+def test_a_methods_rank_argument_beside_its_own_rank_is_another_rank(lint_snippets):
+    # issue 34: `_add_peers(self, rank, peers)` reads its object's own rank from `self.rank`; its `rank`
+    # argument is each rank of the world in turn (a loop in the constructor), so every rank makes every
+    # pair's group in the same order: no finding
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+class PairGroup:
+    def __init__(self, master_rank: int, dest: int) -> None:
+        self.group = dist.new_group([master_rank, dest])
+
+
+class PeerGraph:
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.rank = rank
+        self.links: list[list[PairGroup]] = [[] for _ in range(world_size)]
+        for r in range(world_size):
+            self._add_peers(r, [(r + 1) % world_size])
+
+    def _add_peers(self, rank: int, peers: list) -> None:
+        for peer in peers:
+            if peer not in self.links[rank]:
+                self.links[rank].append(PairGroup(self.rank, peer))
+"""
+        },
+    )
+
+
+def test_free_counts_of_one_pool_are_one_finding_that_cites_the_lagging_free(lint_snippets):
+    # issue 34: `available_size()` and `swa_available_size()` of one allocator differ between ranks for
+    # one reason (its frees lag on each rank); the finding says where the code makes that premise hold
+    report = check(
+        lint_snippets,
+        {
+            "m.py": """
+class Scheduler:
+    def admit(self, reqs, x):
+        for req in reqs:
+            if self.allocator.available_size() < req.size:  # expect: HC101
+                break
+            dist.all_reduce(x)  # gated
+
+    def admit_window(self, x):
+        if self.allocator.swa_available_size() < 4:
+            dist.broadcast(x, src=0)  # gated
+"""
+        },
+    )
+    (f,) = report.findings
+    assert f.count == 2 and "here `allocator` changes at m.py:" in f.message
+    # line 18: LAGGING_FREES' `allocator.free(pages)`, under its event poll
+    assert [r.line for r in f.related if r.role == "source" and r.message.startswith("the premise")] == [18]
