@@ -32,10 +32,26 @@ def write_run_report(run_dir, document: dict | None = None) -> Path | None:
         write_atomic(out, build_html(run_dir, document).encode("utf-8"))  # never through a planted link
         log.debug(f"hctool: report.html made in {time.monotonic() - t0:.2f} s ({out.stat().st_size >> 10} KiB)")
     except Exception as exc:  # the run's own result stands whatever happens here
-        from hctool.report.folders import FolderError
-
-        why = str(exc) if isinstance(exc, (FolderError, OSError)) else f"{type(exc).__name__}: {exc}"
-        log.warning(f"hctool: no HTML report: {why}")
+        log.warning(f"hctool: no HTML report: {_why(exc, out)}")
         return None
     log.info(f"hctool: report in {out}")
     return out
+
+
+def _why(exc: Exception, out: Path) -> str:
+    """Why the page was not made, in words: a folder or trace it cannot read says so itself; a
+    file it cannot read or write, the system's reason; anything else is hctool's own fault."""
+    import os
+    import traceback
+
+    from hctool.consensus.trace import TraceError
+    from hctool.protocol.env import DEBUG
+    from hctool.report.folders import FolderError
+
+    if isinstance(exc, (FolderError, TraceError)):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return f"{exc.filename or out}: {exc.strerror or exc}"
+    if os.environ.get(DEBUG):
+        traceback.print_exception(exc)
+    return f"hctool failed while drawing it ({exc or 'no message'}); HCTOOL_DEBUG=1 shows where"

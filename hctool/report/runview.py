@@ -50,10 +50,11 @@ def divergence_table(first: Divergence) -> str:
     return "\n".join(rows)
 
 
-def cause_block(first: Divergence) -> str:
-    """The answer, before any table: the cause line, the symptom, how sure, and why."""
-    parts = [f'<p class="cause" id="cause">{esc(first.cause_line())}</p>']
-    if first.symptom_line():
+def cause_block(first: Divergence, said_above: frozenset[str] = frozenset()) -> str:
+    """The answer, before any table: the cause line, the symptom, how sure, and why. A line the
+    page already gives just above (a chaos anomaly's, of this run) is not said twice."""
+    parts = [] if first.cause_line() in said_above else [f'<p class="cause" id="cause">{esc(first.cause_line())}</p>']
+    if first.symptom_line() and first.symptom_line() not in said_above:
         parts.append(f'<p class="symptom">{esc(first.symptom_line())}</p>')
     why = f"confidence {first.confidence.value}" + (f": {first.basis}" if first.basis else "")
     if first.alternative:
@@ -238,13 +239,20 @@ def stacks_block(report: Report) -> str:
     )
 
 
-def run_section(name: str, report: Report, tl: Timeline, marks: list[Mark], extra: str = "") -> str:
+def run_section(
+    name: str,
+    report: Report,
+    tl: Timeline,
+    marks: list[Mark],
+    extra: str = "",
+    said_above: frozenset[str] = frozenset(),
+) -> str:
     first = report.first_divergence
     slug = "".join(ch if ch.isalnum() else "-" for ch in name)
     shown = report.extra.get("runner_verdict") or report.verdict.value  # repro's and chaos's own words win
     parts = [f'<section class="run" id="run-{esc(slug)}"><h2>{esc(name)} {verdict_badge(shown)}</h2>']
     if first:
-        parts.append(cause_block(first))
+        parts.append(cause_block(first, said_above))
     else:
         parts.append(f'<p class="headline">{esc(headline(report))}</p>')
     parts.append(extra)
