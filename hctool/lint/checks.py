@@ -149,17 +149,18 @@ def _rendezvous(fn_node) -> list[tuple[int, tuple, bool]]:
     if fn_node is None:
         return out
     assigned = {}
+    calls = []
     for n in ast.walk(fn_node):
         if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and len(n.targets) == 1:
             d = N.dotted(n.targets[0])
             if d is not None:
                 assigned[id(n.value)] = d
-    for n in ast.walk(fn_node):
-        if not isinstance(n, ast.Call):
-            continue
-        last = (N.dotted(n.func) or "").rsplit(".", 1)[-1]
-        if not N.GROUP_RENDEZVOUS.search(last):
-            continue
+        elif isinstance(n, ast.Call):
+            func = n.func
+            last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if last and "init" in last and N.GROUP_RENDEZVOUS.search(last):
+                calls.append((n, last))
+    for n, last in calls:
         texts = {assigned[id(n)]} if id(n) in assigned else set()
         for a in (*n.args, *(k.value for k in n.keywords)):
             d = N.dotted(a)
@@ -314,7 +315,7 @@ def check_function(w: Walker, path: str) -> list[Relation]:
                 "on this rank's clock: the next batch, and its collectives, differ between ranks",
             )
         )
-    made = _rendezvous(w.fn_node)
+    made = None  # the function's group rendezvous calls, looked for only when a rank-id exit needs them
     for e in w.exits:
         if e.kind != "return":
             continue
@@ -333,8 +334,11 @@ def check_function(w: Walker, path: str) -> list[Relation]:
                 decides = first_src(_for(cond.taint, c), path)
                 if decides is None:
                     continue
-                if decides.kind.startswith("id") and made and _joined_after(made, e.line, c, w.fn_node):
-                    continue
+                if decides.kind.startswith("id"):
+                    if made is None:
+                        made = _rendezvous(w.fn_node)
+                    if made and _joined_after(made, e.line, c, w.fn_node):
+                        continue
                 add(
                     "HC103",
                     c,
