@@ -95,6 +95,7 @@ def run(
             "hctool: the recorder's C hot path is not built (no C compiler at `pip install`?): "
             "recording through Python adds ~5-15 us per collective"
         )
+    from hctool.consensus.run import Interrupted
     from hctool.consensus.trace import TraceError
 
     try:
@@ -116,6 +117,10 @@ def run(
         raise UsageError(
             f"the traces of this run cannot be read: {exc}", "was something else writing into --trace-dir?"
         ) from None
+    except Interrupted as stopped:  # the job is reaped: what it had seen, then hctool ends by the signal
+        for line in stopped.seen.lines():
+            _err(f"hctool: {line}")
+        raise
     if latency is not None:
         _err(f"hctool: reported {latency * 1000:.0f} ms after the first divergent call")
     from hctool.consensus.truncation import describe

@@ -25,6 +25,7 @@ class LiveWatcher:
         self.settle = settle
         self.events_seen = 0
         self.detection: dict | None = None  # wall times of the divergent call and of its detection
+        self.finding: Report | None = None  # the first finding of any check (what a Ctrl-C summary names)
 
     def check(self, exit_codes: dict[int, int | None] | None = None) -> Report | None:
         """A report (verdict diverged, hung or crashed) once the ranks disagree or
@@ -44,6 +45,8 @@ class LiveWatcher:
             "divergent_call_wall": finding.get("evidence_time", finding["time"]),
             "detected_wall": time.time(),
         }
+        if self.finding is None:
+            self.finding = report
         return report
 
     def latency_s(self) -> float | None:

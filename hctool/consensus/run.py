@@ -125,10 +125,54 @@ def _log_tails(opts: RunOptions, report: Report, log_ends: dict[Path, int]) -> N
             _log(f"last lines of {path.name}{cut}:\n  " + "\n  ".join(lines))
 
 
+@dataclass
+class SeenSoFar:
+    """What a run stopped from outside (Ctrl-C, SIGTERM, SIGHUP) had seen when it stopped: the
+    live watcher's view, read after every process was reaped."""
+
+    seconds: float
+    ranks: list[int]  # started or traced
+    counts: dict[int, dict[str, int]]  # rank -> op -> calls recorded
+    finding: Report | None  # the live check's first finding, if it had one
+    trace_dir: Path
+
+    def lines(self) -> list[str]:
+        from hctool.consensus.report import counts_line
+
+        out = [f"interrupted after {self.seconds:.1f} s; the job is stopped, every process reaped"]
+        if self.ranks:
+            calls = counts_line({"counts": {str(r): self.counts.get(r, {}) for r in self.ranks}})
+            out.append(f"seen so far: {len(self.ranks)} rank(s); calls per rank: {calls.removeprefix('counts: ')}")
+        else:
+            out.append("seen so far: no rank had started")
+        if self.finding is not None:
+            out.append(f"found live: {self.finding.headline()}")
+        else:
+            out.append("no divergence or hang seen so far")
+        out.append(f"traces in {self.trace_dir} (`hctool check-consensus analyze {self.trace_dir}` reads them)")
+        return out
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stopping signal ended the run: every process is reaped; `seen` says what it had seen."""
+
+    def __init__(self, seen: SeenSoFar):
+        super().__init__("interrupted")
+        self.seen = seen
+
+
+def _seen_so_far(opts: RunOptions, job: CommandJob, watcher: LiveWatcher, started: float) -> SeenSoFar:
+    ranks = sorted(set(job.ranks) | set(watcher.reader.ranks) | set(watcher.tracker.counts))
+    counts = {r: dict(ops) for r, ops in watcher.tracker.counts.items()}
+    return SeenSoFar(time.monotonic() - started, ranks, counts, watcher.finding, opts.trace_dir)
+
+
 def run_job(opts: RunOptions) -> tuple[Report, float | None]:
-    """Returns (report, seconds from the first divergent call to its detection)."""
+    """Returns (report, seconds from the first divergent call to its detection). Stopped by a
+    signal (KeyboardInterrupt), it reaps the job, then raises Interrupted with what it had seen."""
     watcher = LiveWatcher(opts.trace_dir, opts.nproc if opts.script_mode else None, hang_after=opts.hang_after)
-    deadline = time.monotonic() + opts.timeout
+    started = time.monotonic()
+    deadline = started + opts.timeout
     finding = None
     latency = None
     controller = opts.controller or (
@@ -138,35 +182,41 @@ def run_job(opts: RunOptions) -> tuple[Report, float | None]:
         job = CommandJob(ps, {}, watcher, opts.script_mode)
         echo = OutputEcho(opts.trace_dir, opts.script_mode, log.info) if opts.echo else None
         try:
-            job.ranks = _start(opts, ps, controller)
-            if controller is not None:
-                controller.started()
-            watched = watch(
-                job,
-                watcher,
-                deadline=deadline,
-                done=lambda: not job.alive(),
-                on_tick=echo,
-                faults=controller,
-                abort=opts.abort,
-                death_grace_s=DEATH_GRACE_S,
-                codes_to_watcher=opts.script_mode,
-                log=_log,
-            )
-            finding, latency = watched.finding, watched.latency
-        finally:
-            if controller is not None:
-                controller.release()  # never leave a stopped rank behind
-        codes = job.rank_exit_codes()
-        command_exit = job.command_exit()  # a wrapper's own code, if it ended by itself (not by hctool below)
-        stacks = job.stacks(str(opts.trace_dir)) if job.alive() else {}
-        # what ranks still running write from here on (an end record, failed calls) is this teardown's doing
-        ended_at = time.monotonic() if job.alive() else None
-        # so do the lines they log from here on (torchrun's SignalException for hctool's SIGTERM):
-        # the tails shown end where the teardown began
-        log_ends = {p: p.stat().st_size for p in opts.trace_dir.glob("*.log")} if ended_at else {}
-        if echo is not None:
-            echo(final=not ended_at)  # what they wrote up to here (a partial last line, if they ended)
+            try:
+                job.ranks = _start(opts, ps, controller)
+                if controller is not None:
+                    controller.started()
+                watched = watch(
+                    job,
+                    watcher,
+                    deadline=deadline,
+                    done=lambda: not job.alive(),
+                    on_tick=echo,
+                    faults=controller,
+                    abort=opts.abort,
+                    death_grace_s=DEATH_GRACE_S,
+                    codes_to_watcher=opts.script_mode,
+                    log=_log,
+                )
+                finding, latency = watched.finding, watched.latency
+            finally:
+                if controller is not None:
+                    controller.release()  # never leave a stopped rank behind
+            codes = job.rank_exit_codes()
+            command_exit = job.command_exit()  # a wrapper's own code, if it ended by itself (not by hctool below)
+            stacks = job.stacks(str(opts.trace_dir)) if job.alive() else {}
+            # what ranks still running write from here on (an end record, failed calls) is this teardown's doing
+            ended_at = time.monotonic() if job.alive() else None
+            # so do the lines they log from here on (torchrun's SignalException for hctool's SIGTERM):
+            # the tails shown end where the teardown began
+            log_ends = {p: p.stat().st_size for p in opts.trace_dir.glob("*.log")} if ended_at else {}
+            if echo is not None:
+                echo(final=not ended_at)  # what they wrote up to here (a partial last line, if they ended)
+        except KeyboardInterrupt as stop:  # Ctrl-C, SIGTERM, SIGHUP: reap first, then say what was seen
+            if echo is not None:
+                echo()  # the program's complete lines up to the signal; none of the teardown's
+            job.stop()
+            raise Interrupted(_seen_so_far(opts, job, watcher, started)) from stop
         job.stop()
     if command_exit and not codes:
         _log(f"the command failed ({procs.describe_exit(command_exit)}) before any rank recorded a collective")
