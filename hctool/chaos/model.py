@@ -91,6 +91,7 @@ class ChaosReport(TypedDict):
     seconds: NotRequired[float]
     first_anomaly_s: NotRequired[float | None]
     schedules_per_min: NotRequired[float | None]
+    interrupted: NotRequired[bool]  # explore stopped by Ctrl-C (SIGTERM, SIGHUP): what ran until then
     # merge only
     histories: NotRequired[list[str | None]]
     shards: NotRequired[list[str | None]]
