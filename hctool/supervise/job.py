@@ -5,10 +5,13 @@ command the traces' headers name the ranks' pids and their end records say how t
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hctool.protocol.safefile import open_append
 from hctool.supervise import procs
 from hctool.supervise.procs import alive
 from hctool.supervise.stacks import dump_stacks, ranks_in_tree
@@ -98,4 +101,21 @@ class CommandJob:
         return dump_stacks(pids, timeout=5.0, trace_dir=trace_dir) if pids else {}
 
     def stop(self) -> None:
+        """End the job (every process of its tree reaped). A wrapper command still running is ended
+        by hctool: its log says so first, for whoever reads it, since a launcher answers the SIGTERM
+        with a traceback of its own (torchrun's SignalException) that is not the program's doing."""
+        running = [c for c in self.ps.alive() if c.log_path is not None]
+        if not self.script_mode and running:
+            with contextlib.suppress(OSError):
+                fd = open_append(running[0].log_path)
+                try:
+                    os.write(fd, TEARDOWN_NOTE)
+                finally:
+                    os.close(fd)
         self.ps.terminate_all()
+
+
+TEARDOWN_NOTE = (
+    b"[hctool] hctool ends the job here (SIGTERM to the command and its workers): what the launcher "
+    b"prints from here on (torchrun: a SignalException traceback) answers that, not the program\n"
+)

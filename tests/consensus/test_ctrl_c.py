@@ -99,3 +99,6 @@ def test_ctrl_c_under_torchrun_shows_no_teardown_traceback(tmp_path, no_leftover
     assert re.search(r"seen so far: 2 rank\(s\); calls per rank: rank 0: \d+ ", stderr), stderr[-2000:]
     assert "no divergence or hang seen so far" in stderr
     assert "SignalException" not in stderr and "Traceback" not in stderr
+    log = (tmp_path / "t" / "cmd.log").read_text()  # kept whole, with hctool's note where it ended the job
+    note = log.index("[hctool] hctool ends the job here")
+    assert "SignalException" not in log or log.index("SignalException") > note
