@@ -55,6 +55,7 @@ class ReplayStep(TypedDict):
 
 
 class AnomalyJSON(TypedDict):
+    run: NotRequired[str]  # explore: the name of the run that found it (a RunJSON's name)
     invariant: Invariant
     evidence: dict[str, Any]  # the invariant's own evidence (open: each checker says what it saw)
     schedule: list[FaultJSON]

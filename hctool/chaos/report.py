@@ -19,9 +19,15 @@ if TYPE_CHECKING:  # the HTML page reads this module's words: it needs none of t
 
 
 def anomaly_entry(
-    a: Anomaly, sched: Schedule, replay_cmd: str, shrunk: Schedule | None = None, reproduced: str | None = None
+    a: Anomaly,
+    sched: Schedule,
+    replay_cmd: str,
+    shrunk: Schedule | None = None,
+    reproduced: str | None = None,
+    run: str | None = None,
 ) -> dict:
     return {
+        **({} if run is None else {"run": run}),  # the exploration's run that found it
         "invariant": a.invariant,
         "evidence": a.evidence,
         "schedule": [f.to_dict() for f in sched.faults],
@@ -266,11 +272,15 @@ _ANY_RANK = re.compile(r"(?<=[:,])(?:target=one|rank=\d+)(?=,|$)")
 
 
 def failing_run(report: dict, anomaly: dict) -> dict | None:
-    """The run whose schedule found this anomaly: the same invariant failed with the same faults
-    (the report names no run in an anomaly). Before shrinking, `target=one` was resolved to the
-    rank it picks, so a fault matches with either; else the first run where that invariant failed."""
+    """The run whose schedule found this anomaly: the one explore names in the anomaly's `run`;
+    else (older reports, `chaos run`) where the same invariant failed with the same faults. Before
+    shrinking, `target=one` was resolved to the rank it picks, so a fault matches with either;
+    else the first run where that invariant failed."""
     want = fault_specs(anomaly.get("schedule"))
     runs = [r for r in report.get("runs") or [] if isinstance(r, dict)]
+    named = [r for r in runs if anomaly.get("run") and r.get("name") == anomaly.get("run")]
+    if named:
+        return named[0]
     found = [r for r in runs if anomaly.get("invariant") in (r.get("invariants") or [])]
 
     def loose(specs) -> list[str]:

@@ -204,6 +204,7 @@ def _shrink_and_replay(
     accept: tuple[int, int] = (5, 5),
     min_rate: float = 0.8,
     deadline: float | None = None,
+    run: str | None = None,
 ):
     """Shrink, then replay; with a `deadline` (monotonic: explore's budget) both stop there."""
     from hctool.chaos.explore import replay_trail, shrink
@@ -236,6 +237,7 @@ def _shrink_and_replay(
         replay_command(path, target),
         final if final != sched else None,
         f"{replayed[-1].hits}/{replayed[-1].runs}" if replayed else None,
+        run=run,
     )
     if len(replayed) > 1:  # the steps backed off, for the record
         entry["replayed"] = [{"schedule": r.schedule.specs(), "reproduced": f"{r.hits}/{r.runs}"} for r in replayed]
@@ -384,7 +386,7 @@ def explore_cmd(
     for sched, res in found.runs:
         for a in res.anomalies[:1] if res.anomalies else []:
             if interrupted:  # what was found stays found; shrinking and replaying are what was cut
-                anomalies.append(_unshrunk(a, sched, root, target, len(anomalies) + 1))
+                anomalies.append(_unshrunk(a, sched, root, target, len(anomalies) + 1, res.name))
                 continue
             try:
                 with sigterm_as_interrupt():
@@ -400,12 +402,13 @@ def explore_cmd(
                             len(anomalies) + 1,
                             need_tries,
                             deadline=deadline,
+                            run=res.name,
                         )
                     )
             except KeyboardInterrupt:
                 interrupted = True
                 log.info("chaos: interrupted while shrinking or replaying")
-                anomalies.append(_unshrunk(a, sched, root, target, len(anomalies) + 1))
+                anomalies.append(_unshrunk(a, sched, root, target, len(anomalies) + 1, res.name))
     minutes = found.seconds / 60
     report = build(
         target,
@@ -427,13 +430,13 @@ def explore_cmd(
     _finish(report, root, as_json, exit_code=130 if interrupted else None)
 
 
-def _unshrunk(anomaly, sched, root: Path, target, k: int) -> dict:
+def _unshrunk(anomaly, sched, root: Path, target, k: int, run: str) -> dict:
     """An anomaly as found, not shrunk or replayed (the exploration was interrupted)."""
     from hctool.chaos.report import anomaly_entry, replay_command
 
     path = root / f"anomaly-{k}.toml"
     path.write_text(sched.to_toml())
-    return anomaly_entry(anomaly, sched, replay_command(path, target), None, None)
+    return anomaly_entry(anomaly, sched, replay_command(path, target), None, None, run=run)
 
 
 @app.command("shrink", context_settings=EXTRA)
@@ -515,7 +518,7 @@ def merge_cmd(
 
         from hctool.chaos.report import render
 
-        render(merged, Console())
+        render(merged, Console(width=None if sys.stdout.isatty() else 160))  # as _finish: not 80 columns in a pipe
     raise typer.Exit(EXIT[merged["verdict"]])
 
 
