@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -145,10 +144,12 @@ def _clean_without_faults(as_json: bool = False):
 
 def _setup(artifacts: Path | None, what: str):
     from hctool.chaos.history import History
-
-    root = Path(artifacts or Path("hctool-runs") / f"chaos-{what}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    from hctool.console.runs import new_run_folder
     from hctool.supervise import runlock
 
+    # a folder of hctool-runs/ is marked as hctool's and counts toward HCTOOL_KEEP_RUNS (the oldest
+    # chaos runs go: four small explorations made 159 MB); --artifacts is the user's, never pruned
+    root = Path(artifacts) if artifacts else new_run_folder("chaos", f"chaos-{what}")
     runlock.claim(root, f"chaos {what}", refuse_glob="*")  # one run per folder: refused if another holds it
     log.info(f"chaos {what}: artifacts in {root}")
     return root, History(root / "history.jsonl")
