@@ -100,6 +100,19 @@ def test_the_sites_the_sample_names_are_still_those_collectives():
         assert _defining_function(path, int(line)) == function, (site, function)
 
 
+def test_the_pictures_paragraph_cites_the_sample_s_sites():
+    """docs/consensus.md's screenshots of the 30760 run are described in words: the sites those
+    words cite are the recorded sample's (they had drifted to lines the engine no longer has)."""
+    result = json.loads(FIXTURE.read_text())
+    (bug,) = [v for v in result["variants"] if v["first_divergence"]]
+    doc = (REPO / "docs" / "consensus.md").read_text()
+    paragraph = doc[doc.index("`hctool repro 30760 --variant per-poll`") : doc.index("## Several hosts")]
+    for entry in bug["first_divergence"]["ranks"].values():
+        assert entry["site"] in paragraph and entry["function"] in paragraph, entry["site"]
+    for cited in re.findall(r"\b(\w+\.py:\d+)", paragraph):
+        assert cited in {e["site"] for e in bug["first_divergence"]["ranks"].values()}, cited
+
+
 def _rewrite(text: str, begin: str, body: str) -> str:
     head, rest = text.split(begin, 1)
     _, tail = rest.split(END, 1)
