@@ -79,12 +79,14 @@ def _finding(rels: list[Relation], lagging: dict) -> Finding:
         if lag.via:
             where = f", reached from the per-rank call or thread at {_rel(*lag.via)}"
         premise = f"{premise}: {seen_here}{where}"
-        related.append(
+    evidence: list[Rel] = []  # after the gated calls, before the chain: the first related line is a collective
+    if lag is not None:
+        evidence.append(
             Rel(lag.path, lag.line, "the premise: the pool changes here at a time of this rank's own", "source")
         )
         if lag.via:
             via = "the premise: the per-rank call or thread it runs under"
-            related.append(Rel(lag.via[0], lag.via[1], via, "source"))
+            evidence.append(Rel(lag.via[0], lag.via[1], via, "source"))
     seen = {(path, line)}
     for r in sorted(sites, key=lambda r: (r is not primary, r.path, r.line)):
         related.append(Rel(r.path, r.line, f"{r.rule}: {r.what} {r.how}", "collective"))
@@ -97,6 +99,7 @@ def _finding(rels: list[Relation], lagging: dict) -> Finding:
                     "exit": f"the early `{where[2] if len(where) > 2 else 'return'}`",
                 }[role]
                 related.append(Rel(where[0], where[1], label, role))
+    related += evidence
     related += [Rel(p, ln, m, "chain") for p, ln, m in primary.chain]
     what = loc.what if srcs else "state"
     n = len(sites)

@@ -9,6 +9,8 @@ import subprocess
 BAD = (
     "import torch.distributed as dist\n\n\n"
     "def f(pool, t):\n    if pool.available_size() > 0:\n        dist.all_reduce(t)\n"
+    # the pool's frees lag on each rank (an event poll): what a free-count finding rests on
+    "\n\ndef on_copy_done(pool, event, pages):\n    if event.query():\n        pool.free(pages)\n"
 )
 
 
