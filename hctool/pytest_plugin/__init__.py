@@ -21,6 +21,8 @@ import os
 
 import pytest
 
+from hctool.pytest_plugin.failure import SERIAL_KEY, FailureRepr, RanksFailed
+
 MARKER = "world_size"
 
 
@@ -74,6 +76,41 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _is_worker(config: pytest.Config) -> bool:
     return bool(config.getoption("hctool_worker"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A multi-rank failure's report carries the whole finding, so that pytest's terminal prints
+    it in the length --tb asks for and its JUnit XML gets the one-line cause as the message."""
+    report = yield
+    if call.excinfo is not None and isinstance(call.excinfo.value, RanksFailed):
+        report.longrepr = FailureRepr(call.excinfo.value.failure, item.config.getoption("tbstyle", "auto"))
+    return report
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_report_to_serializable(config: pytest.Config, report):
+    """pytest-xdist sends a worker's reports to its controller as JSON: the finding goes along."""
+    longrepr = getattr(report, "longrepr", None)
+    if not isinstance(longrepr, FailureRepr):
+        return None
+    report.longrepr = str(longrepr)
+    try:
+        data = report._to_json()
+    finally:
+        report.longrepr = longrepr
+    data["$report_type"] = type(report).__name__
+    data[SERIAL_KEY] = longrepr.to_json()
+    return data
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_report_from_serializable(config: pytest.Config, data: dict):
+    if SERIAL_KEY not in data or data.get("$report_type") != "TestReport":
+        return None
+    report = pytest.TestReport._from_json({k: v for k, v in data.items() if k != SERIAL_KEY})
+    report.longrepr = FailureRepr.from_json(data[SERIAL_KEY])
+    return report
 
 
 @pytest.hookimpl(tryfirst=True)

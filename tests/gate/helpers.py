@@ -60,6 +60,37 @@ def run_pytest(
     return proc, results
 
 
+def junit_messages(junit: Path) -> dict[str, str]:
+    """{test name: the message attribute of its <failure>}: the one line a CI's test view lists."""
+    return {
+        tc.get("name"): el.get("message", "")
+        for tc in ET.parse(junit).getroot().iter("testcase")
+        if (el := tc.find("failure")) is not None
+    }
+
+
+def failure_sections(stdout: str) -> dict[str, str]:
+    """{test name: what pytest printed for its failure}, from the FAILURES part of pytest's
+    terminal output (between the `____ name ____` rule and the next rule)."""
+    sections: dict[str, list[str]] = {}
+    current = None
+    inside = False
+    for line in stdout.splitlines():
+        if line.startswith("=") and " FAILURES " in line:
+            inside = True
+            continue
+        if not inside:
+            continue
+        if line.startswith("="):
+            break
+        if line.startswith("____") and line.endswith("____"):
+            current = line.strip("_ ")
+            sections[current] = []
+        elif current is not None and not (line.startswith("----") and "generated xml file" in line):
+            sections[current].append(line)
+    return {name: "\n".join(lines).strip("\n") for name, lines in sections.items()}
+
+
 def copy_project(tmp: Path) -> Path:
     dst = tmp / "project"
     shutil.copytree(FIXTURES / "gate_project", dst, ignore=shutil.ignore_patterns("__pycache__", "hctool-runs"))
