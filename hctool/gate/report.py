@@ -105,15 +105,42 @@ def github_annotations(steps: list[StepResult]) -> list[str]:
                 props.insert(0, f"file={_esc(c.file, True)}")
                 if c.line:
                     props.insert(1, f"line={c.line}")
-            body = c.message if step.name == "lint" else (c.message + "\n" + c.text).strip()
+            body = c.message if step.name == "lint" else _message_and_text(c)
             lines.append(f"::error {','.join(props)}::{_esc(body[:4000])}")
     return lines
 
 
-def markdown_summary(steps: list[StepResult], code: int) -> str:
+def _message_and_text(case) -> str:
+    """A failed test's message is the first line of its text (the plugin's cause line): once."""
+    if case.message and case.text.startswith(case.message):
+        return case.text.strip()
+    return (case.message + "\n" + case.text).strip()
+
+
+def _head(case, lines: int = 4) -> list[str]:
+    """What a summary shows of a failed case: its message, and where the text goes on from the
+    message (a multi-rank test: the symptom and each rank's call), its next lines."""
+    text = case.text if case.message and case.text.startswith(case.message) else case.message
+    return text.splitlines()[:lines]
+
+
+def _md_line(text: str) -> str:
+    return " ".join(text.split("\n")).replace("`", "'")
+
+
+def markdown_summary(steps: list[StepResult], code: int, shown: int = 10) -> str:
+    """The step table, then each failed or broken case's message (the cause of a multi-rank
+    test's failure), so the job's summary page answers without opening the log."""
     icon = {PASSED: "✅", FAILED: "❌", ERROR: "⚠️", SKIPPED: "➖"}
     rows = "\n".join(f"| {s.name} | {icon[s.status]} {s.status} | {s.summary} | {s.seconds:.1f} s |" for s in steps)
-    return f"### hctool gate: exit {code}\n\n| step | result | summary | time |\n|---|---|---|---|\n{rows}\n"
+    out = f"### hctool gate: exit {code}\n\n| step | result | summary | time |\n|---|---|---|---|\n{rows}\n"
+    bad = [(s, c) for s in steps for c in s.cases if c.status in (FAILED, ERROR)]
+    if bad:
+        items = [f"- {icon[c.status]} {s.name}: `{_md_line(c.name)}`: {_md_line(c.message)}" for s, c in bad[:shown]]
+        if len(bad) > shown:
+            items.append(f"- and {len(bad) - shown} more (the JUnit file has them all)")
+        out += "\n" + "\n".join(items) + "\n"
+    return out
 
 
 def print_table(steps: list[StepResult], code: int, console) -> None:
@@ -130,5 +157,5 @@ def print_table(steps: list[StepResult], code: int, console) -> None:
     for s in steps:  # names hold brackets (test ids), so Text, never markup
         for c in s.cases:
             if c.status in (FAILED, ERROR):
-                msg = "\n".join(c.message.splitlines()[:4])  # the head names the call sites; the rest is in JUnit
+                msg = "\n".join(_head(c))  # the cause, the symptom, each rank's call; the rest is in JUnit
                 console.print(Text.assemble((f"{s.name}: {c.name}", style[c.status]), f"  {msg}"))

@@ -24,6 +24,7 @@ def _cases(junit_path) -> dict[str, dict]:
             out[f"{suite.get('name')}/{tc.get('name')}"] = {
                 "outcome": el.tag if el is not None else "passed",
                 "text": "" if el is None else (el.text or ""),
+                "message": "" if el is None else el.get("message", ""),
                 "file": tc.get("file"),
                 "line": tc.get("line"),
             }
@@ -54,6 +55,9 @@ def test_gate_stops_a_collective_under_a_rank_local_branch(tmp_path, no_leftover
     test = cases["tests/test_tp_mlp_matches_the_unsplit_mlp"]
     # the multi-rank test names the divergent call on rank 0, by file, line and function
     assert test["outcome"] == "failure" and f"rank 0: all_reduce @ layers.py:{line} (forward)" in test["text"]
+    # the message a CI's test list shows is the cause: the culprit rank and its extra call, one line
+    cause = f"ranks diverged: cause: rank 0, extra all_reduce at layers.py:{line} (forward)"
+    assert test["message"].startswith(cause) and "\n" not in test["message"], test["message"]
     assert cases["tests/test_reference_shape"]["outcome"] == "passed"
 
     sarif = json.loads((project / "out" / "lint.sarif").read_text())
@@ -67,7 +71,10 @@ def test_gate_stops_a_collective_under_a_rank_local_branch(tmp_path, no_leftover
     assert f"::error file=tpmini/layers.py,line={source},title=hctool gate lint%3A HC102" in res.stdout
     test_line = (project / "tests" / "test_tp.py").read_text().splitlines().index("@pytest.mark.world_size(2)") + 1
     assert f"::error file=tests/test_tp.py,line={test_line},title=hctool gate tests%3A test_tp_mlp" in res.stdout
-    assert "| lint | ❌ failed |" in step_summary.read_text()
+    summary = step_summary.read_text()
+    assert "| lint | ❌ failed |" in summary
+    assert f"tests: `test_tp_mlp_matches_the_unsplit_mlp`: {cause}" in summary  # the answer on the job's page
+    assert "object at 0x" not in res.stdout + summary
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from hctool.gate.report import github_annotations, write_junit, write_sarif
+from hctool.gate.report import github_annotations, markdown_summary, write_junit, write_sarif
 from hctool.gate.steps import Case, StepResult
 from tests.gate.schemas import junit_errors, sarif_errors
 
@@ -143,3 +143,17 @@ def test_chaos_report_becomes_one_case_per_schedule_and_anomaly(tmp_path):
     # a report without per-schedule runs (the bare contract) still gives one case
     bare = dict(report, runs=None, anomalies=[], verdict="valid")
     assert [c.status for c in chaos_cases(bare, "t", 3, 1.0)] == ["passed"]
+
+
+def test_a_multirank_failure_reads_cause_first_and_once():
+    """The plugin's failure text starts with its message (the cause line): the annotation says it
+    once, the step summary lists it under the table."""
+    cause = "ranks diverged: cause: rank 0, extra all_reduce at layers.py:38 (forward)"
+    text = (
+        f"{cause}\nsymptom: rank 0 blocked in all_reduce at layers.py:35 (forward)\n  rank 0: all_reduce @ layers.py:38"
+    )
+    step = StepResult("tests", "failed", 3.0, [Case("test_tp", "tests.test_tp", "failed", cause, text)], "1 failed")
+    [annotation] = github_annotations([step])
+    assert annotation.count("extra all_reduce at layers.py") == 1 and "symptom" in annotation
+    summary = markdown_summary([step], 1)
+    assert summary.splitlines()[-1] == f"- ❌ tests: `test_tp`: {cause}"
