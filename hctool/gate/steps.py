@@ -324,15 +324,11 @@ def chaos_cases(report: dict, target: str, seed: int, seconds: float) -> list[Ca
                 seconds,
             )
         ]
+    from hctool.chaos.report import anomaly_lines, describe
+
     for i, a in enumerate(report.get("anomalies", []), 1):
-        text = json.dumps({k: a.get(k) for k in ("evidence", "schedule", "shrunk", "reproduced")}, indent=1)
-        cases.append(
-            Case(
-                f"anomaly {i}: {a['invariant']}",
-                "chaos",
-                FAILED,
-                f"{a['invariant']} violated; replay: {a.get('replay', '')}",
-                text,
-            )
-        )
+        said = describe(a)  # the sentences the terminal and the page print, not the evidence as JSON
+        lines = [said.cause, *([said.symptom] if said.symptom else []), *(f"  {f}" for f in said.facts)]
+        lines += [f"{label}: {v if isinstance(v, str) else '; '.join(v)}" for label, v in anomaly_lines(a)]
+        cases.append(Case(f"anomaly {i}: {a['invariant']}", "chaos", FAILED, said.cause, "\n".join(lines)))
     return cases

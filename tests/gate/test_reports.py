@@ -103,8 +103,12 @@ def test_chaos_report_becomes_one_case_per_schedule_and_anomaly(tmp_path):
         "anomalies": [
             {
                 "invariant": "consensus",
-                "evidence": {"site": "x.py:1"},
-                "schedule": [{"kind": "free-delay"}],
+                "evidence": {
+                    "verdict": "diverged",
+                    "cause": "cause: rank 1, extra all_reduce at train.py:13 (log_metric)",
+                    "symptom": "symptom: rank 0 blocked in barrier at train.py:20 (main)",
+                },
+                "schedule": [{"kind": "free-delay", "ms": 30.0, "target": "rank:1"}],
                 "shrunk": None,
                 "replay": "hctool chaos run a.toml --scenario 30760",
                 "reproduced": "4/5",
@@ -137,7 +141,10 @@ def test_chaos_report_becomes_one_case_per_schedule_and_anomaly(tmp_path):
         ("s3: no faults", "skipped"),
         ("anomaly 1: consensus", "failed"),
     ]
-    assert "hctool chaos run a.toml" in cases[-1].message and '"reproduced": "4/5"' in cases[-1].text
+    # the JUnit message is the cause line (a CI page shows it first); the text the sentences, no JSON
+    assert cases[-1].message == "cause: rank 1, extra all_reduce at train.py:13 (log_metric)"
+    assert "symptom: rank 0 blocked in barrier" in cases[-1].text and "free-delay:rank=1,ms=30" in cases[-1].text
+    assert "hctool chaos run a.toml" in cases[-1].text and "4 of 5 runs" in cases[-1].text and "{" not in cases[-1].text
     write_junit([StepResult("chaos", "failed", 70.0, cases, "invalid")], tmp_path / "j.xml")
     assert junit_errors((tmp_path / "j.xml").read_text()) == []
     # a report without per-schedule runs (the bare contract) still gives one case
