@@ -157,7 +157,7 @@ class Expressions:
             # the condition selects the members of a group by its rank list, and a test of another rank id
             # beside it picks the process of each listed rank (its local rank 0), not some members of the
             # group against others. A test of the same rank (`rank in ranks and rank == ranks[0]`) does.
-            tested = {N.dotted(m.left) for m in members}
+            tested = {_tested(m.left) for m in members} - {None}
             t = EMPTY
             for value, part in zip(node.values, parts):
                 same = any(N.dotted(n) in tested for n in ast.walk(value) if isinstance(n, (ast.Name, ast.Attribute)))
@@ -458,11 +458,16 @@ def _inside(inner, outer) -> bool:
     ) <= (outer.end_lineno, outer.end_col_offset)
 
 
+def _tested(node) -> str | None:
+    """The rank a membership test tests: `master_rank`, `self.rank`, or the call `dist.get_rank`."""
+    return N.dotted(node.func if isinstance(node, ast.Call) else node)
+
+
 def _member_test(node) -> bool:
     """`x_rank in [a, b]` / `rank in ranks`: a rank tested for membership of a list of ranks."""
     if not (isinstance(node, ast.Compare) and S.is_membership(node) and len(node.ops) == 1):
         return False
-    left = N.dotted(node.left) or ""
+    left = _tested(node.left) or ""
     right = node.comparators[0]
     listed = isinstance(right, (ast.List, ast.Tuple, ast.Set)) or "rank" in (N.dotted(right) or "").lower()
     return "rank" in left.rsplit(".", 1)[-1].lower() and listed
