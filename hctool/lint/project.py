@@ -137,7 +137,8 @@ class Project(TaintSolver):
         self._solve_taint(modules)
         self.checked = {k for k, f in self.funcs.items() if f.state_writes}  # pass 2 walks these too
         self._followers: set | None = None
-        self._lagging: frozenset | None = None
+        self._lagging: dict | None = None
+        self._owners: dict | None = None
         mod_of = {m.path: m.modname for m in modules}
         self.coll_programs = {program_of(mod_of[self.funcs[_key(k)].path]) for k in self.coll}
 
@@ -538,9 +539,29 @@ class Project(TaintSolver):
         return frozenset((min(srcs),)) if srcs else EMPTY
 
     def loose(self, name: str) -> frozenset:
-        """Field NAME of an object whose type is unknown: rank-local where a thread writes such a field."""
+        """Field NAME of an object whose type is unknown: rank-local where a thread writes such a field,
+        unless two classes of the project have a field of that name (issue 34, class 4: a thread's
+        `transfer.host_indices` is not the `operation.host_indices` a condition reads; with the types
+        unknown, a name two classes share says nothing about which one the thread wrote)."""
         src = self.loose_src.get(name)
-        return frozenset((src,)) if src else EMPTY
+        if not src or self._field_owners().get(name.split("@", 1)[0], 0) > 1:
+            return EMPTY
+        return frozenset((src,))
+
+    def _field_owners(self) -> dict:
+        """Field name -> how many classes assign (`self.F = ...`) or declare (a dataclass field) it."""
+        if self._owners is None:
+            owners = defaultdict(set)
+            for f in self.funcs.values():
+                if f.cid:
+                    for specs, fname, _line in f.writes:
+                        if specs is None:
+                            owners[fname].add(f.cid)
+            for m in self.modules.values():
+                for cname, fname in (*m.attr_assigns, *m.field_types):
+                    owners[fname].add((m.modname, cname))
+            self._owners = {k: len(v) for k, v in owners.items()}
+        return self._owners
 
     def clock_field(self, name: str) -> frozenset:
         """Any class's field NAME holding a wall-clock value (sort keys rarely name their type)."""
