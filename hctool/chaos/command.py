@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from hctool.chaos.history import History
 from hctool.chaos.invariants import Anomaly
-from hctool.chaos.runner import RunResult
+from hctool.chaos.runner import RunResult, fired_totals
 from hctool.chaos.schedule import Activity, Schedule
 from hctool.consensus.model import Report, Verdict
 from hctool.protocol.faults import Fault, Scope
@@ -188,7 +188,15 @@ class CommandRunner:
         report, codes = self._run_job(name, faults, controller)
         anomalies, blind = self.check(report, codes, controller.killed, self._dir(name))
         verdict = "invalid" if anomalies else "unknown" if controller.killed else "valid"
-        result = RunResult(name, verdict, anomalies, blind, round(time.monotonic() - t0, 2), str(self._dir(name)))
+        result = RunResult(
+            name,
+            verdict,
+            anomalies,
+            blind,
+            round(time.monotonic() - t0, 2),
+            str(self._dir(name)),
+            fired_totals(report.faults),
+        )
         for a in anomalies:
             self.history.add("anomaly", run=name, invariant=a.invariant, evidence=a.evidence)
         self.history.add(

@@ -33,6 +33,14 @@ class RunResult(NamedTuple):
     blind: list[str]  # checkers that could not look
     seconds: float
     run_dir: str
+    fired: dict[str, int] | None = None  # fault spec -> times it acted in this run (None: not counted)
+
+
+def fired_totals(faults: list[dict] | None) -> dict[str, int] | None:
+    """A run report's per-fault counts ({"spec", "total", ...}) as spec -> total."""
+    if not faults:
+        return None
+    return {str(f["spec"]): int(f.get("total") or 0) for f in faults if isinstance(f, dict) and "spec" in f}
 
 
 class ChaosRunner:
@@ -98,7 +106,8 @@ class ChaosRunner:
         rec = self._record(ctl, Path(report.artifacts))
         anomalies, blind = check_all(rec, self.checkers) if rec else ([], list(self.checkers))
         verdict = "invalid" if anomalies else "unknown" if (ctl.killed or rec is None) else "valid"
-        result = RunResult(name, verdict, anomalies, blind, round(time.monotonic() - t0, 2), report.artifacts)
+        seconds, fired = round(time.monotonic() - t0, 2), fired_totals(report.faults)
+        result = RunResult(name, verdict, anomalies, blind, seconds, report.artifacts, fired)
         for a in anomalies:
             self.history.add("anomaly", run=name, invariant=a.invariant, evidence=a.evidence)
         self.history.add(

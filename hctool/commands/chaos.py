@@ -206,6 +206,7 @@ def _shrink_and_replay(
     min_rate: float = 0.8,
     deadline: float | None = None,
     run: str | None = None,
+    fired: dict[str, int] | None = None,
 ):
     """Shrink, then replay; with a `deadline` (monotonic: explore's budget) both stop there."""
     from hctool.chaos.explore import replay_trail, shrink
@@ -213,14 +214,22 @@ def _shrink_and_replay(
 
     # `one` is resolved first: it picks its rank from the fault's text, so a shrink step
     # that changed the text (start 0, half the ms) would move the fault to another rank.
-    sched = sched.with_faults(f.resolved(runner.world_size, sched.seed) for f in sched.faults)
+    sched = found = sched.with_faults(f.resolved(runner.world_size, sched.seed) for f in sched.faults)
     trail = [sched]
+    # a fault that never acted in the run that found the anomaly had no part in it: it goes
+    # without a run (its spec is the one the run counted: resolved as above)
+    acted = [f for f in sched.faults if (fired or {}).get(f.spec(), 1) > 0]
+    if acted and len(acted) < len(sched.faults):
+        idle = [f.spec() for f in sched.faults if f not in acted]
+        log.info(f"chaos: dropped {len(idle)} fault(s) that never acted in run {run}: {'; '.join(idle)}")
+        sched = sched.with_faults(acted)
+        trail.append(sched)
     if deadline is not None:  # half of what is left shrinks, the rest replays: a rate is half the finding
         left = max(0.0, deadline - time.monotonic())
         shrink_budget = min(shrink_budget, left / 2 if replays else left)
     if shrink_budget > 0:
         res = shrink(runner, sched, anomaly.invariant, shrink_budget, need=accept[0], tries=accept[1])
-        trail = res.trail
+        trail = trail[:-1] + res.trail  # res.trail starts with its input, trail's last
         log.info(
             f"chaos: shrunk to {len(res.schedule.faults)} fault(s) in {res.attempts} attempt(s): "
             f"{'; '.join(res.schedule.specs())}"
@@ -234,9 +243,9 @@ def _shrink_and_replay(
     path.write_text(final.to_toml())
     entry = anomaly_entry(
         anomaly,
-        sched,
+        found,
         replay_command(path, target),
-        final if final != sched else None,
+        final if final != found else None,
         f"{replayed[-1].hits}/{replayed[-1].runs}" if replayed else None,
         run=run,
     )
@@ -404,6 +413,7 @@ def explore_cmd(
                             need_tries,
                             deadline=deadline,
                             run=res.name,
+                            fired=res.fired,
                         )
                     )
             except KeyboardInterrupt:
