@@ -177,9 +177,10 @@ def generate(
 
     With the fault-free run's `activity` (a command's), faults land where the program works:
     a fault is anchored to one of its rank's collectives (at_call=K, K drawn over the calls that
-    rank made), so a replay hits the same step however long the start took (a supervisor's
-    fault too: the rank waits at that call for it); windows last to the end half the time
-    (a loader that falls behind must stay behind for some steps), else a share of the run."""
+    rank made; half of them start some way into the step after it), so a replay hits the same
+    step however long the start took (a supervisor's fault too: the rank waits at that call);
+    windows last to the end half the time (a loader that falls behind must stay behind for some
+    steps), else a share of the run."""
     rng = random.Random(f"hctool-chaos/{seed}/{index}")
     faults = []
     for _ in range(rng.randint(1, max_faults)):
@@ -201,7 +202,11 @@ def generate(
             active_s = max(0.2, activity.last_s - activity.first_s)
             calls = activity.calls_of(target, world_size)
             if kind.acts is not Acts.WORKLOAD and calls:
-                at_call, start = rng.randint(1, calls), 0.0
+                # at the call, or some way into the step after it: a clock jumped right at a call
+                # is read by both sides of what the step measures, and cancels out
+                step_s = active_s / max(1, calls - 1)
+                at_call = rng.randint(1, calls)
+                start = 0.0 if rng.random() < 0.5 else round(rng.uniform(0, step_s), 3)
             else:
                 start = round(rng.uniform(activity.first_s, max(activity.first_s, activity.last_s)), 2)
             duration = None if rng.random() < 0.5 or not kind.window else round(rng.uniform(0.1, 1.0) * active_s, 2)

@@ -60,6 +60,7 @@ class FaultController:
         self.fired: dict[str, dict[str, int]] = {f.spec(): {} for f in self.outside}
         self.healed = False
         self.anchors_done: set[tuple[str, int]] = set()  # (fault, rank) acted at its anchored call
+        self.anchored_due: list[tuple[float, Fault, int]] = []  # (when, fault, rank): start_s after the call
 
     def env(self) -> dict[str, str]:
         return {protocol_env.FAULTS_T0: str(self.clock_file.resolve())}
@@ -119,10 +120,22 @@ class FaultController:
                 if (f.spec(), rank) in self.anchors_done or not os.path.exists(mark) or rank not in pids:
                     continue
                 self.anchors_done.add((f.spec(), rank))
-                self._note("fault-on", at_s=round(now, 2), fault=f.spec(), rank=rank, at_call=f.at_call)
-                if f.p >= 1.0 or self.rng.random() < f.p:
-                    getattr(self, self.ACTIONS[f.kind])(f, now, {rank: pids[rank]})
+                if f.start_s > 0:  # some way into the step after the call: the rank goes on meanwhile
+                    write_atomic(Path(mark + ".done"), b"")
+                    self.anchored_due.append((now + f.start_s, f, rank))
+                    continue
+                self._act_anchored(f, rank, now, pids)
                 write_atomic(Path(mark + ".done"), b"")
+        for due in [d for d in self.anchored_due if d[0] <= now]:
+            self.anchored_due.remove(due)
+            _, f, rank = due
+            if rank in pids:
+                self._act_anchored(f, rank, now, pids)
+
+    def _act_anchored(self, f: Fault, rank: int, now: float, pids: dict[int, int]) -> None:
+        self._note("fault-on", at_s=round(now, 2), fault=f.spec(), rank=rank, at_call=f.at_call)
+        if f.p >= 1.0 or self.rng.random() < f.p:
+            getattr(self, self.ACTIONS[f.kind])(f, now, {rank: pids[rank]})
 
     def _can_act(self, f: Fault, pids: dict[int, int]) -> bool:
         if KIND[f.kind].acts is Acts.WORKLOAD:
