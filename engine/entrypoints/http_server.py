@@ -25,6 +25,7 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine import tokenizer
@@ -225,46 +226,68 @@ async def _client_gone(request: Request) -> None:
         pass
 
 
+class GenerateSamplingParams(BaseModel):
+    """/generate's sampling_params. Strict ("16" is not 16, true is not 1); unknown sampling keys
+    are ignored, as SGLang ignores those it does not use; absent ones take SamplingParams' defaults."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    max_new_tokens: int = Field(default=SamplingParams.max_new_tokens, ge=0)
+    temperature: float = Field(default=SamplingParams.temperature, ge=0, le=oai.MAX_TEMPERATURE)
+    ignore_eos: bool = False
+
+
+class GenerateReqInput(BaseModel):
+    """SGLang's GenerateReqInput (srt/managers/io_struct.py), the part this engine serves: one
+    prompt as text or token ids, its sampling parameters, a request id, and the PD bootstrap
+    fields. Unknown fields are ignored, as SGLang's server does with fields it does not know."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    text: str | None = None
+    input_ids: list[int] | None = None
+    sampling_params: GenerateSamplingParams | None = None
+    rid: str | None = Field(default=None, min_length=1)
+    stream: bool = False
+    bootstrap_host: str | None = None
+    bootstrap_port: int | None = None
+    bootstrap_room: int | None = None
+
+
 def parse_generate(body: bytes, vocab_size: int, max_context_len: int) -> TokenizedGenerateReqInput:
     """Validate a /generate body into the generate message for rank 0 (the token and
     sampling checks are TokenizedGenerateReqInput.verify, which every rank repeats)."""
     try:
-        req = parse_json(body)
+        obj = parse_json(body)  # the guarded parser: duplicate keys, NaN, depth
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
-    if not isinstance(req, dict):
+    if not isinstance(obj, dict):
         raise BadRequest("the body must be a JSON object")
-    if req.get("stream"):
+    # a batch is a shape the model would refuse with pydantic's words; say what it is
+    if isinstance(obj.get("text"), list) or (
+        isinstance(obj.get("input_ids"), list) and obj["input_ids"] and isinstance(obj["input_ids"][0], list)
+    ):
+        raise BadRequest("batch requests are not supported")
+    try:
+        req = GenerateReqInput.model_validate(obj)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        raise BadRequest(f"'{where}': {first['msg']}") from None
+    if req.stream:
         raise BadRequest("streaming is not supported")
-    has_text, has_ids = req.get("text") is not None, req.get("input_ids") is not None
-    if has_text == has_ids:
+    if (req.text is None) == (req.input_ids is None):
         raise BadRequest("give exactly one of 'text' and 'input_ids'")
-    if has_text:
-        if not isinstance(req["text"], str):
-            raise BadRequest("'text' must be a string (batch requests are not supported)")
-        input_ids = tokenizer.encode(req["text"])
-    else:
-        input_ids = req["input_ids"]
-        if not isinstance(input_ids, list):
-            raise BadRequest("'input_ids' must be a list of integers")
-        if input_ids and isinstance(input_ids[0], list):
-            raise BadRequest("batch requests are not supported")
-
-    sp = req.get("sampling_params") or {}
-    if not isinstance(sp, dict):
-        raise BadRequest("'sampling_params' must be an object")
-    # Unknown sampling keys are ignored, as SGLang does; absent ones take SamplingParams' defaults.
-    known = {k: sp[k] for k in ("max_new_tokens", "temperature", "ignore_eos") if k in sp}
-    rid = req.get("rid")
-    if rid is None:
-        rid = uuid.uuid4().hex
-    elif not isinstance(rid, str) or not rid:
-        raise BadRequest("'rid' must be a non-empty string")
-    boot = {k: req.get(k) for k in ("bootstrap_host", "bootstrap_port", "bootstrap_room")}
-    for key, kind in (("bootstrap_host", str), ("bootstrap_port", int), ("bootstrap_room", int)):
-        if boot[key] is not None and (not isinstance(boot[key], kind) or isinstance(boot[key], bool)):
-            raise BadRequest(f"'{key}' must be {'a string' if kind is str else 'an integer'}")
-    msg = TokenizedGenerateReqInput(rid, input_ids, SamplingParams(**known), **boot)
+    input_ids = tokenizer.encode(req.text) if req.text is not None else list(req.input_ids or [])
+    sp = req.sampling_params or GenerateSamplingParams()
+    msg = TokenizedGenerateReqInput(
+        req.rid or uuid.uuid4().hex,
+        input_ids,
+        SamplingParams(sp.max_new_tokens, sp.temperature, sp.ignore_eos),
+        bootstrap_host=req.bootstrap_host,
+        bootstrap_port=req.bootstrap_port,
+        bootstrap_room=req.bootstrap_room,
+    )
     error = msg.verify(vocab_size, max_context_len)
     if error:
         raise BadRequest(error)

@@ -40,7 +40,7 @@ class OpenAIError(Exception):
 
 
 class CompletionRequest(BaseModel):
-    # strict: "16" is not 16 and true is not 1 (the checks /generate makes by hand); unknown fields
+    # strict: "16" is not 16 and true is not 1 (as /generate's GenerateReqInput); unknown fields
     # are ignored, as SGLang and OpenAI's own server ignore them
     model_config = ConfigDict(strict=True, extra="ignore")
 

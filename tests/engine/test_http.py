@@ -92,7 +92,16 @@ BAD_BODIES = {
     "negative temperature": b'{"input_ids": [1], "sampling_params": {"temperature": -0.5}}',
     "sampling_params not an object": b'{"input_ids": [1], "sampling_params": 3}',
     "bad rid": b'{"input_ids": [1], "rid": 7}',
+    "boolean ignore_eos as 1": b'{"input_ids": [1], "sampling_params": {"ignore_eos": 1}}',
+    "text bootstrap_port": b'{"input_ids": [1], "bootstrap_port": "8998"}',
 }
+
+
+def test_a_type_error_names_the_field(url):
+    """GenerateReqInput (pydantic, strict) says which field is wrong, as SGLang's server does."""
+    body = b'{"input_ids": [1], "sampling_params": {"max_new_tokens": "8"}}'
+    r = requests.post(url + "/generate", data=body, timeout=TIMEOUT)
+    assert r.status_code == 400 and "sampling_params.max_new_tokens" in r.json()["error"], r.text
 
 
 @pytest.mark.parametrize("body", BAD_BODIES.values(), ids=BAD_BODIES.keys())
