@@ -25,7 +25,7 @@ from hctool.chaos.history import History
 from hctool.chaos.invariants import Anomaly
 from hctool.chaos.runner import RunResult, fired_totals
 from hctool.chaos.schedule import Activity, Schedule
-from hctool.consensus.model import Report, Verdict
+from hctool.consensus.model import Confidence, Kind, Report, Verdict
 from hctool.protocol.faults import Fault, Scope
 from hctool.supervise.targets import Command
 
@@ -64,6 +64,70 @@ def activity_of(folder: Path, launched_wall: float) -> Activity | None:
     if not calls or first is None or last is None:
         return None
     return Activity(dict(calls), round(max(0.0, first - launched_wall), 2), round(max(0.0, last - launched_wall), 2))
+
+
+Sequences = dict[tuple[int, str], list[tuple[str, str]]]  # (rank, group) -> [(op, site)] in order
+
+
+def call_sequences(folder: Path) -> Sequences:
+    """Each rank's calls per group in a finished run's traces (the fault-free run's: what the
+    program does when nothing is late)."""
+    from hctool.consensus.trace import TraceDirReader, TraceError
+
+    out: Sequences = {}
+    try:
+        events = TraceDirReader(str(folder)).poll()
+    except (OSError, TraceError):
+        return out
+    for ev in sorted(events, key=lambda e: e.get("t") or 0.0):
+        if ev.get("op") is not None and ev.get("g") is not None:
+            out.setdefault((int(ev["rank"]), str(ev["g"])), []).append((str(ev["op"]), str(ev.get("site"))))
+    return out
+
+
+def against_fault_free(report: Report, normal: Sequences) -> None:
+    """Decide "extra on one rank" or "skipped on the other" from what the fault-free run did at
+    that place. The traces of the failing run alone cannot always tell (the first call of a site
+    that runs under a condition: either one rank made it or the other skipped it); the fault-free
+    run can: where every rank of it made the cause's call at that position of the group, after
+    the same run of calls, that call is the program's normal path and the ranks without it
+    skipped it; where none made it, it is extra. Anything less certain leaves the report as is."""
+    first = report.first_divergence
+    cause = first.cause if first is not None else None
+    if first is None or cause is None or first.kind not in (Kind.EXTRA, Kind.MISSING) or first.never_reached:
+        return
+    group, seq, call = cause.call.group or first.group, cause.seq, (cause.call.op, cause.call.site)
+    ranks = sorted(first.ranks)
+    rows = [normal.get((r, group), []) for r in ranks]
+    if len(ranks) < 2 or any(len(row) <= seq for row in rows):
+        return
+    after = cause.after or {}
+    n = int(after.get("count") or 0)
+    run_before = (after.get("op"), after.get("site"))
+    if n and any(row[seq - k] != run_before for row in rows for k in range(1, min(n, seq) + 1)):
+        return  # the fault-free run came to this position by another path: not comparable
+    # the ranks that made the cause's call in the failing run: the extra call's culprits, or the
+    # ranks other than those said to have skipped it
+    makers = first.culprit_ranks if first.kind is Kind.EXTRA else [r for r in ranks if r not in first.culprit_ranks]
+    at = {row[seq] for row in rows}
+    if at == {call}:  # the normal path: whoever lacks it skipped it
+        kind, culprits = Kind.MISSING, [r for r in ranks if r not in makers]
+    elif call not in at and len(at) == 1:  # nobody makes it when nothing is late: it is extra
+        kind, culprits = Kind.EXTRA, list(makers)
+    else:
+        return
+    if not culprits or (kind, sorted(culprits)) == (first.kind, sorted(first.culprit_ranks)):
+        return
+    before = first.cause_line().removeprefix("cause: ")
+    first.kind = cause.kind = kind
+    first.culprit_ranks = cause.culprit_ranks = sorted(culprits)
+    first.confidence = Confidence.HIGH
+    first.basis = (
+        f"in the fault-free run every rank made the {cause.call.op} at {cause.call.site} at this position"
+        if kind is Kind.MISSING
+        else f"in the fault-free run no rank made the {cause.call.op} at {cause.call.site} at this position"
+    ) + f" of group {group} (call {seq + 1})"
+    first.alternative = f"the traces of this run alone also read: {before}"
 
 
 class ChaosSetupError(RuntimeError):
@@ -141,6 +205,7 @@ class CommandRunner:
         self.prepared = False
         self.consensus_blind = False  # the fault-free run recorded no collective: nothing to compare
         self.activity: Activity | None = None  # the fault-free run's collectives: where faults are drawn
+        self.normal: Sequences = {}  # the fault-free run's calls: what a divergence is compared with
 
     def prepare(self) -> None:
         """The fault-free run: it must be clean; its stdout lines and length are the reference."""
@@ -164,6 +229,7 @@ class CommandRunner:
             self.horizon_s = max(2.0, round(seconds, 1))
         self.baseline = self._output(self.root / "baseline")
         activity = activity_of(self.root / "baseline", launched)
+        self.normal = call_sequences(self.root / "baseline")
         self.history.add(
             "baseline",
             seconds=round(seconds, 2),
@@ -186,6 +252,8 @@ class CommandRunner:
             faults, self._dir(name) / "fault-clock", heal_s=schedule.heal_s, seed=schedule.seed, history=self.history
         )
         report, codes = self._run_job(name, faults, controller)
+        if self.normal:
+            against_fault_free(report, self.normal)
         anomalies, blind = self.check(report, codes, controller.killed, self._dir(name))
         verdict = "invalid" if anomalies else "unknown" if controller.killed else "valid"
         result = RunResult(
