@@ -46,7 +46,11 @@ def test_a_healthy_engine_under_faults_is_valid(hctool_cmd, clean_env, tmp_path,
     assert run["blind"] == [], run  # every checker looked: quiesce records and /metrics were read
     events = [json.loads(line) for line in (tmp_path / "run" / "history.jsonl").read_text().splitlines()]
     kinds = [e["event"] for e in events]
-    assert kinds[0] == "invoke" and kinds[-1] == "verdict" and "heal" in kinds
+    # before the run: only what preparing says (a cached reference, the horizon it measured)
+    assert set(kinds[: kinds.index("invoke")]) <= {"prepare-cached", "horizon"}, kinds
+    assert kinds[-1] == "verdict" and "heal" in kinds
+    horizon = [e for e in events if e["event"] == "horizon"]
+    assert not horizon or 2.0 <= horizon[0]["seconds"] < 20.0, horizon  # the workload's length, not 20 s
     on = [e["fault"] for e in events if e["event"] == "fault-on"]
     assert any(f.startswith("request-burst") for f in on) and any(f.startswith("free-delay:rank=") for f in on)
     logs = "".join(p.read_text() for p in (tmp_path / "run" / "run1").glob("rank*.log"))
@@ -64,5 +68,6 @@ def test_a_healthy_engine_under_faults_is_valid(hctool_cmd, clean_env, tmp_path,
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(again.stdout)["runs"][0]["blind"] == []
     events = [json.loads(line) for line in (tmp_path / "again" / "history.jsonl").read_text().splitlines()]
-    assert [e["event"] for e in events][:2] == ["prepare-cached", "invoke"]
+    # the cache also keeps the reference's length: the horizon comes back without a run
+    assert [e["event"] for e in events][:3] == ["prepare-cached", "horizon", "invoke"]
     assert not (tmp_path / "again" / "reference").exists()
