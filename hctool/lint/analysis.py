@@ -153,6 +153,8 @@ def _summarize(file: str, data: bytes, path: str, modname: str, cfg: LintConfig)
                     w.direct_dims,
                     tuple(w.frees),
                     tuple(w.gated_refs),
+                    tuple(w.id_writes),
+                    tuple(w.id_calls),
                 )
             )
             if cls:  # fields are keyed by their class: `self.rank` elsewhere is another field

@@ -148,6 +148,9 @@ class Recorder:
     def group_dims(self, ref, consts=frozenset()):
         return self._ask("group_dims", ref, consts)
 
+    def held_group(self, specs, name):
+        return self._ask("held_group", specs, name)
+
     def retried_alone(self, key):
         return self._ask("retried_alone", key)
 

@@ -99,20 +99,57 @@ def _loop_exit(loop: Frame, c: Collective, exits: list[Exit], path: str) -> tupl
         if e.kind == "continue" and e.pos > c.pos:
             continue  # the collective ran before the continue in this iteration
         cond = _tainted_inside(e.stack, loop)
-        if cond is not None and first_src(_for(cond.taint, c), path) is not None:
+        if cond is not None and first_src(_for(cond.taint, c, cond), path) is not None:
             hits.append((e, cond))
-    hits.sort(key=lambda h: _pref(first_src(_for(h[1].taint, c), path), path)[:3])  # stable: earlier first
+    hits.sort(key=lambda h: _pref(first_src(_for(h[1].taint, c, h[1]), path), path)[:3])  # stable: earlier first
     return hits[0] if hits else None
 
 
-def _for(taint, c: Collective) -> frozenset:
+def _for(taint, c: Collective, frame: Frame | None = None) -> frozenset:
     """The part of a condition's TAINT that can decide C: a rank id of another parallel dimension than
     C's group cannot (_other_dimension). Filtering before a source is named, rather than dropping the
     named one after, keeps `if col_rank == 0 and tp_rank == 0:` around a tensor-parallel collective a
-    finding of the tensor-parallel rank, whichever of the two would have been named first."""
+    finding of the tensor-parallel rank, whichever of the two would have been named first. Nor can the
+    rank-id tests of FRAME that every holder of C's group passed where it was made (_members)."""
+    if c.members is not None and frame is not None and _members(frame, c.members):
+        taint = frozenset(a for a in taint if not (isinstance(a, Src) and a.kind.startswith("id")))
     if not c.dims or not any(isinstance(a, Src) and a.dims for a in taint):
         return taint
     return frozenset(a for a in taint if not (isinstance(a, Src) and _other_dimension(a, c)))
+
+
+def _members(frame: Frame, members: tuple) -> bool:
+    """Whether FRAME's rank-id tests are the same on every rank that holds the collective's group: every
+    rank id the condition reads comes from a comparison that held where the group was made (the same text:
+    `torch.distributed.get_rank() == 0`), or that compares only what was pinned there (`X == 0` held: any
+    comparison of X with constants, `X != 0` too, is the same on every holder). A group made only where
+    `get_rank() == 0` holds is that rank's and its peers' elsewhere (vLLM workers): the other ranks of this
+    program hold no such group and cannot issue its collectives, so the test is membership, not a
+    divergence (issue 34: OpenRLHF's weight broadcast to vLLM)."""
+    held, cmps = members
+    node = frame.node
+    if not isinstance(node, (ast.If, ast.While)):
+        return False
+    ids = {a for a in frame.taint if isinstance(a, Src) and a.kind.startswith("id")}
+    if not ids:
+        return False
+    pinned = set()
+    for text in held:
+        cmp = ast.parse(text, mode="eval").body
+        if isinstance(cmp, ast.Compare) and len(cmp.ops) == 1 and isinstance(cmp.ops[0], ast.Eq):
+            sides = [cmp.left, cmp.comparators[0]]
+            if isinstance(sides[1], ast.Constant):
+                pinned.add(ast.unparse(sides[0]))
+            elif isinstance(sides[0], ast.Constant):
+                pinned.add(ast.unparse(sides[1]))
+    covered: set = set()
+    for n in ast.walk(node.test):
+        if not isinstance(n, ast.Compare) or id(n) not in cmps:
+            continue
+        operands = [ast.unparse(o) for o in (n.left, *n.comparators) if not isinstance(o, ast.Constant)]
+        if ast.unparse(n) in held or (operands and all(o in pinned for o in operands)):
+            covered |= cmps[id(n)]
+    return ids <= covered
 
 
 def _other_dimension(src: Src | None, c: Collective) -> bool:
@@ -218,7 +255,7 @@ def check_function(w: Walker, path: str) -> list[Relation]:
         whether an arm issues one changes nothing between the ranks the condition sets apart."""
         if frame.node is None or frame.kind == "loop" or w.fn_node is None:
             return False
-        kept = tuple(c for c in w.collectives if first_src(_for(frame.taint, c), path) is not None)
+        kept = tuple(c for c in w.collectives if first_src(_for(frame.taint, c, frame), path) is not None)
         key = tuple(c.pos for c in kept)
         if key not in paths:
             paths[key] = Paths(w.fn_node, list(kept))
@@ -242,7 +279,7 @@ def check_function(w: Walker, path: str) -> list[Relation]:
                 add(
                     "HC101",
                     c,
-                    first_src(_for(cond.taint, c), path),
+                    first_src(_for(cond.taint, c, cond), path),
                     f"runs in the loop at line {loop.line}, which can `{e.kind}` at line {e.line} "
                     f"(condition at line {cond.line}): ranks can issue it a different number of times",
                     (path, cond.line),
@@ -251,7 +288,7 @@ def check_function(w: Walker, path: str) -> list[Relation]:
                     loop,
                     e.pos,
                 )
-            src = first_src(_for(loop.taint, c), path)
+            src = first_src(_for(loop.taint, c, loop), path)
             if src is not None:
                 add(
                     "HC101",
@@ -266,7 +303,11 @@ def check_function(w: Walker, path: str) -> list[Relation]:
                 )
         named = set()
         for branch in reversed(c.stack):
-            src = first_src(_for(branch.taint, c), path) if branch.kind != "loop" and not branch.balanced else None
+            src = (
+                first_src(_for(branch.taint, c, branch), path)
+                if branch.kind != "loop" and not branch.balanced
+                else None
+            )
             if src is not None and src.kind == "poll" and _consumed_in_loop(w, branch):
                 continue
             if src is not None and src not in named and not converges(branch):
@@ -331,7 +372,7 @@ def check_function(w: Walker, path: str) -> list[Relation]:
             for c in w.collectives:
                 if c.pos <= e.pos or cond in c.stack or any(id(f) in loops for f in c.stack):
                     continue
-                decides = first_src(_for(cond.taint, c), path)
+                decides = first_src(_for(cond.taint, c, cond), path)
                 if decides is None:
                     continue
                 if decides.kind.startswith("id"):

@@ -60,6 +60,8 @@ class Expressions:
             t = frozenset(a for a in parts[0] if not (isinstance(a, Src) and a.kind.startswith("id")))
             for p in parts[1:]:
                 t = t | p
+        if _has_id(t):
+            self.id_cmps[id(node)] = t
         clocks = [[a for a in p if isinstance(a, Src) and a.kind == "clock"] for p in parts]
         if any(clocks) and S.is_deadline_compare(node, [bool(c) for c in clocks]):
             clock = min(a for c in clocks for a in c)
@@ -101,7 +103,7 @@ class Expressions:
             return self._src("rank", f"`{node.id}`", node.lineno, node.col_offset + 1)
         return EMPTY
 
-    def e_attribute(self, node) -> frozenset:
+    def e_attribute(self, node, part: str = "") -> frozenset:
         d = N.dotted(node)
         if d is not None:
             t = self.env.get(d)
@@ -115,7 +117,14 @@ class Expressions:
         base = node.value
         # A field is rank-local because of what its own class stores in it, not because of the
         # object it hangs off; a tainted local object (a per-rank result) taints its fields.
-        t = EMPTY if isinstance(base, ast.Name) and base.id in ("self", "cls") else self.expr(base)
+        if isinstance(base, ast.Name) and base.id in ("self", "cls"):
+            t = EMPTY
+        elif attr == "type" and isinstance(base, ast.Attribute):
+            # `state.device.type`: the field's value without the index of the `torch.device(type, index)`
+            # stored in it (walker.bind records that index apart, project.attr_keys reads `F.type`).
+            t = self.e_attribute(base, N.DEVICE_TYPE_PART)
+        else:
+            t = self.expr(base)
         # A field is a rank id when its class stores one in it (`self.tp_rank = tp_rank`), not because
         # of its name (`lora.rank` is a matrix rank); configured rank-local names still count.
         if attr in self.mod.rank_local:
@@ -126,8 +135,8 @@ class Expressions:
                 return t | self.facts.loose(self._loose_key(base, attr))
             return t
         if self.facts is None:
-            return t | frozenset((AttrAtom(specs, attr),))
-        a = self.facts.attr(specs, attr)
+            return t | frozenset((AttrAtom(specs, attr + part),))
+        a = self.facts.attr(specs, attr + part)
         return t | a if a else t
 
     def e_subscript(self, node) -> frozenset:
@@ -223,6 +232,8 @@ class Expressions:
         qual = N.qualify(name, self.mod.imports)
         display = name or last
         self._message(node, last, qual)
+        if qual == "torch.device":
+            self._device_parts(node, arg_taints, kw_taints)
         if last in N.UNIFORM_CALLS or _matches(self.mod.uniform, last, qual):
             return EMPTY
         if self._is_collective(func, last, qual):
@@ -273,6 +284,9 @@ class Expressions:
                 per_arg = (tuple(arg_taints), tuple((k.arg, t) for k, t in zip(node.keywords, kw_taints) if k.arg))
             if self._per_rank_control():
                 self.gated_refs.append((ref, node.lineno))
+            tests = self.id_tests(node.lineno) if self.stack else None
+            if tests is not None:
+                self.id_calls.append((ref, node.lineno, tests))
             self.calls.append(
                 (
                     ref,
@@ -293,6 +307,23 @@ class Expressions:
         elif self.swallow:
             self._may_fail(node, last, qual, display)
         return t | order
+
+    def _device_parts(self, node, arg_taints: list, kw_taints: list) -> None:
+        """`torch.device(type, index)`: the taint of its type argument apart from its index's, for a field
+        it is stored in (walker.bind). A rank-local index (`local_rank % device_count()`) makes the device
+        rank-local, and its `.index`, but not its `.type`: that is the type argument, whatever the index
+        (accelerate's `PartialState().device.type == "neuron"`, with the index from LOCAL_RANK). Only the
+        two-argument form splits; `torch.device("cuda:1")` is one string, its type and index together."""
+        kws = {k.arg: t for k, t in zip(node.keywords, kw_taints)}
+        if len(node.args) >= 2:
+            kind, index = arg_taints[0], arg_taints[1]
+        elif "index" in kws and len(node.args) + ("type" in kws) == 1:
+            kind, index = (arg_taints[0] if node.args else kws["type"]), kws["index"]
+        else:
+            return
+        if _has_id(kind | index):  # as for any object built from a rank id (e_call): no rank id on
+            kind, index = _without_ids(kind), _without_ids(index)
+        self.device_parts[id(node)] = (kind, index)
 
     def _per_rank_control(self) -> bool:
         """Pass 1: whether this point runs under a condition or loop decided by an event poll, a per-rank
@@ -373,6 +404,7 @@ class Expressions:
             else EMPTY
         )
         order = min((a for a in sent if a.kind == "order"), default=None)
+        members = self._group_members(node) if self.facts is not None and self.id_cmps else None
         stack = tuple(self.stack)
         failed = [Frame("swallow", s.failed.line, frozenset((s.failed,))) for s in self.swallow if s.failed]
         if failed:  # skipped where an earlier call of its try/suppress block failed (walker._swallowed)
@@ -393,8 +425,27 @@ class Expressions:
                 sent,
                 dims,
                 followed,
+                members,
             )
         )
+
+    def _group_members(self, node) -> tuple | None:
+        """Pass 2: the rank-id tests that hold on every rank holding the group a collective runs on (its
+        receiver, `self._model_update_group.broadcast(...)`, or an argument that names a group), when that
+        group is a field or a local made only under rank-id tests (issue 34: OpenRLHF's weight-sync group of
+        DeepSpeed rank 0 and the vLLM ranks, made only where `get_rank() == 0`); None for any other group."""
+        func = node.func
+        exprs = [func.value] if isinstance(func, ast.Attribute) else []
+        exprs += [a for a in (*node.args, *(k.value for k in node.keywords)) if _names_group(_arg_name(a))]
+        for e in exprs:
+            key = None
+            if isinstance(e, ast.Name):
+                key = self.held_by(e.id)
+            elif isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self" and self.cls:
+                key = self.facts.held_group(self.type_of(e.value), e.attr)
+            if key:
+                return (key, self.id_cmps)
+        return None
 
     def _is_collective(self, func, last: str, qual: str | None) -> bool:
         if last in N.COLLECTIVE_NAMES or _matches(self.mod.collectives, last, qual):

@@ -70,6 +70,11 @@ RANK_VARIABLES = frozenset({"rank", "local_rank", "global_rank", "tp_rank", "att
 # so the collectives on that group after it are not skipped by anyone in it (torch's `new_group` is not
 # one: every rank of the world must call it).
 GROUP_RENDEZVOUS = re.compile(r"^_*(\w*_)?init_\w*(process_group|collective_group|group)$")
+# The suffix of a field's name under which the project keeps what the field holds apart from the index of a
+# `torch.device(type, index)` stored in it (exprs._device_parts): what `obj.F.type` reads. DEVICE_INDEX_PART: the
+# index's part, folded back into F itself (taint.py), so every other read of F, `.index` too, still has it.
+DEVICE_TYPE_PART = ".type"
+DEVICE_INDEX_PART = ".index"
 # Pipeline point-to-point exchanges (`send_forward`, `recv_backward`, `send_forward_recv_backward`): a stage
 # pairs each with its neighbour's opposite call, however the library implements it (a broadcast on a
 # two-rank group, in ColossalAI's p2p_v2). Their counts differ per stage on purpose (1F1B warm-up), so a

@@ -42,6 +42,8 @@ class FuncSummary:
     direct_dims: frozenset | None = frozenset()  # dimensions its direct collectives' groups name (None: one names none)
     frees: tuple = ()  # (pool field, under a per-rank condition, line) of the frees it calls (Project.lagging_pools)
     gated_refs: tuple = ()  # (ref, line) it calls under a per-rank condition (poll, deadline, swallowed failure)
+    id_writes: tuple = ()  # (field, the rank-id comparisons it is assigned under, or None) (Project.held_group)
+    id_calls: tuple = ()  # (ref, line, the rank-id comparisons) of the calls it makes under rank-id tests
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,7 @@ class Project(TaintSolver):
         self._followers: set | None = None
         self._lagging: dict | None = None
         self._owners: dict | None = None
+        self._callers_of: dict | None = None
         mod_of = {m.path: m.modname for m in modules}
         self.coll_programs = {program_of(mod_of[self.funcs[_key(k)].path]) for k in self.coll}
 
@@ -233,8 +236,15 @@ class Project(TaintSolver):
         key = ("attr_keys", specs, name)
         hit = self._memo.get(key)
         if hit is None:
+            # `F.type` (exprs.e_attribute: `obj.F.type`) is its own node only where a class stored a
+            # `torch.device(kind, index)` in F; elsewhere it is what F holds.
+            whole = name[: -len(N.DEVICE_TYPE_PART)] if name.endswith(N.DEVICE_TYPE_PART) else name
             hit = self._memo[key] = [
-                (*c, name) for cid in self.classes_of(specs) for c in self.family(cid) if (*c, name) in self._attr_nodes
+                k
+                for cid in self.classes_of(specs)
+                for c in self.family(cid)
+                for k in ((*c, name) if (*c, name) in self._attr_nodes else (*c, whole),)
+                if k in self._attr_nodes
             ]
         return hit
 
@@ -562,6 +572,72 @@ class Project(TaintSolver):
                     owners[fname].add((m.modname, cname))
             self._owners = {k: len(v) for k, v in owners.items()}
         return self._owners
+
+    def held_group(self, specs: frozenset, name: str) -> frozenset | None:
+        """The rank-id comparisons (their text) true on every rank that holds field NAME of an object of type
+        SPECS: every assignment of it in the class family (but `= None`) runs under rank-id tests, in its
+        function or at every call of that function (two calls up), and these comparisons hold at all of them
+        (issue 34: OpenRLHF's `_model_update_group`, made in `_init_vllm_sync_group`, which is called only
+        where `torch.distributed.get_rank() == 0`: a group of rank 0 and the vLLM ranks). None where some
+        assignment runs on every rank, or where anything but the class's own methods assigns it."""
+        keys = []
+        for cid in self.classes_of(specs):
+            for c in self.family(cid):
+                for f in self._funcs_of_class().get(c, ()):
+                    for fname, tests in f.id_writes:
+                        if fname != name:
+                            continue
+                        up = self._called_under(f.key, 0)
+                        if tests is None and up is None:
+                            return None
+                        keys.append((tests or frozenset()) | (up or frozenset()))
+        if not keys or self._written_outside(name):
+            return None
+        return frozenset.intersection(*keys) or None
+
+    def _funcs_of_class(self) -> dict:
+        hit = self._memo.get("funcs_of_class")
+        if hit is None:
+            hit = self._memo["funcs_of_class"] = defaultdict(list)
+            for f in self.funcs.values():
+                if f.cid:
+                    hit[f.cid].append(f)
+        return hit
+
+    def _written_outside(self, name: str) -> bool:
+        """Whether field NAME is assigned on an object other than `self` somewhere (`engine.group = g`)."""
+        hit = self._memo.get(("written_outside", name))
+        if hit is None:
+            hit = self._memo[("written_outside", name)] = any(
+                specs is not None and fname.split("@", 1)[0] == name
+                for f in self.funcs.values()
+                for specs, fname, _line in f.writes
+            )
+        return hit
+
+    def _called_under(self, key: str, depth: int) -> frozenset | None:
+        """The rank-id comparisons true at every call of function KEY (through its callers' own, two calls
+        up); None where a call runs on every rank, or KEY has no call the project resolves."""
+        if self._callers_of is None:
+            rev = defaultdict(list)
+            for f in self.funcs.values():
+                for ref, line, *_ in f.calls:
+                    for t in self.resolve(ref):
+                        rev[t].append((f.key, ref, line))
+            self._callers_of = rev
+        sites = self._callers_of.get(key)
+        if not sites or depth > 1:
+            return None
+        out = None
+        for caller, ref, line in sites:
+            f = self.funcs[caller]
+            tests = next((k for r, ln, k in f.id_calls if ln == line and r == ref), None)
+            up = self._called_under(caller, depth + 1) if caller != key else None
+            if tests is None and up is None:
+                return None
+            here = (tests or frozenset()) | (up or frozenset())
+            out = here if out is None else out & here
+        return out
 
     def clock_field(self, name: str) -> frozenset:
         """Any class's field NAME holding a wall-clock value (sort keys rarely name their type)."""

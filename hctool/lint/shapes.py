@@ -77,6 +77,9 @@ class Collective:
     followed: frozenset = (
         frozenset()
     )  # its argument names, when processes run its callee on command (checks._forwarded)
+    # pass 2: the rank-id tests every holder of its group passed where the group was made (walker.held_by),
+    # with the walker's rank-id comparisons (id(Compare) -> taint): checks._members
+    members: tuple | None = None
 
 
 @dataclass

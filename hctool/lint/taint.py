@@ -57,6 +57,14 @@ class TaintSolver:
         typed, self.loose_src = threads.thread_writes(self)
         for k, src in typed.items():
             nodes[("attr", k)] = nodes.get(("attr", k), EMPTY) | {src}
+        # `self.device = torch.device(kind, index)` keeps the index's taint apart (walker.bind): `F.type` is
+        # what the field holds without it, and the field itself has it back for every other read.
+        for k in [k for k in nodes if k[0] == "attr" and k[1][2].endswith(N.DEVICE_INDEX_PART)]:
+            index = nodes.pop(k)
+            mod, cname, fname = k[1]
+            whole = ("attr", (mod, cname, fname[: -len(N.DEVICE_INDEX_PART)]))
+            nodes[("attr", (mod, cname, whole[1][2] + N.DEVICE_TYPE_PART))] = nodes.get(whole, EMPTY)
+            nodes[whole] = nodes.get(whole, EMPTY) | index
         self._attr_nodes = {k[1] for k in nodes if k[0] == "attr"}
         params = {k: v for m in modules for k, v in m.init_params.items()}
         for f in self.funcs.values():  # what each constructor parameter is passed, over all call sites

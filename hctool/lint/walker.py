@@ -80,6 +80,12 @@ class Walker(Expressions, Observations):
     frees: list = field(default_factory=list)  # pass 1: (pool field, under a per-rank condition, line)
     gated_refs: list = field(default_factory=list)  # pass 1: (ref, line) it calls under a per-rank condition
     lag_lists: set = field(default_factory=set)  # pass 1: local lists filled under such a condition (`expired`)
+    device_parts: dict = field(default_factory=dict)  # id(torch.device call) -> (type taint, index taint)
+    id_cmps: dict = field(default_factory=dict)  # id(Compare) -> its taint, for comparisons of a rank id
+    id_writes: list = field(default_factory=list)  # pass 1: (field, rank-id tests it runs under or None)
+    id_calls: list = field(default_factory=list)  # pass 1: (ref, line, rank-id tests) of calls under rank-id tests
+    name_keys: dict = field(default_factory=dict)  # pass 2: local -> [rank-id tests of each assignment, or None]
+    _assign_key: object = None  # the rank-id tests of the `name = value` being bound ("none": value is None)
 
     # ---- statements -------------------------------------------------------
     def run(self, fn: ast.AST) -> Walker:
@@ -182,9 +188,52 @@ class Walker(Expressions, Observations):
                 return
         t = self.expr(value) | self.ctl
         specs = self.type_of(value)
+        parts = self.device_parts.get(id(value)) if self.device_parts else None
+        none = isinstance(value, ast.Constant) and value.value is None
         for target in s.targets:
-            self.bind(target, t)
+            self._note_assign(target, none, s.lineno)
+            self.bind(target, t, parts)
+            self._assign_key = None
             self._bind_type(target, specs, value)
+
+    def id_tests(self, line: int) -> frozenset | None:
+        """The rank-id comparisons that hold at LINE: the `and`-joined comparisons of each enclosing `if` on a
+        rank id whose body holds LINE; None when no rank-id test encloses it. A rank-id test whose branch
+        says nothing this way (an `else`, a loop, an `or`) still makes it gated, with nothing known."""
+        gated, out = False, set()
+        for f in self.stack:
+            if not _has_ids(f.taint):
+                continue
+            gated = True
+            n = f.node
+            if isinstance(n, ast.If) and n.body and n.body[0].lineno <= line <= (n.body[-1].end_lineno or line):
+                test = n.test
+                for conj in test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]:
+                    if isinstance(conj, ast.Compare) and id(conj) in self.id_cmps:
+                        out.add(ast.unparse(conj))
+        return frozenset(out) if gated else None
+
+    def _note_assign(self, target, none: bool, line: int) -> None:
+        """Where a group may be made only on some ranks: `self.F = ...` (pass 1, per field) and `name = ...`
+        (pass 2, per local), with the rank-id tests they run under (held_by, project.held_group)."""
+        if isinstance(target, ast.Name) and self.facts is not None:
+            self._assign_key = "none" if none else self.id_tests(line)
+        elif (
+            self.facts is None
+            and not none
+            and isinstance(target, ast.Attribute)
+            and isinstance(target.value, ast.Name)
+            and target.value.id == "self"
+        ):
+            self.id_writes.append((target.attr, self.id_tests(line)))
+
+    def held_by(self, name: str) -> frozenset | None:
+        """The rank-id comparisons true on every rank where local NAME holds a value (other than None):
+        each assignment of it runs under rank-id tests; None if one does not, or nothing is known."""
+        keys = [k for k in self.name_keys.get(name, ()) if k != "none"]
+        if not keys or any(k is None for k in keys):
+            return None
+        return frozenset.intersection(*keys) or None
 
     def s_annassign(self, s) -> None:
         self._bind_type(
@@ -375,9 +424,11 @@ class Walker(Expressions, Observations):
                 construct = f"`suppress({', '.join(types)})` at line {s.lineno}"
         self._swallowed(s.body, mode, construct if mode else "", s.lineno)
 
-    def bind(self, target, t: frozenset) -> None:
+    def bind(self, target, t: frozenset, parts: tuple | None = None) -> None:
         if isinstance(target, ast.Name):
             self.env[target.id] = t
+            if self.facts is not None:  # a loop target, `with ... as`, a tuple element: made on every rank
+                self.name_keys.setdefault(target.id, []).append(self._assign_key)
         elif isinstance(target, ast.Attribute):
             d = N.dotted(target)
             if d is not None:
@@ -386,6 +437,15 @@ class Walker(Expressions, Observations):
             on_self = isinstance(target.value, ast.Name) and target.value.id in ("self", "cls")
             if isinstance(target.value, ast.Name) and target.value.id in self.items:
                 self._state_write(target)
+            if on_self and parts is not None:
+                # `self.device = torch.device(kind, index)`: the field holds the type's taint, and the index's
+                # apart (`device.index`); the project folds the index's back into the field for every read
+                # but `.type` (taint.py, exprs._device_parts).
+                local = frozenset(a for a in parts[1] if not (isinstance(a, Src) and a.kind == "id-local"))
+                if local:
+                    key = target.attr + N.DEVICE_INDEX_PART
+                    self.attr_assigns[key] = self.attr_assigns.get(key, EMPTY) | local
+                t = frozenset(a for a in parts[0] | self.ctl if not (isinstance(a, Src) and a.kind == "id-local"))
             if t and on_self:
                 self.attr_assigns[target.attr] = self.attr_assigns.get(target.attr, EMPTY) | t
             if self.facts is None:
@@ -429,6 +489,10 @@ def _own_rank_fields(fn, a) -> frozenset:
         if isinstance(n, ast.Attribute) and n.attr in params and isinstance(n.value, ast.Name) and n.value.id == "self":
             (read if isinstance(n.ctx, ast.Load) else stored).add(n.attr)
     return frozenset(read - stored)  # `self.rank = rank` stores the argument as the object's own rank
+
+
+def _has_ids(taint: frozenset) -> bool:
+    return any(isinstance(a, Src) and a.kind.startswith("id") for a in taint)
 
 
 def _without_ids(taint: frozenset) -> frozenset:
