@@ -7,12 +7,13 @@ import itertools
 import os
 import random
 from collections.abc import Callable
+from pathlib import Path
 
 from hctool.agent import counts, names
 from hctool.agent.clock import REAL
 from hctool.protocol import env as protocol_env
 from hctool.protocol.faults import Fault, anchor_file
-from hctool.protocol.safefile import read_regular
+from hctool.protocol.safefile import read_regular, write_atomic
 
 
 class FaultClock:
@@ -58,10 +59,8 @@ class FaultClock:
         if not self.path:
             return
         mark = anchor_file(self.path, self.rank, k)
-        try:
-            with open(mark + ".tmp", "w") as f:
-                f.write(f"{REAL.time()!r}")
-            os.replace(mark + ".tmp", mark)
+        try:  # never through a link planted in the run folder
+            write_atomic(Path(mark), f"{REAL.time()!r}".encode())
         except OSError:
             return
         give_up = REAL.monotonic() + HANDOFF_S
