@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.reliability.helpers import REPO, child_env
 
 TICKER = str(REPO / "tests" / "consensus" / "programs" / "ticker.py")
@@ -114,6 +116,7 @@ def test_a_lock_left_by_a_dead_run_is_taken_over(tmp_path, no_leftover_processes
     assert "pid" not in left and left["run"] != "0123"  # an orderly end leaves the run id, no holder
 
 
+@pytest.mark.slow  # ~12 s; the refusal of a held folder stays in the default suite
 def test_traces_of_another_run_dropped_into_the_folder_are_not_read(tmp_path, no_leftover_processes):
     """Before the lock, two runs on one folder each read both jobs' calls as one rank's."""
     other = tmp_path / "other"

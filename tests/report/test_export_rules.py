@@ -147,6 +147,7 @@ def chaos(cwd: Path, *args: str, env: dict | None = None) -> subprocess.Complete
     )
 
 
+@pytest.mark.slow  # ~20 s; the default suite keeps the chaos-run folder's export below
 @pytest.mark.timeout(300)
 def test_a_chaos_explore_folder_exports_and_says_which_run(tmp_path):
     # a clean program: io-delay finds no file IO to slow, so every schedule is valid
