@@ -110,11 +110,14 @@ def _for(taint, c: Collective, frame: Frame | None = None) -> frozenset:
     C's group cannot (_other_dimension). Filtering before a source is named, rather than dropping the
     named one after, keeps `if col_rank == 0 and tp_rank == 0:` around a tensor-parallel collective a
     finding of the tensor-parallel rank, whichever of the two would have been named first. Nor can the
-    rank-id tests of FRAME that every holder of C's group passed where it was made (_members)."""
+    rank-id tests of FRAME that every holder of C's group passed where it was made (_members). Nor can a
+    rank id decide a collective on a group the code does not show the members of (`group=self.group`, a
+    group handed in, a communicator object; C.dims empty): only a group known to hold ranks on both sides
+    of the test — the world, or a group of a named parallel dimension — shows that some of its members
+    enter and some do not. On held-out code such groups were nearly always made for the ranks that use
+    them (a trainer's rank 0 and the rollout engines; the source rank of each pipeline group)."""
     if c.members is not None and frame is not None and _members(frame, c.members):
         taint = frozenset(a for a in taint if not (isinstance(a, Src) and a.kind.startswith("id")))
-    if not c.dims or not any(isinstance(a, Src) and a.dims for a in taint):
-        return taint
     return frozenset(a for a in taint if not (isinstance(a, Src) and _other_dimension(a, c)))
 
 
@@ -156,7 +159,13 @@ def _other_dimension(src: Src | None, c: Collective) -> bool:
     """A rank id of one parallel dimension deciding a collective on a group of another (`if tp_rank == 0:`
     around a data-parallel barrier; ColossalAI's `get_local_rank(PARALLEL_2D_COL) == 0` around a gather
     on the 2D row group): every member of that group has the same coordinate, so all of it goes or none."""
-    return src is not None and src.kind.startswith("id") and bool(src.dims) and bool(c.dims) and not (src.dims & c.dims)
+    if src is None or not src.kind.startswith("id"):
+        return False
+    if src.dims & c.dims or N.WORLD in c.dims or N.WORLD in src.dims:
+        return False  # the rank within that very group, or a collective every rank enters
+    if not N.scoped(c.dims):
+        return True  # a group of members the code does not show: see _for
+    return bool(src.dims) and N.scoped(src.dims)
 
 
 def _forwarded(w: Walker, c: Collective, frame: Frame | None, after: int) -> bool:

@@ -242,9 +242,8 @@ class Expressions:
             if self.facts is None and self.direct is None:
                 self.direct = (node.lineno, display)
                 self.direct_latch = self.latches[-1] if self.latches else None
-            if self.facts is None and self.direct_dims is not None:
-                named = N.dims(_group_names(node))
-                self.direct_dims = self.direct_dims | named if named else None
+            if self.facts is None:
+                self.direct_dims = self.direct_dims | self._call_dims(node)
             return EMPTY
         src = self._source(node, func, last, qual, display)
         if src:
@@ -395,7 +394,8 @@ class Expressions:
         group = next((ast.unparse(k.value) for k in node.keywords if k.arg in ("group", "process_group")), "")
         # The parallel dimensions of the group it runs on, where the call names one (checks._other_dimension);
         # a call that names none runs on the groups its callee's collectives name, if they all name one.
-        dims = N.dims(_group_names(node))
+        handed = _group_names(node) if chain else ""
+        dims = (N.dims(handed) or N.group_token(handed)) if handed else self._call_dims(node) if not chain else EMPTY
         if not dims and chain and self.facts is not None:
             dims = self.facts.group_dims(self._ref(node.func, _last(node.func)), _truthy_args(node))
         sent = (
@@ -428,6 +428,46 @@ class Expressions:
                 members,
             )
         )
+
+    def _call_dims(self, node) -> frozenset:
+        """The parallel dimensions of the group a real collective runs on: those its group argument names
+        (empty for a group it names no dimension of: `group=self.group`, a group it was handed); those of
+        the object it is called on (`get_tp_group().all_reduce(x)`; empty for `self.comm.all_reduce(x)`);
+        those of its own name (`tensor_model_parallel_all_reduce(x)`); else, a function called with no
+        group, the world (names.WORLD): every rank, whatever its coordinates. A group that names no
+        dimension is its own text (names.group_token): only a rank asked about that group sets its members
+        apart."""
+        func = node.func
+        last = _last(func)
+        named = _group_names(node)
+        position = N.GROUP_POSITION.get(last)
+        if not named and position is not None and len(node.args) > position:
+            named = _arg_name(node.args[position]) or "?"
+        if named:
+            if self._defaults_to_none(named):
+                return frozenset((N.WORLD,))  # a wrapper's `group=None`: the world unless handed one
+            return N.dims(named) or N.group_token(named)
+        own = N.dims(last)
+        if own:
+            return own
+        if isinstance(func, ast.Attribute):
+            receiver = N.dotted(func.value)
+            head = receiver.split(".", 1)[0] if receiver else ""
+            if not (head in self.mod.imports or head in ("torch", "dist")) or head in self.env:
+                receiver_text = _arg_name(func.value) or ast.unparse(func.value)
+                return N.dims(receiver_text) or N.group_token(receiver_text)  # a communicator or group object
+        return frozenset((N.WORLD,))
+
+    def _defaults_to_none(self, name: str) -> bool:
+        """Whether NAME is a parameter of this function whose default is None (`def barrier(group=None)`)."""
+        fn = self.fn_node
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return False
+        a = fn.args
+        pairs = list(zip(reversed(a.args), reversed(a.defaults))) + [
+            (p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None
+        ]
+        return any(p.arg == name and isinstance(d, ast.Constant) and d.value is None for p, d in pairs)
 
     def _group_members(self, node) -> tuple | None:
         """Pass 2: the rank-id tests that hold on every rank holding the group a collective runs on (its

@@ -344,6 +344,36 @@ def is_group_size(name: str) -> bool:
     return bool(_SIZE_RE.search(name))
 
 
+# The group of every rank (`dist.all_reduce(x)` without a group, `get_world_group()`, `group.WORLD`): it
+# holds ranks of every coordinate, so any rank id can set its members apart (checks._other_dimension).
+WORLD = "world"
+
+# Where torch.distributed's functions take their group positionally (`broadcast(t, src, group)`): a
+# call with an argument there runs on that group, not on the world.
+GROUP_POSITION = {
+    "all_reduce": 2,
+    "all_reduce_coalesced": 2,
+    "broadcast": 2,
+    "broadcast_object_list": 2,
+    "all_gather": 2,
+    "all_gather_into_tensor": 2,
+    "all_gather_object": 2,
+    "all_gather_coalesced": 2,
+    "_all_gather_base": 2,
+    "reduce": 3,
+    "gather": 3,
+    "gather_object": 3,
+    "scatter": 3,
+    "scatter_object_list": 3,
+    "reduce_scatter": 3,
+    "reduce_scatter_tensor": 3,
+    "_reduce_scatter_base": 3,
+    "all_to_all": 2,
+    "all_to_all_single": 4,
+    "barrier": 0,
+    "monitored_barrier": 0,
+}
+
 # Parallel dimensions named in a rank id or a group expression. Ranks of one group share their
 # coordinate in every other dimension (the data-parallel group of a tensor-parallel rank 0 holds only
 # tensor-parallel ranks 0), so a rank id of one dimension is uniform inside a group of another.
@@ -377,8 +407,24 @@ _DIM_WORDS = {
     "embd": "embd",
     "embedding": "embd",
     "position": "pos",
+    "world": WORLD,
 }
 _WORD = re.compile(r"[A-Za-z][a-z]*|[0-9]+d", re.ASCII)
+
+
+def group_token(text: str) -> frozenset:
+    """A group that names no parallel dimension (`group=self.group`, `group=g`), as a dimension of its own:
+    `get_rank(group=g)` and `barrier(group=g)` share it; nothing else does (checks._other_dimension)."""
+    return frozenset((GROUP_PREFIX + text,))
+
+
+GROUP_PREFIX = "group:"
+
+
+def scoped(dims_: frozenset) -> bool:
+    """Whether a collective's group is known to hold ranks of every coordinate the test can read: the world,
+    or a group of a named parallel dimension (not only a group's own text)."""
+    return any(not d.startswith(GROUP_PREFIX) for d in dims_)
 
 
 def dims(text: str) -> frozenset:

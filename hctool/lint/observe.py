@@ -100,8 +100,11 @@ class Observations:
         if qual in N.CLOCK_CALLS:
             return self._src("clock", f"`{display}()`", line, col)
         if last in N.RANK_CALLS:  # its parallel dimension: the function's name, or the group it is asked about
-            named = " ".join([last, *(ast.unparse(a) for a in (*node.args, *(k.value for k in node.keywords)))])
-            return self._src("id", f"`{display}()`", line, col, N.dims(named))
+            asked = [ast.unparse(a) for a in (*node.args, *(k.value for k in node.keywords))]
+            named = N.dims(" ".join([last, *asked]))
+            if not named and asked:  # the rank within a group that names no dimension (exprs._call_dims)
+                named = N.group_token(asked[0])
+            return self._src("id", f"`{display}()`", line, col, named)
         if _matches(self.mod.rank_local, last, qual):
             return self._src("rank", f"`{display}()`", line, col)
         if isinstance(func, ast.Attribute):

@@ -39,7 +39,7 @@ class FuncSummary:
     cls: str | None = None  # the enclosing class's name
     span: tuple = (0, 0)  # (first line, decorators included; last line): pass 2 parses just these
     receives: bool = False  # receives messages from another process (a socket's or a pipe's recv)
-    direct_dims: frozenset | None = frozenset()  # dimensions its direct collectives' groups name (None: one names none)
+    direct_dims: frozenset = frozenset()  # the dimensions of its direct collectives' groups (exprs._call_dims)
     frees: tuple = ()  # (pool field, under a per-rank condition, line) of the frees it calls (Project.lagging_pools)
     gated_refs: tuple = ()  # (ref, line) it calls under a per-rank condition (poll, deadline, swallowed failure)
     id_writes: tuple = ()  # (field, the rank-id comparisons it is assigned under, or None) (Project.held_group)
@@ -468,9 +468,10 @@ class Project(TaintSolver):
         return tuple(hops)
 
     def group_dims(self, ref: tuple | None, consts: frozenset = frozenset()) -> frozenset:
-        """The parallel dimensions of the groups every collective a call of REF issues runs on, when each
-        names one (`gather_pipeline_parallel_state_dict()` gathers on the pipeline group, whoever calls
-        it); empty when one of them runs on the world or on a group it was handed."""
+        """The parallel dimensions of the groups the collectives a call of REF issues run on, its callees'
+        included (`gather_pipeline_parallel_state_dict()` gathers on the pipeline group, whoever calls it):
+        names.WORLD for one on the world, a group's own text (names.group_token) for one on a group that
+        names no dimension, `group:?` for one not followed (recursion)."""
         if ref is None:
             return frozenset()
         outside = ref[0] not in ("self", "super")
@@ -478,35 +479,26 @@ class Project(TaintSolver):
         for t in self.nodes(ref):
             if t not in self.coll or self._mode_skips(_key(t), consts) or (outside and _key(t) in self.memo):
                 continue
-            d = self._dims(t, set())
-            if not d:
-                return frozenset()
-            dims = dims | d
+            dims = dims | self._dims(t, set())
         return dims
 
-    def _dims(self, node, seen: set) -> frozenset | None:
-        """NODE's collectives' group dimensions, its callees' included; None (or empty) if any names none."""
-        hit = self._dims_memo.get(node, False)
-        if hit is not False:
+    def _dims(self, node, seen: set) -> frozenset:
+        """NODE's collectives' group dimensions, its callees' included (group_dims)."""
+        hit = self._dims_memo.get(node)
+        if hit is not None:
             return hit
-        if node in seen:  # recursion: not followed, so not known to name a group
-            return None
+        if node in seen:  # recursion: not followed
+            return N.group_token("?")
         seen.add(node)
         key, ctx = (node, None) if isinstance(node, str) else node
         f = self.funcs[key]
-        dims = f.direct_dims if f.direct else frozenset()
+        dims = (f.direct_dims or N.group_token("?")) if f.direct else frozenset()
         for ref, _line, _display, consts, *_ in f.calls:
-            if dims is None:
-                break
             for t in self.nodes(ref, ctx):
                 if t in self.coll and not self._mode_skips(_key(t), consts):
-                    d = self._dims(t, seen)
-                    if not d:
-                        dims = None
-                        break
-                    dims = dims | d
-        self._dims_memo[node] = dims or None
-        return dims or None
+                    dims = dims | self._dims(t, seen)
+        self._dims_memo[node] = dims
+        return dims
 
     def retried_alone(self, key: str) -> bool:
         """No function that calls KEY issues a collective other than through KEY (retries.py): a caller

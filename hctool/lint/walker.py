@@ -55,8 +55,8 @@ class Walker(Expressions, Observations):
     exits: list = field(default_factory=list)
     calls: list = field(default_factory=list)  # pass 1: (ref, line, display)
     direct: tuple | None = None  # pass 1: first direct collective (line, name)
-    # pass 1: the parallel dimensions of the groups its direct collectives name, None once one names none
-    direct_dims: frozenset | None = frozenset()
+    # pass 1: the parallel dimensions of its direct collectives' groups (exprs._call_dims)
+    direct_dims: frozenset = frozenset()
     ret: frozenset = EMPTY
     attr_assigns: dict = field(default_factory=dict)
     orderings: list = field(default_factory=list)  # pass 2: (line, col, what, Src) for HC104

@@ -84,20 +84,20 @@ def test_barrier_and_return_ahead_of_two_later_barriers_stays(lint_snippets):
         lint_snippets,
         {
             "m.py": """
-def save(pp_size, write, group):
+def save(pp_size, write):
     rank = dist.get_rank()  # expect: HC102
     if rank != 0:
-        dist.barrier(group=group)  # gated
+        dist.barrier()  # gated
         return
     if pp_size == 1:
-        dist.barrier(group=group)  # gated
-    dist.barrier(group=group)  # gated
+        dist.barrier()  # gated
+    dist.barrier()  # gated
 
-def other_group(write, group, other):
+def other_group(write, tp_group, dp_group):
     if dist.get_rank() != 0:  # expect: HC102
-        dist.barrier(group=group)  # gated
+        dist.barrier(group=tp_group)  # gated
         return
-    dist.barrier(group=other)  # gated
+    dist.barrier(group=dp_group)  # gated
 """
         },
     )

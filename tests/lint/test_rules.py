@@ -540,8 +540,8 @@ def same_dimension(mpu, t):
 def test_a_callees_fixed_group_is_the_calls_dimension(lint_snippets):
     # The call site names no group; the callee gathers on the pipeline group whoever calls it, so a
     # tensor-parallel rank test around it decides nothing within that group (ColossalAI's
-    # checkpointing.py, gather_pipeline_parallel_state_dict). A callee on a group it is handed, or on
-    # the world, tells nothing: those stay findings.
+    # checkpointing.py, gather_pipeline_parallel_state_dict). A callee on the world stays a finding; one
+    # on a group it is handed is none: nothing shows who holds that group (checks._for).
     check(
         lint_snippets,
         {
@@ -563,7 +563,7 @@ def save(mpu, state, group):
     if mpu.get_tensor_model_parallel_rank() == 0:
         gather_pp(mpu, state)
     if mpu.get_tensor_model_parallel_rank() == 0:  # expect: HC102
-        gather_on(state, group)  # gated
+        gather_on(state, group)
         gather_world(state)  # gated
 """
         },
