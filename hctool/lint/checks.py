@@ -88,7 +88,21 @@ def _innermost_loop(stack: tuple) -> Frame | None:
     return next((f for f in reversed(stack) if f.kind == "loop"), None)
 
 
-def _loop_exit(loop: Frame, c: Collective, exits: list[Exit], path: str) -> tuple[Exit, Frame] | None:
+def _retry(loop: Frame, e: Exit, collectives: list[Collective]) -> bool:
+    """A `continue` of a `while True:` loop ahead of every collective of the loop: the rank that takes it
+    has issued nothing in this turn and starts the turn again, where it enters the loop's first collective
+    just as the ranks waiting there did. The sequence of collectives is the same on every rank, only later
+    on the one that retried (Megatron-DeepSpeed's leader re-reading an input line while the other ranks
+    wait in the turn's all_reduce). A `for` loop is not a retry: the skipped turn consumed an item."""
+    node = loop.node
+    if not (isinstance(node, ast.While) and isinstance(node.test, ast.Constant) and node.test.value):
+        return False
+    return all(c.pos > e.pos for c in collectives if loop in c.stack)
+
+
+def _loop_exit(
+    loop: Frame, c: Collective, exits: list[Exit], path: str, collectives: list[Collective]
+) -> tuple[Exit, Frame] | None:
     """The exit of LOOP that can skip C, on a rank-local condition; the most severe first."""
     hits = []
     for e in exits:
@@ -98,6 +112,8 @@ def _loop_exit(loop: Frame, c: Collective, exits: list[Exit], path: str) -> tupl
             continue  # it leaves an inner loop only
         if e.kind == "continue" and e.pos > c.pos:
             continue  # the collective ran before the continue in this iteration
+        if e.kind == "continue" and _retry(loop, e, collectives):
+            continue
         cond = _tainted_inside(e.stack, loop)
         if cond is not None and first_src(_for(cond.taint, c, cond), path) is not None:
             hits.append((e, cond))
@@ -282,7 +298,7 @@ def check_function(w: Walker, path: str) -> list[Relation]:
     for c in w.collectives:
         # Every enclosing rank-local decision is a root cause of its own (rootcause.py folds repeats).
         for loop in (f for f in c.stack if f.kind == "loop"):
-            hit = _loop_exit(loop, c, w.exits, path)  # an exit names the deciding line: report it first
+            hit = _loop_exit(loop, c, w.exits, path, w.collectives)  # an exit names the deciding line: report it first
             if hit:
                 e, cond = hit
                 add(
