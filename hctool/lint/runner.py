@@ -21,6 +21,7 @@ from hctool.lint.config import LintConfig
 from hctool.lint.project import ModuleSummary, Project
 from hctool.lint.rootcause import fold
 from hctool.lint.source import read_source
+from hctool.lint.unbuilt import unbuilt
 
 SKIP_DIRS = frozenset(
     {
@@ -273,7 +274,7 @@ def _lint_files(
         used[summaries[i].path] = set(result.used)
         if result.error:
             report.errors.append(FileError(summaries[i].path, *result.error))
-    report.findings = findings(relations, project, summaries, used, cfg)
+    report.findings = findings(relations, project, summaries, used, cfg, {d: f for f, d, _ in job_list})
     report.errors.sort(key=lambda e: (e.path, e.line))
     report.analyzed = {"pass1": fresh, "pass2": len(todo)}
     report.seconds = time.perf_counter() - started
@@ -294,7 +295,9 @@ def _file_digest(file: str) -> str:
         return ""
 
 
-def findings(relations: list, project: Project, summaries: list, used: dict, cfg: LintConfig) -> list:
+def findings(
+    relations: list, project: Project, summaries: list, used: dict, cfg: LintConfig, files: dict | None = None
+) -> list:
     """Pass 3: the calls of polls that hide a collective join the relations; one finding per root cause;
     suppressions on a finding's own line; unused suppressions (HC100)."""
     tables = {s.path: s.suppressions for s in summaries if s.suppressions}
@@ -314,10 +317,26 @@ def findings(relations: list, project: Project, summaries: list, used: dict, cfg
             used.setdefault(f.path, set()).update((f.line, c) for c in codes & hit[1])
             continue
         out.append(f)
+    out = _drop_unbuilt(out, summaries, files or {s.path: s.path for s in summaries})
     if "HC100" in cfg.select:
         for path, table in sorted(tables.items()):
             out += unused_suppressions(path, table, used.get(path, set()), cfg.select)
     return sorted(out)
+
+
+def _drop_unbuilt(found: list, summaries: list, files: dict) -> list:
+    """Findings whose source is a method of a class the tree names only as a type (unbuilt.py) describe
+    code that never runs: left out, and said so on stderr."""
+    classes_of = {s.path: s.classes for s in summaries}
+    owner = {}
+    for f in found:
+        head = f.function.split(".", 1)[0]
+        if "." in f.function and head in classes_of.get(f.path, {}):
+            owner[id(f)] = (f.path, head)
+    dead = unbuilt(set(owner.values()), {s.path: files.get(s.path, s.path) for s in summaries})
+    for path, name in sorted(dead):
+        log.info(f"no findings in {path}'s {name}: the tree names it only as a type and never builds one")
+    return [f for f in found if owner.get(id(f)) not in dead]
 
 
 def _lags(src, lagging: dict) -> bool:
