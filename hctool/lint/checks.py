@@ -204,6 +204,21 @@ def _forwarded(w: Walker, c: Collective, frame: Frame | None, after: int) -> boo
     return False
 
 
+def _arm(node: ast.If, line: int) -> int:
+    """Which arm of NODE holds LINE: 0 its body, 1 its `else`/`elif`."""
+    return 0 if node.body and node.body[0].lineno <= line <= (node.body[-1].end_lineno or line) else 1
+
+
+def _other_arm(e: Exit, c: Collective) -> bool:
+    """C sits in another arm of an `if` that holds the return E (`if backend == "a": ... return` then
+    `elif backend == "b": collective()`): the return never skips it, that arm was not taken anyway."""
+    inside = {id(f) for f in c.stack}
+    for f in e.stack:
+        if id(f) in inside and isinstance(f.node, ast.If) and _arm(f.node, e.line) != _arm(f.node, c.line):
+            return True
+    return False
+
+
 def _rendezvous(fn_node) -> list[tuple[int, tuple, bool]]:
     """The group rendezvous calls of a function (names.GROUP_RENDEZVOUS): (line, the texts that name the
     group made: the name it is assigned to, arguments that say group; whether it makes the default group)."""
@@ -396,6 +411,8 @@ def check_function(w: Walker, path: str) -> list[Relation]:
             named.add(src)
             for c in w.collectives:
                 if c.pos <= e.pos or cond in c.stack or any(id(f) in loops for f in c.stack):
+                    continue
+                if _other_arm(e, c):
                     continue
                 decides = first_src(_for(cond.taint, c, cond), path)
                 if decides is None:

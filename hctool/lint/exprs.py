@@ -44,6 +44,30 @@ class Expressions:
         a, b = self.expr(node.left), self.expr(node.right)
         return a | b if a and b else a or b
 
+    def condition(self, node) -> frozenset:
+        """A condition's taint. A rank variable read as a truth value (`if os.environ.get("RANK") and
+        os.environ.get("WORLD_SIZE"):`) asks whether the launcher set it, as `is None` does: a rank's
+        string, "0" included, is true on every rank (NeMo's SageMaker set-up)."""
+        if isinstance(node, ast.BoolOp):
+            t = EMPTY
+            for v in node.values:
+                t = t | self.condition(v)
+            return t
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return self.condition(node.operand)
+        if isinstance(node, ast.Call) and self._rank_env_read(node):
+            return EMPTY
+        return self.expr(node)
+
+    def _rank_env_read(self, node: ast.Call) -> bool:
+        qual = N.qualify(N.dotted(node.func), self.mod.imports)
+        return (
+            qual in ("os.getenv", "os.environ.get")
+            and bool(node.args)
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value in N.RANK_ENV_VARS
+        )
+
     def e_compare(self, node) -> frozenset:
         parts = [self.expr(node.left), *(self.expr(c) for c in node.comparators)]
         t = EMPTY

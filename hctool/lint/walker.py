@@ -305,10 +305,10 @@ class Walker(Expressions, Observations):
             L.unset_field(s.test, self.mod.latch_props.get(self.cls, {})) if self.facts is None and self.cls else None
         )
         if latch is None:
-            self._arms(Frame("if", s.lineno, self.expr(s.test), node=s), [s.body, s.orelse], s.test)
+            self._arms(Frame("if", s.lineno, self.condition(s.test), node=s), [s.body, s.orelse], s.test)
             return
         self.latches.append(latch)  # the body runs while self.<latch> is unset (latches.py)
-        self._arms(Frame("if", s.lineno, self.expr(s.test)), [s.body, []], s.test)
+        self._arms(Frame("if", s.lineno, self.condition(s.test)), [s.body, []], s.test)
         self.latches.pop()
         self.stmts(s.orelse)
 

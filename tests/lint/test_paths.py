@@ -181,3 +181,24 @@ def save_twin(mpu, state, use_async):
 """
         },
     )
+
+
+def test_a_return_does_not_skip_a_collective_of_another_arm(lint_snippets):
+    # NeMo's deploy(): the in-framework backend's rank 0 returns on a failed start; the trtllm backend's
+    # all_gather sits in the `elif`, which that rank never takes: the return skips nothing there. The
+    # all_reduce after the whole `if` is skipped, and stays a finding.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+def deploy(backend, start):
+    if backend == "in-framework":
+        if dist.get_rank() == 0:  # expect: HC103
+            if not start():
+                return
+    elif backend == "trtllm":
+        dist.all_gather_object([None], backend)
+    dist.all_reduce(torch.ones(1))  # gated
+"""
+        },
+    )

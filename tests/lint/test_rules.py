@@ -623,3 +623,27 @@ class Scheduler:
     assert f.count == 2 and "here `allocator` changes at m.py:" in f.message
     # line 18: LAGGING_FREES' `allocator.free(pages)`, under its event poll
     assert [r.line for r in f.related if r.role == "source" and r.message.startswith("the premise")] == [18]
+
+
+def test_a_rank_variable_read_as_a_truth_value_is_how_the_job_was_launched(lint_snippets):
+    # NeMo's SageMaker set-up: `os.environ.get("RANK")` is a string, "0" included, on every rank the
+    # launcher started; whether it is set is the same everywhere. Its value compared stays a rank id.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+import os
+
+def setup():
+    if os.environ.get("RANK") and os.environ.get("WORLD_SIZE"):
+        dist.init_process_group()
+        return dist.barrier()
+
+def leader():
+    if not os.getenv("LOCAL_RANK"):
+        return
+    if os.environ.get("RANK") == "0":  # expect: HC102
+        dist.barrier()  # gated
+"""
+        },
+    )
