@@ -297,6 +297,11 @@ class Expressions:
         ref = self._ref(func, last)
         if N.op_family(last) != last.lower():  # `self._all_reduce(t, MIN)`: a wrapper's in-place result
             self._agreed(node)
+        if self.facts is not None and self.stack:
+            given = {N.dotted(a) for a in (*node.args, *(k.value for k in node.keywords))}
+            given.discard(None)
+            if given:
+                self.handed.append(frozenset(given))
         if ref is None:
             if self.swallow:
                 self._may_fail(node, last, qual, display)

@@ -72,6 +72,8 @@ class Walker(Expressions, Observations):
     writes: list = field(default_factory=list)  # pass 1: (receiver specs or None, field, line) it assigns
     fn_node: object = None
     items: set = field(default_factory=set)  # names bound by for-loops: items of a collection
+    # pass 2: the names each call is handed (an object a server or a callback may call back into: _arms)
+    handed: list = field(default_factory=list)
     state_writes: list = field(default_factory=list)  # (pos, line, col, text, deadline Src): see _state_write
     item_of: dict = field(default_factory=dict)  # local -> the field whose items it iterates (`for t in op.transfers`)
     swallow: list = field(default_factory=list)  # pass 2: open try/suppress scopes that swallow failures (Swallow)
@@ -276,19 +278,23 @@ class Walker(Expressions, Observations):
         entry, envs, seqs = self.env, [], []
         entry_failed = [sw.failed for sw in self.swallow]
         failed_after = list(entry_failed)
+        handed = []
         for arm in arms:
             self.env = dict(entry)
             for sw, f in zip(self.swallow, entry_failed):  # a call that failed in one arm did not run in another
                 sw.failed = f
-            start = len(self.collectives)
+            start, given = len(self.collectives), len(self.handed)
             self.stmts(arm)
             envs.append(self.env)
             seqs.append(self.collectives[start:])
+            handed.append(frozenset().union(*self.handed[given:]))
             failed_after = [a or sw.failed for a, sw in zip(failed_after, self.swallow)]
         for sw, f in zip(self.swallow, failed_after):  # after the branch: failed if it could in any arm
             sw.failed = f
         self._pop(saved_ctl)
-        frame.balanced = all(_same_ops(seq, seqs[0]) for seq in seqs) or _role_branch(frame, seqs)
+        frame.balanced = (
+            all(_same_ops(seq, seqs[0]) for seq in seqs) or _role_branch(frame, seqs) or _handed_over(seqs, handed)
+        )
         if test is not None and sum(1 for seq in seqs if seq) == 1 and _size_guard(test):
             # `if tp_size > 1: broadcast(x)`: the arm without the collective runs only when the group
             # has one rank, where every value is trivially uniform; keep the other arm's state.
@@ -497,6 +503,25 @@ def _has_ids(taint: frozenset) -> bool:
 
 def _without_ids(taint: frozenset) -> frozenset:
     return frozenset(a for a in taint if not (isinstance(a, Src) and a.kind.startswith("id")))
+
+
+def _handed_over(seqs: list, handed: list) -> bool:
+    """Every collective of the branch is a method of an object (`engine.generate_other_ranks()`) that each
+    arm not calling it hands to another call (`DeployPyTriton(model=engine)`, then `serve()`): that arm may
+    issue the object's collectives from there (a server's request handler, a callback), so the arms are
+    not known to differ. NeMo's deploy: rank 0 serves the model, whose
+    `generate()` broadcasts each request; the other ranks loop in `generate_other_ranks()`, receiving."""
+    if not any(seqs):
+        return False
+    for i, seq in enumerate(seqs):
+        for c in seq:
+            receiver = c.name.rsplit(".", 1)[0] if c.chain and "." in c.name else ""
+            if not receiver:
+                return False
+            for j, other in enumerate(seqs):
+                if j != i and receiver not in handed[j] and not any(d.name == c.name for d in other):
+                    return False
+    return True
 
 
 def _control(taint: frozenset) -> frozenset:

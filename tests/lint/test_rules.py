@@ -647,3 +647,36 @@ def leader():
 """
         },
     )
+
+
+def test_an_arm_that_hands_the_object_over_may_issue_its_collectives(lint_snippets):
+    # NeMo's deploy: rank 0 hands the model to a server, which calls its generate() (a broadcast) per
+    # request; the other ranks follow in generate_other_ranks(). An arm that neither calls nor hands over
+    # the object skips its collectives.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+class Model:
+    def generate(self, x):
+        dist.broadcast(x, src=0)
+
+    def generate_other_ranks(self):
+        while True:
+            dist.broadcast(torch.zeros(1), src=0)
+
+def deploy(model: Model, Server):
+    if dist.get_rank() == 0:
+        server = Server(model=model)
+        server.serve()
+    else:
+        model.generate_other_ranks()
+
+def deploy_alone(model: Model, log):
+    if dist.get_rank() == 0:  # expect: HC102
+        log("serving")
+    else:
+        model.generate_other_ranks()  # gated
+"""
+        },
+    )
