@@ -260,6 +260,13 @@ class Expressions:
             self._device_parts(node, arg_taints, kw_taints)
         if last in N.UNIFORM_CALLS or _matches(self.mod.uniform, last, qual):
             return EMPTY
+        if (
+            last in N.AGREED_METHODS
+            and isinstance(func, ast.Attribute)
+            and not (qual or "").startswith(N.NUMERIC_MODULES)
+            and not self._is_collective(func, last, qual)
+        ):
+            return EMPTY
         if self._is_collective(func, last, qual):
             self._collective(node, display, (), args)
             self._agreed(node)

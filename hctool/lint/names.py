@@ -133,6 +133,13 @@ VALUE_BUILTINS = frozenset(
 DEFAULT_UNIFORM = frozenset({"req_to_token_pool.available_size"})
 UNIFORM_CALLS = frozenset({"get_world_size", "is_initialized", "is_available", "get_backend", "broadcast_pyobj"})
 
+# A method of a training framework's strategy or accelerator that returns what the ranks agreed
+# (`skip = trainer.strategy.broadcast(skip)`, `strategy.reduce_boolean_decision(flag)`: Lightning's
+# ModelCheckpoint broadcasts its wall-clock decision from rank 0). Its result is the same on every rank,
+# whatever went in. Not on numeric libraries, where the names mean shapes and indexing.
+AGREED_METHODS = frozenset({"broadcast", "broadcast_object", "reduce_boolean_decision", "all_reduce", "all_gather"})
+NUMERIC_MODULES = ("numpy.", "jax.", "torch.", "tensorflow.", "functools.")
+
 # Method names too generic to resolve by name alone on an unknown receiver
 # (dicts, lists, tensors, futures): resolving them would link unrelated classes.
 GENERIC_METHODS = frozenset(

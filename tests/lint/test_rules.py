@@ -680,3 +680,26 @@ def deploy_alone(model: Model, log):
 """
         },
     )
+
+
+def test_a_strategys_broadcast_result_is_agreed(lint_snippets):
+    # Lightning's ModelCheckpoint: a wall-clock decision broadcast from rank 0 through the trainer's
+    # strategy is the same on every rank after the call; the raw decision is not.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+def on_batch_end(trainer, last, interval):
+    skip = time.monotonic() - last < interval
+    skip = trainer.strategy.broadcast(skip)
+    if skip:
+        return
+    dist.barrier()
+
+def on_batch_end_raw(trainer, last, interval):
+    if time.monotonic() - last < interval:  # expect: HC103
+        return
+    dist.barrier()  # gated
+"""
+        },
+    )
