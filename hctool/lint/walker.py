@@ -72,6 +72,7 @@ class Walker(Expressions, Observations):
     writes: list = field(default_factory=list)  # pass 1: (receiver specs or None, field, line) it assigns
     fn_node: object = None
     items: set = field(default_factory=set)  # names bound by for-loops: items of a collection
+    no_else: set = field(default_factory=set)  # ids of `elif`s no rank falls through (_cover_every_rank)
     # pass 2: the names each call is handed (an object a server or a callback may call back into: _arms)
     handed: list = field(default_factory=list)
     state_writes: list = field(default_factory=list)  # (pos, line, col, text, deadline Src): see _state_write
@@ -311,7 +312,12 @@ class Walker(Expressions, Observations):
             L.unset_field(s.test, self.mod.latch_props.get(self.cls, {})) if self.facts is None and self.cls else None
         )
         if latch is None:
-            self._arms(Frame("if", s.lineno, self.condition(s.test), node=s), [s.body, s.orelse], s.test)
+            taint = self.condition(s.test)
+            inner = s.orelse[0] if len(s.orelse) == 1 and isinstance(s.orelse[0], ast.If) else None
+            if inner is not None and not inner.orelse and _has_ids(taint) and _cover_every_rank(s.test, inner.test):
+                self.no_else.add(id(inner))
+            orelse = [] if id(s) in self.no_else else [s.orelse]
+            self._arms(Frame("if", s.lineno, taint, node=s), [s.body, *orelse], s.test)
             return
         self.latches.append(latch)  # the body runs while self.<latch> is unset (latches.py)
         self._arms(Frame("if", s.lineno, self.condition(s.test)), [s.body, []], s.test)
@@ -503,6 +509,42 @@ def _has_ids(taint: frozenset) -> bool:
 
 def _without_ids(taint: frozenset) -> frozenset:
     return frozenset(a for a in taint if not (isinstance(a, Src) and a.kind.startswith("id")))
+
+
+_CMP = {
+    ast.Eq: lambda a, b: a == b,
+    ast.NotEq: lambda a, b: a != b,
+    ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b,
+    ast.Gt: lambda a, b: a > b,
+    ast.GtE: lambda a, b: a >= b,
+}
+
+
+def _rank_test(test) -> tuple | None:
+    """`X <op> k` (or `k <op> X`) with an integer k: (X's text, a predicate of X's value)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _CMP):
+        return None
+    left, right, op = test.left, test.comparators[0], _CMP[type(test.ops[0])]
+    if isinstance(right, ast.Constant) and type(right.value) is int:
+        k = right.value
+        return ast.unparse(left), k, lambda v: op(v, k)
+    if isinstance(left, ast.Constant) and type(left.value) is int:
+        k = left.value
+        return ast.unparse(right), k, lambda v: op(k, v)
+    return None
+
+
+def _cover_every_rank(first, second) -> bool:
+    """`if rank == 0: ... elif rank > 0: ...`: two tests of one rank id that every rank (a number from 0 up)
+    passes one of, so no rank falls through the `elif` (NeMo's deploy: rank 0 serves, the others follow).
+    Predicates of one variable against integer constants change only at those constants: checking each
+    value from 0 to past the largest, and one far beyond, decides it."""
+    a, b = _rank_test(first), _rank_test(second)
+    if a is None or b is None or a[0] != b[0]:
+        return False
+    top = max(a[1], b[1], 0) + 2
+    return all(a[2](v) or b[2](v) for v in (*range(top), 10**9))
 
 
 def _handed_over(seqs: list, handed: list) -> bool:

@@ -703,3 +703,32 @@ def on_batch_end_raw(trainer, last, interval):
 """
         },
     )
+
+
+def test_an_elif_every_other_rank_takes_leaves_no_fall_through(lint_snippets):
+    # `if rank == 0: ... elif rank > 0: ...`: every rank takes one of the two arms. The followers' arm is
+    # compared with the leader's (which hands the model over), not with an `else` no rank reaches. With a
+    # gap (`elif rank > 1`), rank 1 falls through and skips the followers' broadcasts.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+class Model:
+    def generate_other_ranks(self):
+        while True:
+            dist.broadcast(torch.zeros(1), src=0)
+
+def deploy(model: Model, Server):
+    if dist.get_rank() == 0:
+        Server(model=model).serve()
+    elif dist.get_rank() > 0:
+        model.generate_other_ranks()
+
+def deploy_gap(model: Model, Server):
+    if dist.get_rank() == 0:
+        Server(model=model).serve()
+    elif dist.get_rank() > 1:  # expect: HC102
+        model.generate_other_ranks()  # gated
+"""
+        },
+    )
