@@ -93,9 +93,17 @@ def _retry(loop: Frame, e: Exit, collectives: list[Collective]) -> bool:
     has issued nothing in this turn and starts the turn again, where it enters the loop's first collective
     just as the ranks waiting there did. The sequence of collectives is the same on every rank, only later
     on the one that retried (Megatron-DeepSpeed's leader re-reading an input line while the other ranks
-    wait in the turn's all_reduce). A `for` loop is not a retry: the skipped turn consumed an item."""
+    wait in the turn's all_reduce). Likewise in any loop whose body ends in an unconditional `break` or
+    `return`: the turn that issues collectives is the last one on every rank, and a rank that skipped
+    turns before it issues them exactly once too, later (llm-foundry's local rank 0 trying one file
+    extension after another, then the two barriers and `break` that every rank reaches once). Otherwise
+    a `for` loop's `continue` is no retry: the skipped turn consumed an item."""
     node = loop.node
-    if not (isinstance(node, ast.While) and isinstance(node.test, ast.Constant) and node.test.value):
+    infinite = isinstance(node, ast.While) and isinstance(node.test, ast.Constant) and bool(node.test.value)
+    last_turn = isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and isinstance(
+        node.body[-1], (ast.Break, ast.Return)
+    )
+    if not (infinite or last_turn):
         return False
     return all(c.pos > e.pos for c in collectives if loop in c.stack)
 

@@ -732,3 +732,38 @@ def deploy_gap(model: Model, Server):
 """
         },
     )
+
+
+def test_a_value_returned_after_a_guarded_broadcast_is_agreed(lint_snippets):
+    # OLMo's synchronize_value: broadcast when torch.distributed is set up, else return the value as it is
+    # (one process, nothing to agree with). Rank 0's wall-clock decision comes back agreed; a decision
+    # each rank takes on its own clock is the finding.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+def synchronize_value(value, device):
+    if dist.is_available() and dist.is_initialized():
+        t = torch.tensor(value, device=device)
+        dist.broadcast(t, 0)
+        return t.item()
+    else:
+        return value
+
+def train(start, limit, device, steps):
+    for step in steps:
+        cancel = False
+        if dist.get_rank() == 0:
+            cancel = time.time() - start >= limit
+        if synchronize_value(cancel, device):
+            break
+        dist.all_reduce(step)
+
+def train_unsynchronized(start, limit, steps):
+    for step in steps:
+        if time.time() - start >= limit:  # expect: HC101
+            break
+        dist.all_reduce(step)  # gated
+"""
+        },
+    )
