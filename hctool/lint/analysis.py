@@ -170,6 +170,7 @@ def _summarize(file: str, data: bytes, path: str, modname: str, cfg: LintConfig)
                 summary.attr_assigns[k] = summary.attr_assigns.get(k, EMPTY) | {FnAtom(key)}
             if cls is None and "." not in qual:
                 summary.module_funcs.setdefault(node.name, key)
+        summary.actors = _ray_actors(tree, mod.imports)
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
                 bases = [N.qualify(N.dotted(b), mod.imports) for b in node.bases]
@@ -195,6 +196,25 @@ def _summarize(file: str, data: bytes, path: str, modname: str, cfg: LintConfig)
         summary.funcs, summary.classes, summary.module_funcs, summary.attr_assigns = [], {}, {}, {}
         summary.field_types, summary.init_params = {}, {}
     return summary
+
+
+def _ray_actors(tree: ast.Module, imports: dict) -> tuple:
+    """Top-level classes made Ray actors in this module: decorated `@ray.remote` / `@ray.remote(...)`, or
+    wrapped `ray.remote(Cls)` / `ray.remote(...)(Cls)` at module level."""
+
+    def is_remote(expr) -> bool:
+        func = expr.func if isinstance(expr, ast.Call) else expr
+        return N.qualify(N.dotted(func), imports) == "ray.remote"
+
+    out = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and any(is_remote(d) for d in node.decorator_list):
+            out.append(node.name)
+        value = node.value if isinstance(node, (ast.Assign, ast.Expr)) else None
+        if isinstance(value, ast.Call) and value.args and isinstance(value.args[0], ast.Name):
+            if is_remote(value.func) or is_remote(value):
+                out.append(value.args[0].id)
+    return tuple(out)
 
 
 def suppressions(text: str) -> dict[int, tuple[int, set[str], str]]:

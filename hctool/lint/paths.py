@@ -67,6 +67,15 @@ def _token(c, node) -> tuple:
     return (c.op, group, c.chain[0][2] if c.chain else "")
 
 
+def _reraises(handler: ast.ExceptHandler) -> bool:
+    """A handler whose last statement raises and which returns nowhere."""
+    return (
+        bool(handler.body)
+        and isinstance(handler.body[-1], ast.Raise)
+        and not any(isinstance(n, ast.Return) for n in ast.walk(handler))
+    )
+
+
 class Paths:
     """Path sequences of one function FN, whose collective calls are COLLECTIVES (walker events)."""
 
@@ -177,6 +186,11 @@ class Paths:
             return done | {(seq + toks, assume, True) for seq, assume, _ in live}
         if isinstance(s, ast.Raise):
             return done  # fatal for the rank: the job dies, nobody waits on a hang
+        if isinstance(s, ast.Try) and s.handlers and all(_reraises(h) for h in s.handlers) and not s.finalbody:
+            # every handler ends by raising: a path through one is fatal for the rank (as a `raise` is), so
+            # what follows sees only the paths that ran the body and the `else` (OLMo-core's checkpoint
+            # conversion: `except Exception: barrier(); raise`)
+            return done | self._stmts([*s.body, *s.orelse], live)
         if isinstance(s, (ast.For, ast.AsyncFor, ast.While, ast.Try)) or type(s).__name__ in ("TryStar", "Match"):
             if self._holds(s):
                 raise _GiveUp  # its collectives may run any number of times, or be skipped by a `return`

@@ -87,6 +87,7 @@ class ModuleSummary:
     local_defs: frozenset = frozenset()
     latch_props: dict = field(default_factory=dict)
     suppressions: dict = field(default_factory=dict)  # line -> (column, codes, form) of each suppression comment
+    actors: tuple = ()  # classes made Ray actors here (`@ray.remote`, `ray.remote(Cls)`): Project.actor_side
     error: tuple | None = None  # (line, message) when the file could not be analyzed
 
 
@@ -118,10 +119,13 @@ class Project(TaintSolver):
             for f in m.funcs:
                 self.funcs[f.key] = f
         self.children = defaultdict(list)
+        self.parents = defaultdict(list)
         for cid, (bases, _) in sorted(self.classes.items()):
             for b in bases:
                 for parent in self._find_class(b, cid[0]):
                     self.children[parent].append(cid)
+                    self.parents[cid].append(parent)
+        self.actor_side = self._actor_side(modules)
         self._family: dict = {}
         self._clock_fields: dict | None = None
         # Collective sites: node -> (line, display, next node or None); a node is a function key, or
@@ -262,13 +266,31 @@ class Project(TaintSolver):
                     return found
         return []
 
-    def _overrides(self, cid: tuple, name: str) -> list[str]:
+    def _actor_side(self, modules: list) -> frozenset:
+        """Ray actor classes and the classes they are built from (NeMo-RL's `DTensorPolicyWorker`, a
+        `@ray.remote` subclass of `DTensorPolicyWorkerImpl`): their methods run in the actor's own process,
+        reached through `.remote()`, never by a plain call in the driver."""
+        out: set = set()
+        stack = [(m.modname, name) for m in modules for name in m.actors if (m.modname, name) in self.classes]
+        while stack:
+            c = stack.pop()
+            if c not in out:
+                out.add(c)
+                stack.extend(self.parents.get(c, ()))
+        return frozenset(out)
+
+    def _overrides(self, cid: tuple, name: str, driver: bool = False) -> list[str]:
+        """The overrides of NAME in CID's subclasses; for a DRIVER's call on a declared type, not those of
+        the actor side below it (an interface the driver's `Policy` and the actors' workers both implement:
+        the driver's `policy.train()` sends work to the actors, which run their own `train()` there)."""
         out, queue, seen = [], deque(self.children.get(cid, ())), set()
         while queue:
             c = queue.popleft()
             if c in seen:
                 continue
             seen.add(c)
+            if driver and c in self.actor_side:
+                continue
             methods = self.classes[c][1]
             if name in methods:
                 out.append(methods[name])
@@ -332,7 +354,7 @@ class Project(TaintSolver):
         elif kind == "typed":  # x.m() with x of a known class: its method and reachable overrides
             exact, inexact = self.classes_split(ref[2])
             for cid in inexact:
-                out += self._mro(cid, name, set()) + self._overrides(cid, name)
+                out += self._mro(cid, name, set()) + self._overrides(cid, name, driver=True)
             for cid in exact:  # a constructed object: no subclass's override
                 out += self._mro(cid, name, set())
         elif kind == "key":  # a closure handed to a thread
@@ -361,7 +383,13 @@ class Project(TaintSolver):
             return [(t, cid) for cid in cids for t in self._mro(cid, "__init__", set())]
         if kind == "typed":
             exact, inexact = self.classes_split(ref[2])
-            out = sorted({t for cid in inexact for t in self._mro(cid, ref[1], set()) + self._overrides(cid, ref[1])})
+            out = sorted(
+                {
+                    t
+                    for cid in inexact
+                    for t in self._mro(cid, ref[1], set()) + self._overrides(cid, ref[1], driver=True)
+                }
+            )
             return out + [(t, cid) for cid in exact for t in self._mro(cid, ref[1], set())]
         return self.resolve(ref)
 

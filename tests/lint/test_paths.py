@@ -202,3 +202,35 @@ def deploy(backend, start):
 """
         },
     )
+
+
+def test_a_handler_that_raises_leaves_the_barriers_matched(lint_snippets):
+    # OLMo-core's HF conversion: rank 0 issues one barrier on each way out (an early return, a handler
+    # that raises, or falling through to the barrier every rank reaches). A handler that swallows the
+    # failure and falls through issues a second barrier on that path: still a finding.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+def convert(config, write):
+    if dist.get_rank() == 0:
+        if config is None:
+            dist.barrier()
+            return
+        try:
+            write(config)
+        except Exception:
+            dist.barrier()
+            raise
+    dist.barrier()
+
+def convert_swallowing(config, write):
+    if dist.get_rank() == 0:  # expect: HC102
+        try:
+            write(config)
+        except Exception:
+            dist.barrier()  # gated
+    dist.barrier()
+"""
+        },
+    )

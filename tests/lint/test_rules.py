@@ -767,3 +767,84 @@ def train_unsynchronized(start, limit, steps):
 """
         },
     )
+
+
+def test_a_drivers_call_on_an_interface_does_not_reach_ray_actors(lint_snippets):
+    # NeMo-RL: the driver's `policy.train()` on a PolicyInterface sends work to Ray actors; the actors'
+    # own `train()` (a @ray.remote subclass of the implementation) runs in their processes, on every
+    # worker the driver sends it to. An implementation that is no actor is the driver's own code.
+    check(
+        lint_snippets,
+        {
+            "iface.py": """
+class PolicyInterface:
+    def train(self, batch):
+        raise NotImplementedError
+
+class LoggerInterface:
+    def publish(self, batch):
+        raise NotImplementedError
+""",
+            "worker.py": """
+import ray
+from iface import PolicyInterface
+
+class WorkerImpl(PolicyInterface):
+    def train(self, batch):
+        dist.all_reduce(batch)
+
+@ray.remote(num_gpus=1)
+class Worker(WorkerImpl):
+    pass
+""",
+            "local.py": """
+from iface import LoggerInterface
+
+class LocalLogger(LoggerInterface):
+    def publish(self, batch):
+        dist.barrier()
+""",
+            "driver.py": """
+from iface import LoggerInterface, PolicyInterface
+
+def fit(policy: PolicyInterface, batches, start, limit):
+    for batch in batches:
+        if time.time() - start >= limit:
+            return
+        policy.train(batch)
+
+def log(logger: LoggerInterface, batches, start, limit):
+    for batch in batches:
+        if time.time() - start >= limit:  # expect: HC101
+            return
+        logger.publish(batch)  # gated
+""",
+        },
+    )
+
+
+def test_a_deadline_returned_to_a_caller_is_not_its_decision(lint_snippets):
+    # OLMo's check_if_cancelled, NeMo-RL's TimeoutChecker: the clock is compared in a helper that returns
+    # the verdict; on held-out code its callers agreed on it or ran in one process. Compared where the
+    # loop decides, it stays a finding.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+def time_is_up(start, limit):
+    return time.time() - start >= limit
+
+def fit(batches, start, limit):
+    for batch in batches:
+        if time_is_up(start, limit):
+            break
+        dist.all_reduce(batch)
+
+def fit_inline(batches, start, limit):
+    for batch in batches:
+        if time.time() - start >= limit:  # expect: HC101
+            break
+        dist.all_reduce(batch)  # gated
+"""
+        },
+    )
