@@ -29,6 +29,32 @@ NOQA_RE = re.compile(r"#\s*noqa\s*:\s*([A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*
 HC_CODE = re.compile(r"^HC[0-9]{3}$")
 NOQA_HC = re.compile(rb"(?i)noqa\s*:[^\n]*HC[0-9]")
 _COMPOUND = (ast.If, ast.Try, ast.With, ast.For, ast.While)
+# Statements that hold no others, hence no def (most of a module): _functions passes them at once.
+_SIMPLE = frozenset(
+    {
+        ast.Expr,
+        ast.Assign,
+        ast.AnnAssign,
+        ast.AugAssign,
+        ast.Return,
+        ast.Pass,
+        ast.Import,
+        ast.ImportFrom,
+        ast.Raise,
+        ast.Assert,
+        ast.Delete,
+        ast.Global,
+        ast.Nonlocal,
+        ast.Break,
+        ast.Continue,
+    }
+)
+
+
+def _may_noqa(data: bytes) -> bool:
+    """NOQA_HC.search(data), with the case-insensitive regex run only where `noqa` is (ASCII case folding,
+    as the regex's on bytes): scanning every file with it cost more than the rest of the text checks."""
+    return b"noqa" in data.lower() and NOQA_HC.search(data) is not None
 
 
 @dataclass
@@ -56,6 +82,8 @@ def _functions(tree: ast.Module, path: str) -> list[tuple]:
 
     def visit(body, cls, prefix):
         for node in body:
+            if type(node) in _SIMPLE:
+                continue
             if isinstance(node, ast.ClassDef):
                 visit(node.body, node.name, f"{prefix}{node.name}.")
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -123,7 +151,7 @@ def _summarize(file: str, data: bytes, path: str, modname: str, cfg: LintConfig)
         tree = ast.parse(data, filename=file)
         summary.digest = digest(data)
         summary.lines = data.count(b"\n") + 1
-        if b"hctool:" in data or NOQA_HC.search(data):  # tokenizing for comments is slow: only where one may be
+        if b"hctool:" in data or _may_noqa(data):  # tokenizing for comments is slow: only where one may be
             summary.suppressions = suppressions(data.decode("utf-8", errors="replace"))
         mod = _module_info(tree, path, modname, cfg)
         summary.imports, summary.local_defs, summary.latch_props = mod.imports, mod.local_defs, mod.latch_props
@@ -221,7 +249,7 @@ def suppressions(text: str) -> dict[int, tuple[int, set[str], str]]:
     """line -> (column, codes, form) for each `# hctool: ignore[...]` or `# noqa: HCnnn` comment;
     FORM ("ignore" or "noqa") is how HC100 names a stale one."""
     out: dict = {}
-    if "hctool:" not in text and not NOQA_HC.search(text.encode("utf-8", errors="replace")):
+    if "hctool:" not in text and not _may_noqa(text.encode("utf-8", errors="replace")):
         return out
     for lineno, col, comment in _comments(text):
         m = SUPPRESS_RE.search(comment)

@@ -255,7 +255,8 @@ class Expressions:
         name = N.dotted(func)
         qual = N.qualify(name, self.mod.imports)
         display = name or last
-        self._message(node, last, qual)
+        if "recv" in last or "send" in last:  # what names.MESSAGE_RECV and MESSAGE_SEND need at least
+            self._message(node, last, qual)
         if qual == "torch.device":
             self._device_parts(node, arg_taints, kw_taints)
         if last in N.UNIFORM_CALLS or _matches(self.mod.uniform, last, qual):
@@ -280,7 +281,8 @@ class Expressions:
         if src:
             return src
         if self.facts is None:
-            self._thread_facts(node, func, last)
+            if last in S.SPAWN_NAMES or last in S.MUTATORS:  # _thread_facts notes nothing else
+                self._thread_facts(node, func, last)
             if S.is_pool_change(last) and isinstance(func, ast.Attribute):
                 pool = S.pool_field(N.dotted(func.value))
                 if pool:

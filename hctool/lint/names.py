@@ -236,7 +236,14 @@ MESSAGE_RECV = re.compile(r"^_*(async_)?(sock_)?recv(_pyobj|_json|_string|_multi
 
 
 def is_message(pattern, last: str, qual: str | None) -> bool:
-    return bool(pattern.match(last)) and not (qual or "").startswith("torch.")
+    key = (pattern, last)
+    hit = _MESSAGE_NAMES.get(key)
+    if hit is None:
+        hit = _MESSAGE_NAMES[key] = bool(pattern.match(last))
+    return hit and not (qual or "").startswith("torch.")
+
+
+_MESSAGE_NAMES: dict = {}  # (pattern, name) -> whether it matches: a call name recurs thousands of times
 
 
 ORDERING_CALLS = frozenset({"sorted", "min", "max", "sort", "nsmallest", "nlargest"})
@@ -245,6 +252,11 @@ HEAP_PUSH = frozenset({"heappush", "heappushpop", "heapreplace"})
 
 def dotted(node: ast.AST) -> str | None:
     """`a.b.c` for a Name/Attribute chain, else None."""
+    kind = type(node)
+    if kind is ast.Name:  # the common shapes first: a name, and a field of one (`self.rank`)
+        return node.id
+    if kind is ast.Attribute and type(node.value) is ast.Name:
+        return node.value.id + "." + node.attr
     parts = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
@@ -295,10 +307,17 @@ def _statements(body: list):
     while stack:
         node = stack.pop()
         yield node
-        for part in ("body", "orelse", "finalbody", "handlers", "cases"):
+        parts = _BODIES.get(type(node))
+        if parts is None:
+            parts = _BODIES[type(node)] = tuple(p for p in _BODY_FIELDS if p in node._fields)
+        for part in parts:
             sub = getattr(node, part, None)
             if sub:
                 stack.extend(reversed(sub))
+
+
+_BODY_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
+_BODIES: dict = {}  # node type -> the statement-list fields it has, of _BODY_FIELDS (most have none)
 
 
 def qualify(name: str | None, imports: dict[str, str]) -> str | None:

@@ -101,6 +101,7 @@ class Project(TaintSolver):
         self._memo: dict = {}
         self._cls_memo: dict = {}
         self._flat_memo: dict = {}
+        self._found: dict = {}  # _find_modules / _find_class answers: the tables below are fixed once built
         self.field_types: dict[tuple, frozenset] = {}  # (module, class, field) -> specs
         self.class_path: dict[tuple, str] = {}  # classes with generated constructors -> path
         self.global_field = defaultdict(set)  # field -> class specs declared for it anywhere
@@ -151,12 +152,25 @@ class Project(TaintSolver):
 
     # ---- resolution -------------------------------------------------------
     def _find_modules(self, qual: str) -> list[str]:
+        hit = self._found.get(qual)
+        if hit is None:
+            hit = self._found[qual] = self._find_modules_of(qual)
+        return hit
+
+    def _find_modules_of(self, qual: str) -> list[str]:
         if qual in self.mod_funcs:
             return [qual]
         tail = qual.rsplit(".", 1)[-1]
         return [m for m in self.mods_by_tail.get(tail, ()) if m.endswith("." + qual) or qual.endswith("." + m)]
 
     def _find_class(self, qual: str, from_mod: str) -> list[tuple]:
+        key = (qual, from_mod)
+        hit = self._found.get(key)
+        if hit is None:
+            hit = self._found[key] = self._find_class_of(qual, from_mod)
+        return hit
+
+    def _find_class_of(self, qual: str, from_mod: str) -> list[tuple]:
         if "." not in qual:
             if (from_mod, qual) in self.classes:
                 return [(from_mod, qual)]

@@ -156,20 +156,41 @@ def _pass2(job: tuple):
 
 
 def _map(fn, jobs: list, workers: int, bar=None) -> list:
-    """fn over jobs in order; `bar` (hctool.console.progress) advances once a file."""
+    """fn over jobs, results in the order of JOBS; `bar` (hctool.console.progress) advances once a file.
+    In parallel the largest files go first and results come back as they are done: in path order, a
+    chunk of large files near the end (server_args.py in SGLang's srt) kept a worker busy alone while
+    the other idled, and a chunk in order waited on its slowest file."""
 
-    def counted(results):
+    if workers <= 1 or len(jobs) < PARALLEL_MIN_FILES or "fork" not in multiprocessing.get_all_start_methods():
         out = []
-        for res in results:
-            out.append(res)
+        for j in jobs:
+            out.append(fn(j))
             if bar is not None:
                 bar.update(advance=1)
         return out
-
-    if workers <= 1 or len(jobs) < PARALLEL_MIN_FILES or "fork" not in multiprocessing.get_all_start_methods():
-        return counted(fn(j) for j in jobs)
+    out = [None] * len(jobs)
+    order = sorted(range(len(jobs)), key=lambda i: -_size(jobs[i][0]))
+    _STATE["fn"] = fn
     with multiprocessing.get_context("fork").Pool(workers, initializer=_worker_signals) as pool:
-        return counted(pool.imap(fn, jobs, chunksize=max(1, len(jobs) // (workers * 8))))
+        # Chunks of a sixteenth of a worker's share: the last ones hold the smallest files.
+        chunk = max(1, len(jobs) // (workers * 16))
+        for i, res in pool.imap_unordered(_indexed, [(i, jobs[i]) for i in order], chunksize=chunk):
+            out[i] = res
+            if bar is not None:
+                bar.update(advance=1)
+    return out
+
+
+def _indexed(task: tuple) -> tuple:
+    i, job = task
+    return i, _STATE["fn"](job)
+
+
+def _size(file: str) -> int:
+    try:
+        return os.stat(file).st_size
+    except OSError:
+        return 0
 
 
 def _worker_signals() -> None:

@@ -105,7 +105,24 @@ class ModuleInfo:
 def _matches(entries: frozenset, last: str, qual: str | None) -> bool:
     if last in entries:
         return True
-    return qual is not None and "." in qual and _dotted_match(entries, qual)
+    if qual is None or "." not in qual:
+        return False
+    by_tail = _DOTTED.get(entries)
+    if by_tail is None:
+        by_tail = _DOTTED[entries] = _dotted_by_tail(entries)
+    # `qual == e` or `qual.endswith("." + e)` for a dotted entry E: both end in E's last part.
+    return bool(by_tail) and qual.rpartition(".")[2] in by_tail and _dotted_match(entries, qual)
+
+
+_DOTTED: dict = {}  # entries -> {last part: dotted entries}: most qualified names end in no entry's last part
+
+
+def _dotted_by_tail(entries: frozenset) -> dict:
+    out: dict = {}
+    for e in entries:
+        if "." in e:
+            out.setdefault(e.rpartition(".")[2], []).append(e)
+    return out
 
 
 @lru_cache(maxsize=1 << 16)

@@ -109,7 +109,13 @@ SELF_LAGS = "@self"  # a method that changes its own object's fields under such 
 
 def is_pool_change(name: str) -> bool:
     """`pool.free(idx)`, `allocator.release_pages(...)`, `evict(n)`: a call that gives pages back."""
-    return bool(_POOL_CHANGE.search(name))
+    hit = _POOL_CHANGES.get(name)
+    if hit is None:
+        hit = _POOL_CHANGES[name] = bool(_POOL_CHANGE.search(name))
+    return hit
+
+
+_POOL_CHANGES: dict = {}  # name -> is_pool_change(name)
 
 
 def pool_field(receiver: str | None) -> str | None:

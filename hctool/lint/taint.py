@@ -105,7 +105,7 @@ class TaintSolver:
     @staticmethod
     def _spread(direct: dict, dependents: dict, keep, accepts) -> dict:
         rep, queue = {}, deque()
-        for node in sorted(direct, key=repr):
+        for node in direct:  # in repr order: _solve_taint fills DIRECT so
             srcs = [x for x in direct[node] if keep(x) and accepts(node, x)]
             if srcs:
                 rep[node] = min(srcs)
