@@ -88,6 +88,11 @@ class Expressions:
             self.id_cmps[id(node)] = t
         clocks = [[a for a in p if isinstance(a, Src) and a.kind == "clock"] for p in parts]
         if any(clocks) and S.is_deadline_compare(node, [bool(c) for c in clocks]):
+            if not any((a.path, a.fn) == (self.mod.path, self.qual) for c in clocks for a in c):
+                # Every clock reading came back from another function (ParlAI's `_get_time()`, which gathers
+                # rank 0's timers whenever a limit is set): a decision on it is taken where it was measured or
+                # not at all (checks._DECIDED_WHERE_MEASURED).
+                return frozenset(a for a in t if not (isinstance(a, Src) and a.kind == "clock"))
             clock = min(a for c in clocks for a in c)
             what = f"a per-rank deadline `{_short(node)}` (clock {clock.what} at line {clock.line})"
             t = frozenset(a for a in t if not (isinstance(a, Src) and a.kind == "clock"))

@@ -848,3 +848,31 @@ def fit_inline(batches, start, limit):
 """
         },
     )
+
+
+def test_a_clock_read_in_another_function_is_compared_where_it_was_read(lint_snippets):
+    # ParlAI's train loop compares times that `_get_time()` returns (synced from rank 0 whenever a limit is
+    # set); a decision on a clock read elsewhere is not taken here. A local reading beside it is.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+class Loop:
+    def _get_time(self):
+        return time.time() - self.start
+
+    def train(self, batches):
+        for batch in batches:
+            train_time = self._get_time()
+            if train_time > self.max_train_time:
+                break
+            dist.all_reduce(batch)
+
+    def train_local(self, batches):
+        for batch in batches:
+            if time.time() - self.start > self.max_train_time:  # expect: HC101
+                break
+            dist.all_reduce(batch)  # gated
+"""
+        },
+    )
