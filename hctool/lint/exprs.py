@@ -386,6 +386,7 @@ class Expressions:
             self.quiet
             or (qual or "").startswith(("torch.", "math.", "logging."))
             or last in N.VALUE_BUILTINS
+            or (isinstance(node.func, ast.Name) and last in N.PURE_BUILTINS)
             or (N.dotted(node.func) or "").split(".", 1)[0] in ("logger", "log", "logging")
         ):
             return
@@ -483,6 +484,11 @@ class Expressions:
         func = node.func
         last = _last(func)
         named = _group_names(node)
+        given = next((k.value for k in node.keywords if k.arg in ("group", "process_group", "pg")), None)
+        if isinstance(given, ast.Constant) and given.value is None:
+            return frozenset((N.WORLD,))
+        if given is not None and not named:  # `group=self.weight_update_groups[0]`: a group all the same
+            named = _arg_name(given) or ast.unparse(given)
         position = N.GROUP_POSITION.get(last)
         if not named and position is not None and len(node.args) > position:
             named = _arg_name(node.args[position]) or "?"

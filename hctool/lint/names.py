@@ -127,6 +127,9 @@ VALUE_BUILTINS = frozenset(
         "hash",
     }
 )
+# Builtins that read values or types: no I/O of theirs fails on one rank (exprs._may_fail; issue 34:
+# FastVideo's `isinstance(pg, ProcessGroup)` inside `suppress(OSError)`).
+PURE_BUILTINS = VALUE_BUILTINS | frozenset({"isinstance", "issubclass", "hasattr", "callable", "id", "type"})
 # Replicated by construction in SGLang-shaped schedulers: request slots are taken and returned at
 # the same points of the replicated schedule on every rank (unlike KV pages, whose free count
 # moves with per-rank load-back and write-back). A `rank-local` config entry overrides this.
@@ -457,4 +460,9 @@ def dims(text: str) -> frozenset:
     """The parallel dimensions TEXT names (`get_tensor_model_parallel_rank` -> tp, `ParallelMode.PARALLEL_2D_COL`
     -> col, `self.data_parallel_group` -> dp); empty for the world or anything unnamed."""
     words = [w.lower() for part in re.split(r"[^A-Za-z0-9]+", text) for w in (part.split("_") if part else ())]
-    return frozenset(_DIM_WORDS[w] for w in words if w in _DIM_WORDS)
+    three_d = "3d" in words
+    # 3D parallelism's input/weight/output dimensions only where the text says 3D (`PARALLEL_3D_WEIGHT`):
+    # `weight_update_groups` is a weight-sync group, not a dimension (issue 34: AReaL)
+    return frozenset(
+        _DIM_WORDS[w] for w in words if w in _DIM_WORDS and (three_d or not _DIM_WORDS[w].startswith("3d-"))
+    )

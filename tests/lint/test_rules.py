@@ -472,7 +472,8 @@ def same_node(pg, src):
             dist.broadcast_object_list([shm.name], src=src, group=pg)  # gated
         else:
             recv = [None]
-            dist.broadcast_object_list(recv, src=src, group=pg)
+            if isinstance(pg, dist.ProcessGroup):  # a type check fails on no rank (FastVideo's copy)
+                dist.broadcast_object_list(recv, src=src, group=pg)
             shm = shared_memory.SharedMemory(name=recv[0])
     dist.barrier(group=pg)
 
