@@ -64,6 +64,10 @@ class Observations:
             self.writes.append(("loose", self._loose_key(base, name), line))
         else:
             specs = self.type_of(base)
+            if specs and isinstance(base, ast.Name) and all(sp[0] == "new" for sp in specs):
+                # `batch = DataProto(); batch.meta_info = ...`: an object this function built itself; what it
+                # writes there happens before anyone else can hold it (ROLL's driver threads, issue 34)
+                return
             if specs:
                 self.writes.append((specs, name, line))
 
