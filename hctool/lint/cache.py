@@ -160,6 +160,9 @@ class Recorder:
     def leads(self, key):
         return self._ask("leads", key)
 
+    def paired_ops(self, key):
+        return self._ask("paired_ops", key)
+
     def answers(self) -> list:
         return [(name, args, digest(canon(ans))) for (name, args), ans in self.asked.items()]
 

@@ -706,6 +706,21 @@ class Project(TaintSolver):
         """Whether processes that receive commands run the function REF calls."""
         return any(t in self._follower_keys() for t in self.resolve(ref))
 
+    def paired_ops(self, key: str) -> frozenset:
+        """For `__enter__` (or `__exit__`) KEY, the collective family the class's other half issues, if it
+        issues one (a context manager that lets rank 0 go first: the others wait in `__enter__`, rank 0
+        in `__exit__`; checks.check_function)."""
+        f = self.funcs.get(key)
+        half = key.rsplit(".", 1)[-1]
+        if f is None or f.cid is None or half not in ("__enter__", "__exit__"):
+            return frozenset()
+        other = "__exit__" if half == "__enter__" else "__enter__"
+        other_key = self.classes.get(f.cid, ((), {}))[1].get(other)
+        if other_key is None or other_key not in self.coll:
+            return frozenset()
+        display = self.chain(other_key)[-1][2].rsplit("`", 2)[-2].rstrip("()")
+        return frozenset({N.op_family(display.rsplit(".", 1)[-1])})
+
     def leads(self, key: str) -> bool:
         """Whether function KEY decides on its own: it neither receives commands nor runs on one."""
         f = self.funcs.get(key)

@@ -877,3 +877,36 @@ class Loop:
 """
         },
     )
+
+
+def test_rank_zero_first_context_manager(lint_snippets):
+    # NeMo Automodel's FirstRankPerNode: the other ranks wait in __enter__'s barrier, rank 0 releases them
+    # from __exit__'s. A context manager whose __exit__ issues nothing leaves the others waiting.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+class FirstRank:
+    def __enter__(self):
+        self.first = dist.get_rank() == 0
+        if not self.first:
+            dist.barrier()
+        return self.first
+
+    def __exit__(self, *exc):
+        if self.first:
+            dist.barrier()
+        return False
+
+
+class OnlyWait:
+    def __enter__(self):
+        if dist.get_rank() != 0:  # expect: HC102
+            dist.barrier()  # gated
+        return self
+
+    def __exit__(self, *exc):
+        return False
+"""
+        },
+    )
