@@ -27,12 +27,20 @@ class _GiveUp(Exception):
     pass
 
 
+# A comparison and its negation, keyed by the first (paths correlate `x != y` with `x == y`).
+_NEGATED = {ast.NotEq: ast.Eq, ast.IsNot: ast.Is, ast.NotIn: ast.In, ast.GtE: ast.Lt, ast.LtE: ast.Gt}
+
+
 def _cond_key(test) -> tuple | None:
     """(key, names, value) for a condition on local names only: `x`, `not x`, `rank != src`. A call
     or a field can change between two tests of it; a local changes only where it is assigned."""
     value = True
     while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         test, value = test.operand, not value
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _NEGATED:
+        # `rank != src` is `not (rank == src)`: the two tests of ignite's one_rank_first are one condition
+        test = ast.Compare(test.left, [_NEGATED[type(test.ops[0])]()], test.comparators)
+        value = not value
     names = set()
     for n in ast.walk(test):
         if isinstance(n, ast.Name):

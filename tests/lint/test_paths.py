@@ -234,3 +234,34 @@ def convert_swallowing(config, write):
 """
         },
     )
+
+
+def test_a_comparison_and_its_negation_are_one_condition(lint_snippets):
+    # ignite's one_rank_first: `if current_rank != rank: barrier()` before the yield, `if current_rank ==
+    # rank: barrier()` after it: one barrier each. Testing the same comparison twice stays a finding.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+from contextlib import contextmanager
+
+@contextmanager
+def one_rank_first(rank=0):
+    current_rank = dist.get_rank()
+    if current_rank != rank:
+        dist.barrier()
+    yield
+    if current_rank == rank:
+        dist.barrier()
+
+@contextmanager
+def both_wait(rank=0):
+    current_rank = dist.get_rank()  # expect: HC102
+    if current_rank != rank:
+        dist.barrier()  # gated
+    yield
+    if current_rank != rank:
+        dist.barrier()  # gated
+"""
+        },
+    )
