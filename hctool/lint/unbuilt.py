@@ -113,24 +113,32 @@ def unbuilt(classes: set[tuple[str, str]], files: dict[str, str]) -> set[tuple[s
     if not classes:
         return set()
     names = {n for _, n in classes}
-    pattern = re.compile(rb"\b(" + b"|".join(re.escape(n.encode()) for n in sorted(names)) + rb")\b")
+    words = {n: (n.encode(), re.compile(rb"\b" + re.escape(n.encode()) + rb"\b")) for n in sorted(names)}
     mentions: dict[str, list[str]] = {n: [] for n in names}
     for f, real in files.items():
         try:
             data = read_source(real)
         except OSError:
             return set()  # a file not read is a use not seen: claim nothing
-        for m in {m.group(1).decode() for m in pattern.finditer(data)}:
-            mentions[m].append(f)
+        for n, (raw, word) in words.items():
+            if raw in data and word.search(data):  # a substring test first: most files never mention it
+                mentions[n].append(f)
     out = set()
+    trees: dict = {}
     for path, name in classes:
         runtime = typed = False
-        for f in mentions[name]:
-            try:
-                tree = ast.parse(read_source(files[f]), filename=f)
-            except (OSError, SyntaxError, ValueError, RecursionError):
-                runtime = True  # not seen: not claimed unbuilt
-                break
+        # Files likeliest to build it first (its own module, then a call or a subclass of the name): a
+        # class built anywhere is known after one parse, not after every file that types against it.
+        built = re.compile(rb"\b" + re.escape(name.encode()) + rb"\s*[(),]")
+        order = sorted(mentions[name], key=lambda f: (f != path, not built.search(_bytes(files[f]))))
+        for f in order:
+            tree = trees.get(f)
+            if tree is None:
+                try:
+                    tree = trees[f] = ast.parse(read_source(files[f]), filename=f)
+                except (OSError, SyntaxError, ValueError, RecursionError):
+                    runtime = True  # not seen: not claimed unbuilt
+                    break
             own = (
                 next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
                 if f == path
@@ -145,3 +153,10 @@ def unbuilt(classes: set[tuple[str, str]], files: dict[str, str]) -> set[tuple[s
         if typed and not runtime:
             out.add((path, name))
     return out
+
+
+def _bytes(file: str) -> bytes:
+    try:
+        return read_source(file)
+    except OSError:
+        return b""
