@@ -160,6 +160,9 @@ class Recorder:
     def leads(self, key):
         return self._ask("leads", key)
 
+    def component_has_collectives(self, key):
+        return self._ask("component_has_collectives", key)
+
     def paired_ops(self, key):
         return self._ask("paired_ops", key)
 

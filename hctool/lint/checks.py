@@ -405,7 +405,10 @@ def check_function(w: Walker, path: str) -> list[Relation]:
                 "carries a list ordered by per-rank stamps into the collective, so ranks "
                 "contribute it in different orders",
             )
-    for pos, line, col, text, src in w.state_writes:
+    # A per-rank deadline setting an item's state matters in a component that issues collectives (SGLang's
+    # Scheduler); a cluster supervisor's heartbeat table (xinference's SupervisorActor) is no replicated batch.
+    component = bool(w.state_writes) and w.facts is not None and w.facts.component_has_collectives(w.key)
+    for pos, line, col, text, src in w.state_writes if component else ():
         if any(c.pos > pos and src in c.sent for c in w.collectives):
             continue  # the state is what ranks then agree on (a MIN over per-request statuses)
         out.append(

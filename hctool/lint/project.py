@@ -721,6 +721,16 @@ class Project(TaintSolver):
         display = self.chain(other_key)[-1][2].rsplit("`", 2)[-2].rstrip("()")
         return frozenset({N.op_family(display.rsplit(".", 1)[-1])})
 
+    def component_has_collectives(self, key: str) -> bool:
+        """Whether the class of method KEY (or, for a function, its module) issues a collective anywhere:
+        only such a component holds items every rank holds (checks: HC104's state writes)."""
+        f = self.funcs.get(key)
+        if f is None:
+            return False
+        if f.cid is not None:
+            return any(k in self.coll for k in self.classes.get(f.cid, ((), {}))[1].values())
+        return any(g.path == f.path and g.key in self.coll for g in self.funcs.values())
+
     def leads(self, key: str) -> bool:
         """Whether function KEY decides on its own: it neither receives commands nor runs on one."""
         f = self.funcs.get(key)

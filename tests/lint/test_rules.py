@@ -403,6 +403,16 @@ def reap(procs, deadline):
         if time.monotonic() > deadline:
             p.killed = True
 """,
+            "engine/supervisor.py": """
+class Supervisor:
+    # a cluster supervisor's heartbeat table in the same program (xinference's SupervisorActor): its
+    # class issues no collective, so its items are nobody's replicated batch
+    def check_heartbeats(self, workers, timeout_s):
+        now = time.time()
+        for status in workers:
+            if now - status.update_time > timeout_s:
+                status.failure_remaining_count = 0
+""",
         },
     )
 
