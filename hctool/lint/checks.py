@@ -215,8 +215,9 @@ def _forwarded(w: Walker, c: Collective, frame: Frame | None, after: int) -> boo
 # A per-rank deadline decides only in the function that measured it (issue 34, held-out rounds 4 and 5). A
 # clock comparison whose result is returned to a caller (`check_if_cancelled()` -> `(cancel, extra_steps)`,
 # `TimeoutChecker.check_save()`, a chat agent's timed-out `act()`) was, on held-out code, a decision its
-# function's callers agreed on or took in one process: 0 of 3 such findings were judged real (OLMo
-# broadcasts it before use, NeMo-RL's driver is one process, ParlAI's agent has no process group), while
+# function's callers agreed on or took in one process: 0 of 6 such findings were judged real (OLMo
+# broadcasts it before use, NeMo-RL's driver is one process, ParlAI's agent has no process group and its
+# train loop's times are gathered from rank 0), while
 # every real deadline decided where it measured (litgpt's `max_time`, SGLang's per-request deadlines). A
 # swallowed failure returned as a verdict stays a source across calls (SGLang's `_shard_config_matches`,
 # judged real), and fields written by another thread cross functions by their nature.
