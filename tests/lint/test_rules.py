@@ -920,3 +920,31 @@ class OnlyWait:
 """
         },
     )
+
+
+def test_a_failures_fallback_value_does_not_set_a_loops_trip_count(lint_snippets):
+    # xinference's cosyvoice trainer re-reads its config in the handler; vllm-ascend falls back to the
+    # host name's address: the loop then runs over the fallback, as long as what it replaced. A failure
+    # that breaks out of the loop stays a finding.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+def train(path, fallback):
+    try:
+        epochs = int(open(path).read())
+    except OSError:
+        epochs = int(open(fallback).read())
+    for _ in range(epochs):
+        dist.all_reduce(torch.ones(1))
+
+def fetch_all(paths):
+    for path in paths:
+        try:
+            data = open(path).read()  # expect: HC101
+        except OSError:
+            break
+        dist.broadcast(torch.ones(1), src=0)  # gated
+"""
+        },
+    )
