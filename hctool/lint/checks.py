@@ -182,7 +182,9 @@ def _members(frame: Frame, members: tuple) -> bool:
 def _other_dimension(src: Src | None, c: Collective) -> bool:
     """A rank id of one parallel dimension deciding a collective on a group of another (`if tp_rank == 0:`
     around a data-parallel barrier; ColossalAI's `get_local_rank(PARALLEL_2D_COL) == 0` around a gather
-    on the 2D row group): every member of that group has the same coordinate, so all of it goes or none."""
+    on the 2D row group): every member of that group has the same coordinate, so all of it goes or none.
+    Also true for a group whose members the code does not show (only its own text, names.group_token):
+    nothing shows that such a group holds ranks on both sides of the test (_for)."""
     if src is None or not src.kind.startswith("id"):
         return False
     if src.dims & c.dims or N.WORLD in c.dims or N.WORLD in src.dims:
