@@ -948,3 +948,39 @@ def fetch_all(paths):
 """
         },
     )
+
+
+def test_a_call_on_a_base_of_dozens_of_implementations_reaches_none_of_them(lint_snippets):
+    # ParlAI's `agent.act()` on `Agent` (43 overrides) reached a TorchAgent's fp16 all_reduce from a chat
+    # world with no process group: past MAX_OVERRIDES implementations, which one runs is the program's
+    # configuration. A base of a few implementations is still followed into each.
+    many = "\n".join(f"class Agent{i}(Agent):\n    def act(self):\n        return {i}\n" for i in range(25))
+    check(
+        lint_snippets,
+        {
+            "agents.py": "class Agent:\n    def act(self):\n        return None\n\n"
+            + many
+            + "\nclass TorchAgent(Agent):\n    def act(self):\n        dist.all_reduce(torch.ones(1))\n",
+            "few.py": """
+class Policy:
+    def train_step(self):
+        return None
+
+class SyncPolicy(Policy):
+    def train_step(self):
+        dist.all_reduce(torch.ones(1))
+""",
+            "world.py": """
+from agents import Agent
+from few import Policy
+
+def chat(agent: Agent, start, timeout):
+    while time.time() - start < timeout:
+        agent.act()
+
+def train(policy: Policy, start, timeout):
+    while time.time() - start < timeout:  # expect: HC101
+        policy.train_step()  # gated
+""",
+        },
+    )
