@@ -436,8 +436,9 @@ class Expressions:
         self.pos += 1
         real = chain[-1][2].rsplit("`", 2)[-2].rstrip("()") if chain else display
         group = next((ast.unparse(k.value) for k in node.keywords if k.arg in ("group", "process_group")), "")
-        # The parallel dimensions of the group it runs on, where the call names one (checks._other_dimension);
-        # a call that names none runs on the groups its callee's collectives name, if they all name one.
+        # The parallel dimensions of the group it runs on (checks._other_dimension): a real collective's own
+        # (_call_dims); for a call into helpers, the group it hands them, else the union of its callees'
+        # collectives' groups (project.group_dims).
         handed = _group_names(node) if chain else ""
         dims = (N.dims(handed) or N.group_token(handed)) if handed else self._call_dims(node) if not chain else EMPTY
         if not dims and chain and self.facts is not None:
@@ -474,13 +475,12 @@ class Expressions:
         )
 
     def _call_dims(self, node) -> frozenset:
-        """The parallel dimensions of the group a real collective runs on: those its group argument names
-        (empty for a group it names no dimension of: `group=self.group`, a group it was handed); those of
-        the object it is called on (`get_tp_group().all_reduce(x)`; empty for `self.comm.all_reduce(x)`);
-        those of its own name (`tensor_model_parallel_all_reduce(x)`); else, a function called with no
-        group, the world (names.WORLD): every rank, whatever its coordinates. A group that names no
-        dimension is its own text (names.group_token): only a rank asked about that group sets its members
-        apart."""
+        """The parallel dimensions of the group a real collective runs on: those its group argument names;
+        those of the object it is called on (`get_tp_group().all_reduce(x)`); those of its own name
+        (`tensor_model_parallel_all_reduce(x)`); else, a function called with no group, the world
+        (names.WORLD): every rank, whatever its coordinates. A group that names no dimension
+        (`group=self.group`, a group it was handed, `self.comm.all_reduce(x)`) is its own text
+        (names.group_token): only a rank asked about that group sets its members apart."""
         func = node.func
         last = _last(func)
         named = _group_names(node)
