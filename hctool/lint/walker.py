@@ -541,8 +541,8 @@ def _cover_every_rank(first, second) -> bool:
     Predicates of one variable against integer constants change only at those constants: checking each
     value from 0 to past the largest, and one far beyond, decides it."""
     a, b = _rank_test(first), _rank_test(second)
-    if a is None or b is None or a[0] != b[0]:
-        return False
+    if a is None or b is None or a[0] != b[0] or max(abs(a[1]), abs(b[1])) > 4096:
+        return False  # a rank beyond any job's size is no split of the ranks (and no loop this long)
     top = max(a[1], b[1], 0) + 2
     return all(a[2](v) or b[2](v) for v in (*range(top), 10**9))
 

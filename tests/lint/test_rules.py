@@ -984,3 +984,20 @@ def train(policy: Policy, start, timeout):
 """,
         },
     )
+
+
+def test_an_elif_on_a_rank_beyond_any_job_is_decided_at_once(lint_snippets):
+    # `!= K` then `== K` covers every rank whatever K is; a K past any job's size is not looked at rank by
+    # rank (the check would count up to it): the elif stays a branch of its own.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+def f():
+    if dist.get_rank() != 10**12:
+        pass
+    elif dist.get_rank() == 1000000000000:  # expect: HC102
+        dist.barrier()  # gated
+"""
+        },
+    )
