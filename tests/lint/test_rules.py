@@ -994,7 +994,7 @@ def test_an_elif_on_a_rank_beyond_any_job_is_decided_at_once(lint_snippets):
         {
             "m.py": """
 def f():
-    if dist.get_rank() != 10**12:
+    if dist.get_rank() != 1000000000000:  # expect: HC102
         pass
     elif dist.get_rank() == 1000000000000:  # expect: HC102
         dist.barrier()  # gated
