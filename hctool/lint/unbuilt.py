@@ -115,6 +115,7 @@ def unbuilt(classes: set[tuple[str, str]], files: dict[str, str]) -> set[tuple[s
     names = {n for _, n in classes}
     words = {n: (n.encode(), re.compile(rb"\b" + re.escape(n.encode()) + rb"\b")) for n in sorted(names)}
     mentions: dict[str, list[str]] = {n: [] for n in names}
+    texts: dict[str, bytes] = {}  # the bytes of the files that mention one of the names, read once
     for f, real in files.items():
         try:
             data = read_source(real)
@@ -123,6 +124,7 @@ def unbuilt(classes: set[tuple[str, str]], files: dict[str, str]) -> set[tuple[s
         for n, (raw, word) in words.items():
             if raw in data and word.search(data):  # a substring test first: most files never mention it
                 mentions[n].append(f)
+                texts[f] = data
     out = set()
     trees: dict = {}
     for path, name in classes:
@@ -130,13 +132,13 @@ def unbuilt(classes: set[tuple[str, str]], files: dict[str, str]) -> set[tuple[s
         # Files likeliest to build it first (its own module, then a call or a subclass of the name): a
         # class built anywhere is known after one parse, not after every file that types against it.
         built = re.compile(rb"\b" + re.escape(name.encode()) + rb"\s*[(),]")
-        order = sorted(mentions[name], key=lambda f: (f != path, not built.search(_bytes(files[f]))))
+        order = sorted(mentions[name], key=lambda f: (f != path, not built.search(texts[f])))
         for f in order:
             tree = trees.get(f)
             if tree is None:
                 try:
-                    tree = trees[f] = ast.parse(read_source(files[f]), filename=f)
-                except (OSError, SyntaxError, ValueError, RecursionError):
+                    tree = trees[f] = ast.parse(texts[f], filename=f)
+                except (SyntaxError, ValueError, RecursionError):
                     runtime = True  # not seen: not claimed unbuilt
                     break
             own = (
@@ -153,10 +155,3 @@ def unbuilt(classes: set[tuple[str, str]], files: dict[str, str]) -> set[tuple[s
         if typed and not runtime:
             out.add((path, name))
     return out
-
-
-def _bytes(file: str) -> bytes:
-    try:
-        return read_source(file)
-    except OSError:
-        return b""
