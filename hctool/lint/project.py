@@ -727,8 +727,14 @@ class Project(TaintSolver):
         other_key = self.classes.get(f.cid, ((), {}))[1].get(other)
         if other_key is None or other_key not in self.coll:
             return frozenset()
-        display = self.chain(other_key)[-1][2].rsplit("`", 2)[-2].rstrip("()")
-        return frozenset({N.op_family(display.rsplit(".", 1)[-1])})
+        node, seen = other_key, set()
+        while node not in seen:  # down the call chain to the collective itself (its display, not a message)
+            seen.add(node)
+            _line, display, nxt = self.coll[node]
+            if nxt is None:
+                return frozenset({N.op_family(display)})
+            node = nxt
+        return frozenset()
 
     def component_has_collectives(self, key: str) -> bool:
         """Whether the class of method KEY (or, for a function, its module) issues a collective anywhere:
