@@ -439,8 +439,11 @@ class Expressions:
         # The parallel dimensions of the group it runs on (checks._other_dimension): a real collective's own
         # (_call_dims); for a call into helpers, the group it hands them, else the union of its callees'
         # collectives' groups (project.group_dims).
-        handed = _group_names(node) if chain else ""
-        dims = (N.dims(handed) or N.group_token(handed)) if handed else self._call_dims(node) if not chain else EMPTY
+        group_arg = _group_names(node) if chain else ""
+        if group_arg:
+            dims = N.dims(group_arg) or N.group_token(group_arg)
+        else:
+            dims = EMPTY if chain else self._call_dims(node)
         if not dims and chain and self.facts is not None:
             dims = self.facts.group_dims(self._ref(node.func, _last(node.func)), _truthy_args(node))
         sent = (
