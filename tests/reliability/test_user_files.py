@@ -216,3 +216,14 @@ def test_the_chrome_export_is_strict_json_whatever_the_folder_holds(run_folder, 
 
     doc = json.loads((tmp_path / "trace.json").read_text(), parse_constant=refuse)
     assert any(e.get("cat") == "fault" for e in doc["traceEvents"])
+
+
+def test_python_m_hctool_never_imports_the_users_engine_py(tmp_path):
+    """`python -m hctool` puts the working directory first on sys.path; a user's `engine.py` there
+    (detr's repository has one) must not shadow hctool's `engine` package, nor run."""
+    marker = tmp_path / "imported"
+    (tmp_path / "engine.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit('imported')\n")
+    (tmp_path / "train.py").write_text("import torch.distributed as dist\n\ndist.barrier()\n")
+    done = _hctool("lint", ".", "-q", "--no-cache", cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert not marker.exists()
