@@ -84,6 +84,19 @@ def _reraises(handler: ast.ExceptHandler) -> bool:
     )
 
 
+def _in_order(s) -> list | None:
+    """The statements a `try` runs on every path that goes on after it, in order, where that is one
+    list: every handler ends by raising (a path through one is fatal for the rank, as a `raise` is:
+    OLMo-core's checkpoint conversion, `except Exception: barrier(); raise`), so what follows sees the
+    body, the `else` and the `finally`. A `return` in the body or `else` would run the `finally` on its
+    way out, which a path that stops at the `return` does not show: not followed."""
+    if not isinstance(s, ast.Try) or not all(_reraises(h) for h in s.handlers):
+        return None
+    if s.finalbody and any(isinstance(n, ast.Return) for part in (s.body, s.orelse) for x in part for n in ast.walk(x)):
+        return None
+    return [*s.body, *s.orelse, *s.finalbody]
+
+
 class Paths:
     """Path sequences of one function FN, whose collective calls are COLLECTIVES (walker events)."""
 
@@ -194,11 +207,8 @@ class Paths:
             return done | {(seq + toks, assume, True) for seq, assume, _ in live}
         if isinstance(s, ast.Raise):
             return done  # fatal for the rank: the job dies, nobody waits on a hang
-        if isinstance(s, ast.Try) and s.handlers and all(_reraises(h) for h in s.handlers) and not s.finalbody:
-            # every handler ends by raising: a path through one is fatal for the rank (as a `raise` is), so
-            # what follows sees only the paths that ran the body and the `else` (OLMo-core's checkpoint
-            # conversion: `except Exception: barrier(); raise`)
-            return done | self._stmts([*s.body, *s.orelse], live)
+        if _in_order(s):
+            return done | self._stmts(_in_order(s), live)
         if isinstance(s, (ast.For, ast.AsyncFor, ast.While, ast.Try)) or type(s).__name__ in ("TryStar", "Match"):
             if self._holds(s):
                 raise _GiveUp  # its collectives may run any number of times, or be skipped by a `return`
@@ -223,6 +233,10 @@ class Paths:
                     inner = find(s.body) or find(s.orelse)
                 elif isinstance(s, (ast.With, ast.AsyncWith)):
                     inner = find(s.body)
+                elif _in_order(s):
+                    # a `try:` ... `finally:` (LLaMA-Factory's rank-0-first context manager, whose main rank's
+                    # barrier is in the `finally` after the yield): its statements in the order they run
+                    inner = find(_in_order(s))
                 elif any(n is target for n in ast.walk(s)):
                     return None  # in a loop, a try or a match: not followed
                 if inner:

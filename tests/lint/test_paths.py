@@ -265,3 +265,69 @@ def both_wait(rank=0):
 """
         },
     )
+
+
+def test_a_finally_after_the_yield_is_followed(lint_snippets):
+    # LLaMA-Factory's main_process_first: the others' barrier before the yield inside `try:`, the main
+    # rank's in the `finally:` (one barrier each). A `return` inside such a `try` runs the `finally` on
+    # its way out, which the path comparison does not model: that twin stays a finding.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+from contextlib import contextmanager
+
+@contextmanager
+def main_process_first():
+    is_main_process = dist.get_rank() == 0
+    try:
+        if not is_main_process:
+            dist.barrier()
+        yield
+    finally:
+        if is_main_process:
+            dist.barrier()
+
+@contextmanager
+def main_process_first_returning(skip):
+    is_main_process = dist.get_rank() == 0  # expect: HC102
+    try:
+        if not is_main_process:
+            dist.barrier()  # gated
+            if skip:
+                return
+        yield
+    finally:
+        if is_main_process:
+            dist.barrier()  # gated
+"""
+        },
+    )
+
+
+def test_a_group_is_named_by_the_last_name_of_its_path(lint_snippets):
+    # lighteval's nanotron model: the pipeline-stage rank (`pp_pg`, reached through `parallel_context`,
+    # which names no context-parallel group) decides tensor- and data-parallel gathers, whose members all
+    # share one stage; the gather helper fills its own default group. The rank within the very group
+    # gathered on stays a finding.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+class Model:
+    def gather(self, out, process_group=None):
+        if process_group is None:
+            process_group = self.parallel_context.dp_pg
+        dist.all_gather([out], out, group=process_group)
+
+    def step(self, out):
+        if dist.get_rank(self.parallel_context.pp_pg) == self.output_pp_rank:
+            dist.all_gather([out], out, group=self.parallel_context.tp_pg)
+            self.gather(out)
+
+    def step_twin(self, out):
+        if dist.get_rank(self.parallel_context.dp_pg) == 0:  # expect: HC102
+            self.gather(out)  # gated
+"""
+        },
+    )
