@@ -496,6 +496,9 @@ class Expressions:
         if not named and position is not None and len(node.args) > position:
             named = _arg_name(node.args[position]) or "?"
         if named:
+            replaced = self._replaced(named)
+            if replaced is not None:  # `if group is None: group = self.parallel_context.dp_pg`
+                return replaced
             if self._defaults_to_none(named):
                 return frozenset((N.WORLD,))  # a wrapper's `group=None`: the world unless handed one
             return N.dims(named) or N.group_token(named)
@@ -509,6 +512,26 @@ class Expressions:
                 receiver_text = _arg_name(func.value) or ast.unparse(func.value)
                 return N.dims(receiver_text) or N.group_token(receiver_text)  # a communicator or group object
         return frozenset((N.WORLD,))
+
+    def _replaced(self, name: str) -> frozenset | None:
+        """The dimensions of what this function assigns to the parameter NAME (a wrapper that fills its own
+        default: `if process_group is None: process_group = self.parallel_context.dp_pg`, lighteval's
+        nanotron model), when every such value names one; None where NAME is not a parameter it assigns."""
+        fn = self.fn_node
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return None
+        a = fn.args
+        if name not in {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)}:
+            return None
+        values = [
+            n.value
+            for n in ast.walk(fn)
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)
+        ]
+        named = [N.dims(_arg_name(v) or ast.unparse(v)) for v in values]
+        if not named or not all(named):
+            return None
+        return frozenset().union(*named)
 
     def _defaults_to_none(self, name: str) -> bool:
         """Whether NAME is a parameter of this function whose default is None (`def barrier(group=None)`)."""

@@ -459,6 +459,14 @@ def scoped(dims_: frozenset) -> bool:
 def dims(text: str) -> frozenset:
     """The parallel dimensions TEXT names (`get_tensor_model_parallel_rank` -> tp, `ParallelMode.PARALLEL_2D_COL`
     -> col, `self.data_parallel_group` -> dp); empty for the world or anything unnamed."""
+    # The last name of a dotted path says what it is; the objects it is reached through do not
+    # (`self.parallel_context.pp_pg` is a pipeline group, not a context-parallel one: lighteval's
+    # nanotron model). A last name that names none leaves the whole (`device_mesh["tp"].get_group()`).
+    tail = text.rsplit(".", 1)[-1]
+    return (_dims(tail) if tail != text else frozenset()) or _dims(text)
+
+
+def _dims(text: str) -> frozenset:
     words = [w.lower() for part in re.split(r"[^A-Za-z0-9]+", text) for w in (part.split("_") if part else ())]
     three_d = "3d" in words
     # 3D parallelism's input/weight/output dimensions only where the text says 3D (`PARALLEL_3D_WEIGHT`):

@@ -105,7 +105,7 @@ class Observations:
             return self._src("clock", f"`{display}()`", line, col)
         if last in N.RANK_CALLS:  # its parallel dimension: the function's name, or the group it is asked about
             asked = [ast.unparse(a) for a in (*node.args, *(k.value for k in node.keywords))]
-            named = N.dims(" ".join([last, *asked]))
+            named = frozenset().union(*(N.dims(t) for t in (last, *asked)))
             if not named and asked:  # the rank within a group that names no dimension (exprs._call_dims)
                 named = N.group_token(asked[0])
             return self._src("id", f"`{display}()`", line, col, named)
