@@ -72,31 +72,29 @@ def _functions(tree: ast.Module, path: str) -> list[tuple]:
     """(node, enclosing class, qualified name, key) for every def, nested ones included. A name
     defined again (a property's setter, `def f` in both arms of an `if`) is a function of its own,
     keyed `path:qual@line`; references by name resolve to the first definition."""
-    out = []
-    seen: set = set()
-
-    def add(node, cls, qual):
-        key = f"{path}:{qual}" if qual not in seen else f"{path}:{qual}@{node.lineno}"
-        seen.add(qual)
-        out.append((node, cls, qual, key))
-
-    def visit(body, cls, prefix):
-        for node in body:
-            if type(node) in _SIMPLE:
-                continue
-            if isinstance(node, ast.ClassDef):
-                visit(node.body, node.name, f"{prefix}{node.name}.")
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                add(node, cls, prefix + node.name)
-                visit(node.body, cls, f"{prefix}{node.name}.")
-            elif isinstance(node, _COMPOUND) or type(node).__name__ == "TryStar":
-                for part in ("body", "orelse", "finalbody"):
-                    visit(getattr(node, part, []), cls, prefix)
-                for h in getattr(node, "handlers", []):
-                    visit(h.body, cls, prefix)
-
-    visit(tree.body, None, "")
+    out: list = []
+    _visit_defs(tree.body, None, "", path, out, set())
     return out
+
+
+def _visit_defs(body: list, cls, prefix: str, path: str, out: list, seen: set) -> None:
+    # A module-level function, not a closure that calls itself: that closure and its cell form a cycle
+    # holding every def's tree, which the run (with the cyclic collector off, runner.lint) never freed.
+    for node in body:
+        if type(node) in _SIMPLE:
+            continue
+        if isinstance(node, ast.ClassDef):
+            _visit_defs(node.body, node.name, f"{prefix}{node.name}.", path, out, seen)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            qual = prefix + node.name
+            out.append((node, cls, qual, f"{path}:{qual}" if qual not in seen else f"{path}:{qual}@{node.lineno}"))
+            seen.add(qual)
+            _visit_defs(node.body, cls, f"{qual}.", path, out, seen)
+        elif isinstance(node, _COMPOUND) or type(node).__name__ == "TryStar":
+            for part in ("body", "orelse", "finalbody"):
+                _visit_defs(getattr(node, part, []), cls, prefix, path, out, seen)
+            for h in getattr(node, "handlers", []):
+                _visit_defs(h.body, cls, prefix, path, out, seen)
 
 
 def _module_info(tree: ast.Module, path: str, modname: str, cfg: LintConfig) -> ModuleInfo:
