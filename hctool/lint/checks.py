@@ -321,7 +321,13 @@ def check_function(w: Walker, path: str) -> list[Relation]:
         key = tuple(c.pos for c in kept)
         if key not in paths:
             paths[key] = Paths(w.fn_node, list(kept))
-        return paths[key].converges(frame.node)
+        # The local-rank names a rank-id test reads (never negative where processes share a group: paths._values).
+        test = getattr(frame.node, "test", None)
+        by_rank = test is not None and any(isinstance(a, Src) and a.kind.startswith("id") for a in frame.taint)
+        local = frozenset(
+            n.id for n in (ast.walk(test) if by_rank else ()) if isinstance(n, ast.Name) and N.LOCAL_RANK.search(n.id)
+        )
+        return paths[key].converges(frame.node, local)
 
     def add(rule, c, src, how, cond=None, exit_=None, loop=None, frame=None, after=0):
         if _other_dimension(src, c):

@@ -61,6 +61,7 @@ RANK_CALLS = frozenset(
 # Method names whose result is a rank-local observation (pool free counts, event polls, thread queues).
 RANK_LOCAL_METHODS = frozenset({"available_size", "query", "is_completed", "qsize"})
 RANK_ENV_VARS = frozenset({"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK"})
+LOCAL_RANK = re.compile(r"(?i)local_?rank")  # a name holding a process's rank on its node (paths._values)
 # Rank ids within the groups collectives usually run on (tensor parallel). Pipeline and data-parallel
 # coordinates (pp_rank, dp_rank) are constant inside a TP/CP group, so they are not listed.
 RANK_VARIABLES = frozenset({"rank", "local_rank", "global_rank", "tp_rank", "attn_tp_rank", "tp_local_rank"})

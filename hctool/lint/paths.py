@@ -53,6 +53,54 @@ def _cond_key(test) -> tuple | None:
     return (ast.dump(test), frozenset(names), value) if names else None
 
 
+_ORDER = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
+_FLIPPED = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def _value_test(test) -> tuple | None:
+    """(name, constants, predicate) for a test of one local name against integer constants: `rank == 0`,
+    `local_rank not in [-1, 0]`, `not rank > 1`. Paths evaluate such tests on the values the name may hold,
+    so `if local_rank not in [-1, 0]:` ... `if local_rank == 0:` take arms that agree (YOLOv5's
+    torch_distributed_zero_first)."""
+    negate = False
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, negate = test.operand, not negate
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    left, op, right = test.left, type(test.ops[0]), test.comparators[0]
+    if isinstance(right, ast.Name) and _int(left) is not None and op in _ORDER:
+        left, right, sym = right, left, _FLIPPED[_ORDER[op]]
+    elif isinstance(left, ast.Name) and op in _ORDER and _int(right) is not None:
+        sym = _ORDER[op]
+    elif isinstance(left, ast.Name) and op in (ast.In, ast.NotIn) and isinstance(right, (ast.List, ast.Tuple, ast.Set)):
+        members = [_int(e) for e in right.elts]
+        if None in members:
+            return None
+        inside = frozenset(members)
+        return left.id, inside, (lambda v: (v in inside) != (op is ast.NotIn) != negate)
+    else:
+        return None
+    if not isinstance(left, ast.Name):
+        return None
+    k = _int(right)
+    compare = {
+        "==": lambda v: v == k,
+        "!=": lambda v: v != k,
+        "<": lambda v: v < k,
+        "<=": lambda v: v <= k,
+        ">": lambda v: v > k,
+        ">=": lambda v: v >= k,
+    }[sym]
+    return left.id, frozenset({k}), (lambda v: compare(v) != negate)
+
+
+def _int(node) -> int | None:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _int(node.operand)
+        return None if inner is None else -inner
+    return node.value if isinstance(node, ast.Constant) and type(node.value) is int else None
+
+
 def _assigned(node) -> set:
     """Local names a statement (and what it holds) may bind."""
     out = set()
@@ -71,8 +119,19 @@ def _token(c, node) -> tuple:
     the call's own text stands for the group (`dist.barrier()` and `dist.barrier(self.pp_group)` are
     not the same collective); a call that reaches one through helpers is also named by its callee,
     whose further collectives the op alone does not show."""
-    group = c.group or ast.unparse(node)
+    group = c.group or ast.unparse(_without_options(node))
     return (c.op, group, c.chain[0][2] if c.chain else "")
+
+
+# Keywords that say how a collective runs, not which one it is or on what group: YOLOv5's
+# `barrier(device_ids=[local_rank])` before the yield and `barrier(device_ids=[0])` after it match.
+_OPTIONS = frozenset({"device_ids", "async_op", "timeout", "wait_all_ranks"})
+
+
+def _without_options(node: ast.Call) -> ast.Call:
+    if not any(k.arg in _OPTIONS for k in node.keywords):
+        return node
+    return ast.Call(node.func, node.args, [k for k in node.keywords if k.arg not in _OPTIONS])
 
 
 def _reraises(handler: ast.ExceptHandler) -> bool:
@@ -109,6 +168,21 @@ class Paths:
             if node is not None:
                 self.sites[(c.line, c.col)] = (c.pos, _token(c, node))
         self.memo: dict = {}
+        self.ranks: frozenset = frozenset()  # names holding a local rank in the question asked (converges)
+        self.constants: dict = {}  # name -> the integer constants it is tested against
+        for n in ast.walk(fn):
+            vt = _value_test(n) if isinstance(n, ast.Compare) else None
+            if vt is not None:
+                self.constants[vt[0]] = self.constants.get(vt[0], frozenset()) | vt[1]
+
+    def _values(self, name: str) -> frozenset:
+        """Values standing for every case of NAME's tests: each constant and its neighbours, and one far
+        beyond. A local rank (RANKS) is never negative among processes that share a group: torchrun sets
+        LOCAL_RANK on every process, and scripts take -1 for a run without it (`int(os.getenv("LOCAL_RANK",
+        -1))`, HF's `args.local_rank == -1`): one process, no peer to diverge from. Not so any rank: a
+        weight-sync engine gives ranks outside its group -1 (fp_group_joined_after_exit.py)."""
+        vals = {v for k in self.constants.get(name, ()) for v in (k - 1, k, k + 1)} | {10**9}
+        return frozenset(v for v in vals if v >= 0 or name not in self.ranks)
 
     # ---- tokens -------------------------------------------------------------
     def _tokens(self, node, deep: bool = True) -> tuple:
@@ -174,6 +248,9 @@ class Paths:
 
     def _branch(self, test, arms: list, states: set) -> set:
         states = self._append(states, self._tokens(test))
+        vt = _value_test(test)
+        if vt is not None:
+            return self._value_branch(vt, arms, states)
         key = _cond_key(test)
         out = set()
         for seq, assume, done in states:
@@ -188,6 +265,25 @@ class Paths:
                     continue
                 a = assume if key is None or known is not None else assume | {(key[0], key[1], base)}
                 out |= self._stmts(arm, {(seq, a, False)})
+        return out
+
+    def _value_branch(self, vt: tuple, arms: list, states: set) -> set:
+        """A branch on a value test: each arm keeps the values of the name for which the test goes its way
+        (an assumption forgotten where the name is assigned, as for any condition)."""
+        name, _consts, holds = vt
+        tag = ("values", name)
+        out = set()
+        for seq, assume, done in states:
+            if done:
+                out.add((seq, assume, done))
+                continue
+            old = next((a for a in assume if a[0] == tag), None)
+            possible = old[2] if old is not None else self._values(name)
+            base = assume - {old} if old is not None else assume
+            for value, arm in ((True, arms[0]), (False, arms[1])):
+                kept = frozenset(v for v in possible if holds(v) == value)
+                if kept:
+                    out |= self._stmts(arm, {(seq, base | {(tag, frozenset({name}), kept)}, False)})
         return out
 
     def _stmt(self, s, states: set) -> set:
@@ -245,24 +341,31 @@ class Paths:
 
         return find(self.fn.body)
 
-    def converges(self, branch) -> bool:
+    def converges(self, branch, ranks: frozenset = frozenset()) -> bool:
         """Whether the divergence at the `if` statement BRANCH is made up on every path: every path to
         the function's exit from BRANCH, or from an `if` that every path to BRANCH passes through first
         (one enclosing it, or an earlier test of the same local names: `if should_block:` ahead of
         `if not should_block:`), issues the same sequence of collectives. Ranks that agreed up to that
-        `if` then issue the same collectives to the end, whichever arms they take at BRANCH."""
+        `if` then issue the same collectives to the end, whichever arms they take at BRANCH. RANKS: the
+        names that hold the deciding local rank (never negative, _values)."""
+        if ranks != self.ranks:
+            self.ranks, self.memo = ranks, {}
         chain = self._ancestry(branch)
         if not chain:
             return False
         key = _cond_key(branch.test)
+        subject = _value_test(branch.test)
         for level, (body, i) in enumerate(chain):
             if level < len(chain) - 1 and isinstance(body[i], ast.If) and self._converges(body[i]):
                 return True  # an enclosing `if`
-            if key is None:
-                continue
             for s in body[:i]:
-                other = _cond_key(s.test) if isinstance(s, ast.If) else None
-                if other is not None and other[0] == key[0] and self._converges(s):
+                if not isinstance(s, ast.If):
+                    continue
+                other, tested = _cond_key(s.test), _value_test(s.test)
+                same = (key is not None and other is not None and other[0] == key[0]) or (
+                    subject is not None and tested is not None and tested[0] == subject[0]
+                )
+                if same and self._converges(s):
                     return True
         return self._converges(branch)
 

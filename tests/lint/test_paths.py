@@ -331,3 +331,42 @@ class Model:
 """
         },
     )
+
+
+def test_tests_of_one_local_rank_against_constants_take_agreeing_arms(lint_snippets):
+    # YOLOv5's torch_distributed_zero_first: local ranks other than -1 and 0 wait before the yield, local
+    # rank 0 after it; -1 is a run without torchrun (one process). `device_ids` says how a barrier runs,
+    # not which one it is. The twin that releases the wrong rank, and the twin on a rank that is not a
+    # local rank (-1 can be a rank outside a weight-sync group: fp_group_joined_after_exit.py), stay.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+from contextlib import contextmanager
+
+@contextmanager
+def torch_distributed_zero_first(local_rank: int):
+    if local_rank not in [-1, 0]:
+        dist.barrier(device_ids=[local_rank])
+    yield
+    if local_rank == 0:
+        dist.barrier(device_ids=[0])
+
+@contextmanager
+def releases_rank_one(local_rank: int):
+    if local_rank not in [-1, 0]:
+        dist.barrier(device_ids=[local_rank])
+    yield
+    if local_rank == 1:  # expect: HC102
+        dist.barrier(device_ids=[0])  # gated
+
+@contextmanager
+def zero_first_by_global_rank(rank: int):
+    if rank not in [-1, 0]:
+        dist.barrier()
+    yield
+    if rank == 0:  # expect: HC102
+        dist.barrier()  # gated
+"""
+        },
+    )
