@@ -318,14 +318,22 @@ def check_function(w: Walker, path: str) -> list[Relation]:
         if frame.node is None or frame.kind == "loop" or w.fn_node is None:
             return False
         kept = tuple(c for c in w.collectives if first_src(_for(frame.taint, c, frame), path) is not None)
-        key = tuple(c.pos for c in kept)
+        # Conditions vary with the decision where a source of the same kind is in their taint (a rank id
+        # for a rank-id decision); paths hold the others fixed.
+        deciding = {a.kind for a in frame.taint if isinstance(a, Src)}
+        key = (tuple(c.pos for c in kept), frozenset(deciding))
         if key not in paths:
-            paths[key] = Paths(w.fn_node, list(kept))
+            varying = frozenset(i for i, kinds in w.cond_kinds.items() if kinds & deciding)
+            paths[key] = Paths(w.fn_node, list(kept), frozenset(w.cond_kinds), varying)
         # The local-rank names a rank-id test reads (never negative where processes share a group: paths._values).
         test = getattr(frame.node, "test", None)
         by_rank = test is not None and any(isinstance(a, Src) and a.kind.startswith("id") for a in frame.taint)
         local = frozenset(
-            n.id for n in (ast.walk(test) if by_rank else ()) if isinstance(n, ast.Name) and N.LOCAL_RANK.search(n.id)
+            text
+            for n in (ast.walk(test) if by_rank else ())
+            if isinstance(n, (ast.Name, ast.Attribute, ast.Call))
+            for text in [ast.unparse(n)]
+            if N.LOCAL_RANK.search(text)
         )
         return paths[key].converges(frame.node, local)
 
@@ -349,6 +357,8 @@ def check_function(w: Walker, path: str) -> list[Relation]:
         # Every enclosing rank-local decision is a root cause of its own (rootcause.py folds repeats).
         for loop in (f for f in c.stack if f.kind == "loop"):
             hit = _loop_exit(loop, c, w.exits, path, w.collectives)  # an exit names the deciding line: report it first
+            if hit and hit[0].kind == "continue" and converges(hit[1]):
+                hit = None  # every path of the turn issues the same collectives, the `continue`'s included
             if hit:
                 e, cond = hit
                 add(

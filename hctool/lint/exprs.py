@@ -55,9 +55,12 @@ class Expressions:
             return t
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             return self.condition(node.operand)
-        if isinstance(node, ast.Call) and self._rank_env_read(node):
-            return EMPTY
-        return self.expr(node)
+        t = EMPTY if isinstance(node, ast.Call) and self._rank_env_read(node) else self.expr(node)
+        if self.facts is not None:
+            self.cond_kinds[id(node)] = self.cond_kinds.get(id(node), frozenset()) | {
+                a.kind for a in t if isinstance(a, Src)
+            }
+        return t
 
     def _rank_env_read(self, node: ast.Call) -> bool:
         qual = N.qualify(N.dotted(node.func), self.mod.imports)

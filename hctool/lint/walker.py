@@ -88,6 +88,9 @@ class Walker(Expressions, Observations):
     id_writes: list = field(default_factory=list)  # pass 1: (field, rank-id tests it runs under or None)
     id_calls: list = field(default_factory=list)  # pass 1: (ref, line, rank-id tests) of calls under rank-id tests
     name_keys: dict = field(default_factory=dict)  # pass 2: local -> [rank-id tests of each assignment, or None]
+    # pass 2: id(condition) -> the kinds of the sources in its taint, for each `and`/`or` operand and
+    # whole test it evaluated (paths.py holds fixed what does not vary with a decision's source)
+    cond_kinds: dict = field(default_factory=dict)
     _assign_key: object = None  # the rank-id tests of the `name = value` being bound ("none": value is None)
 
     # ---- statements -------------------------------------------------------
@@ -265,7 +268,7 @@ class Walker(Expressions, Observations):
             self.expr(s.exc)
 
     def s_assert(self, s) -> None:
-        self.expr(s.test)
+        self.condition(s.test)
 
     def s_break(self, s) -> None:
         self._exit("break", s.lineno)

@@ -370,3 +370,100 @@ def zero_first_by_global_rank(rank: int):
 """
         },
     )
+
+
+def test_rank_zero_first_across_repeated_rank_calls_and_fixed_flags(lint_snippets):
+    # DeepSpeedExamples' CIFAR set-up and HF's run_squad (in bagua's examples): `if flag and get_rank() != 0:
+    # barrier()` ahead of the work, `if flag and get_rank() == 0: barrier()` after it. Each rank asks the
+    # group again (one answer per run); the flag and `evaluate` hold the same on every rank, so with them
+    # off nobody waits and with them on everybody waits once. FastChat's: rank 0 makes the file the others
+    # then find; a rank that does not find it fails an assert. Twins: a flag assigned in between, and a
+    # rank released by the wrong test, stay findings.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+import os
+
+def cifar(args):
+    if dist.get_rank() != 0:
+        dist.barrier()
+    download(args)
+    if dist.get_rank() == 0:
+        dist.barrier()
+
+def squad(args, evaluate=False):
+    if args.distributed and dist.get_rank() != 0 and not evaluate:
+        dist.barrier()
+    if os.path.exists(args.cache) and not args.overwrite_cache:
+        features = load(args.cache)
+    else:
+        features = build(args)
+    if args.distributed and dist.get_rank() == 0 and not evaluate:
+        dist.barrier()
+    return features
+
+def fastchat(path):
+    if dist.get_rank() != 0:
+        dist.barrier()
+    if os.path.exists(path):
+        data = load(path)
+        if dist.get_rank() == 0:
+            dist.barrier()
+    else:
+        assert dist.get_rank() == 0
+        data = build(path)
+        dist.barrier()
+    return data
+
+def flag_changed(cfg):
+    if cfg.enabled and dist.get_rank() != 0:  # expect: HC102
+        dist.barrier()  # gated
+    cfg.enabled = False
+    if cfg.enabled and dist.get_rank() == 0:  # expect: HC102
+        dist.barrier()  # gated
+
+def wrong_release(args):
+    if dist.get_rank() != 0:  # expect: HC102
+        dist.barrier()  # gated
+    download(args)
+    if dist.get_rank() == 1:  # expect: HC102
+        dist.barrier()  # gated
+"""
+        },
+    )
+
+
+def test_a_turn_whose_every_path_gathers_once(lint_snippets):
+    # modded-nanogpt's sharded optimizer: the rank that owns a fresh parameter gathers and `continue`s; every
+    # other rank gathers at the end of the turn: one all_gather per turn on every rank. The twin whose
+    # `continue` skips the gather stays.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+def step(params, state, world_size):
+    rank = dist.get_rank()
+    for base_i in range(0, len(params), world_size):
+        if base_i + rank < len(params):
+            p = params[base_i + rank]
+            if len(state[p]) == 0:
+                init(state[p])
+                dist.all_gather(params[base_i:base_i + world_size], params[base_i + rank])
+                continue
+            update(p)
+        dist.all_gather(params[base_i:base_i + world_size], params[base_i + rank])
+
+def step_twin(params, state, world_size):
+    rank = dist.get_rank()  # expect: HC101
+    for base_i in range(0, len(params), world_size):
+        if base_i + rank < len(params):
+            p = params[base_i + rank]
+            if len(state[p]) == 0:
+                init(state[p])
+                continue
+            update(p)
+        dist.all_gather(params[base_i:base_i + world_size], params[base_i + rank])  # gated
+"""
+        },
+    )
