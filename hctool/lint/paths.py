@@ -278,14 +278,19 @@ class Paths:
         return tuple(t for _, t in found)
 
     def _holds(self, node) -> bool:
-        """Whether NODE holds a collective, a `return`, or a `break`/`continue` of a loop around it (any
-        of them makes a loop or `try` opaque: fetch_each's `except FileNotFoundError: continue`)."""
+        """Whether NODE holds a collective, or a way out of it (_escapes)."""
+        return self._escapes(node) or any(
+            isinstance(n, ast.Call) and (n.lineno, n.col_offset + 1) in self.sites for n in ast.walk(node)
+        )
+
+    @staticmethod
+    def _escapes(node) -> bool:
+        """Whether NODE holds a `return`, or a `break`/`continue` of a loop around it (fetch_each's `except
+        FileNotFoundError: continue`): paths through it go on elsewhere than after it."""
         stack = [(node, False)]
         while stack:
             n, looped = stack.pop()
             if isinstance(n, ast.Return) or (isinstance(n, (ast.Break, ast.Continue)) and not looped):
-                return True
-            if isinstance(n, ast.Call) and (n.lineno, n.col_offset + 1) in self.sites:
                 return True
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
                 continue
@@ -400,9 +405,17 @@ class Paths:
             return done  # fatal for the rank: the job dies, nobody waits on a hang
         if _in_order(s):
             return done | self._stmts(_in_order(s), live)
+        if isinstance(s, _LOOPS) and not self._escapes(s) and self._holds(s):
+            # A loop every path that reaches it runs, reading the same values (the versions of what it reads):
+            # one token. How often it turns, and what each turn issues, are its own findings (its header,
+            # its branches); the branch compared here changes nothing in it (EDM's FID: rank 0 loads first,
+            # then every rank runs the batch loop and its barriers).
+            reads = _reads(s)
+            live = {(seq + (("loop", s.lineno, self._versions(facts, reads)),), facts, False) for seq, facts, _ in live}
+            return done | self._forget(live, _assigned(s))
         if isinstance(s, (*_LOOPS, ast.Try)) or type(s).__name__ in ("TryStar", "Match"):
             if self._holds(s):
-                raise _GiveUp  # its collectives may run any number of times, or be skipped by a `return`
+                raise _GiveUp  # its collectives may be skipped by its handler, or by a `return`
             return done | self._forget(live, _assigned(s))
         if isinstance(s, ast.Continue) and self.turn:
             return done | {(seq, facts, True) for seq, facts, _ in live}  # the end of this turn

@@ -467,3 +467,36 @@ def step_twin(params, state, world_size):
 """
         },
     )
+
+
+def test_a_loop_every_path_runs_after_the_branch_is_one_token(lint_snippets):
+    # EDM's FID: rank 0 loads the detector first, then every rank runs the batch loop with its barrier. The
+    # twin whose rank 0 alone sets how many batches the loop runs stays a finding.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+def fid(loader, detector_url):
+    if dist.get_rank() != 0:
+        dist.barrier()
+    net = load(detector_url)
+    if dist.get_rank() == 0:
+        dist.barrier()
+    for images in loader:
+        dist.barrier()
+        net(images)
+
+def fid_twin(loader, detector_url):
+    batches = loader
+    if dist.get_rank() != 0:  # expect: HC102
+        dist.barrier()  # gated
+    net = load(detector_url)
+    if dist.get_rank() == 0:  # expect: HC102
+        batches = loader[:1]
+        dist.barrier()  # gated
+    for images in batches:
+        dist.barrier()
+        net(images)
+"""
+        },
+    )
