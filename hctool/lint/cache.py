@@ -1,6 +1,11 @@
 """The per-file cache: pass-1 summaries and pass-2 results, keyed by content, so an unchanged re-run
 reads results instead of analyzing and a one-file edit re-analyzes only what depends on it.
 
+A run keeps the entries it made in one pack file (`pack-*`: a pickled {name: pickled entry}), not a
+file per entry: creating two thousand small files on ext4 cost a cold run on SGLang's srt over a
+second (9.5 s against 8.3 s with no cache, or with the cache on tmpfs). Packs are read once per run;
+past MAX_PACKS, a run writes every entry it used into one pack and removes the older ones.
+
 Keys are digests of the linter's own source (its version), the configuration that shapes the
 analysis, the file's display path and module name, and the bytes analyzed. A pass-2 entry also
 keeps the project facts the file asked for (call sites, field sources, ...) with the answers it
@@ -27,6 +32,7 @@ from hctool.protocol.safefile import write_atomic
 
 _VERSION: str | None = None
 STALE_S = 7 * 24 * 3600  # another version's directory unused this long is deleted
+MAX_PACKS = 8  # past this many packs, a run compacts what it used into one
 
 
 def version() -> str:
@@ -66,6 +72,9 @@ class Cache:
     def __init__(self, root: Path):
         self.dir = root / "lint" / version()
         self._checked = False
+        self._packed: dict[str, bytes] | None = None  # name -> pickled entry, from every pack read
+        self._packs: list[Path] = []
+        self.used: dict[str, bytes] = {}  # entries this run read from packs, for a compaction
 
     def _prepare(self) -> None:
         if self._checked:
@@ -101,21 +110,66 @@ class Cache:
                 shutil.rmtree(other, ignore_errors=True)
 
     def get(self, name: str):
+        """An entry of a pack, else one kept in a file of its own (a run's report); None if missing or
+        unreadable (truncated, from elsewhere): analyze afresh."""
+        self._prepare()
+        data = self._read_packs().get(name)
         try:
-            self._prepare()
+            if data is not None:
+                value = pickle.loads(data)
+                self.used[name] = data
+                return value
             with open(self.dir / name, "rb") as fh:
                 return pickle.load(fh)
-        except UsageError:
-            raise
-        except Exception:  # missing, truncated or from elsewhere: analyze afresh
+        except Exception:
             return None
 
+    def _read_packs(self) -> dict[str, bytes]:
+        if self._packed is None:
+            self._packed = {}
+            try:
+                self._packs = sorted(self.dir.glob("pack-*"), key=lambda f: f.stat().st_mtime)
+            except OSError:
+                self._packs = []
+            for pack in self._packs:  # newest last: its entries win
+                try:
+                    with open(pack, "rb") as fh:
+                        entries = pickle.load(fh)
+                    if isinstance(entries, dict):
+                        self._packed.update((k, v) for k, v in entries.items() if isinstance(v, bytes))
+                except Exception:
+                    continue  # a pack being replaced, or damaged: its entries are made again
+        return self._packed
+
     def put(self, name: str, value) -> None:
+        """One entry in a file of its own (a run's report, read before any pack)."""
         self._prepare()
         try:
             write_atomic(self.dir / name, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL), mode=0o600)
         except OSError:  # a full or read-only disk: the result stands, it is just not kept
             pass
+
+    def put_pack(self, entries: dict[str, bytes]) -> None:
+        """ENTRIES (name -> pickled entry) in one new pack; past MAX_PACKS, every entry this run used or
+        made goes into it and the older packs are removed (other trees sharing the cache re-make theirs)."""
+        if not entries:
+            return
+        self._prepare()
+        self._read_packs()
+        compact = len(self._packs) + 1 > MAX_PACKS
+        if compact:
+            entries = {**self.used, **entries}
+        blob = pickle.dumps(entries, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            write_atomic(self.dir / f"pack-{digest(sorted(entries))}", blob, mode=0o600)
+        except OSError:
+            return
+        if compact:
+            for old in self._packs:
+                try:
+                    old.unlink()
+                except OSError:
+                    pass
 
 
 class Recorder:

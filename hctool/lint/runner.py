@@ -6,6 +6,7 @@ import fnmatch
 import gc
 import multiprocessing
 import os
+import pickle
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,21 +139,40 @@ _STATE: dict = {}
 
 
 def _pass1(job: tuple):
+    """A file's summary; with a cache, as (cache entry name, the pickled summary): the worker pickles it
+    once, the parent keeps those bytes for the run's pack and unpickles them for the project."""
     file, path, modname = job
     sm = summarize_file(file, path, modname, _STATE["cfg"])
-    cache = _STATE.get("cache")
-    if cache is not None and sm.error is None:  # the worker stores what it made: no second pickling
-        cache.put("p1-" + digest(_STATE["analysis"], sm.path, sm.modname, sm.digest), sm)
+    if _STATE.get("cache") is not None and sm.error is None:
+        return _Entry("p1-" + digest(_STATE["analysis"], sm.path, sm.modname, sm.digest), _pickled(sm))
     return sm
 
 
 def _pass2(job: tuple):
     file, path, modname = job
     result = check_file(file, path, modname, _STATE["cfg"], _STATE["project"])
-    cache, sm = _STATE.get("cache"), _STATE["project"].modules[path]
-    if cache is not None and result.error is None and result.digest == sm.digest:
-        cache.put(_pass2_name(_STATE["analysis"], _STATE["cfg"], sm), result)
+    sm = _STATE["project"].modules[path]
+    if _STATE.get("cache") is not None and result.error is None and result.digest == sm.digest:
+        return path, _Entry(_pass2_name(_STATE["analysis"], _STATE["cfg"], sm), _pickled(result))
     return path, result
+
+
+@dataclass
+class _Entry:
+    name: str
+    data: bytes
+
+
+def _pickled(value) -> bytes:
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _kept(value, made: dict):
+    """A worker's result, its cache entry noted in MADE (name -> bytes) for the run's pack."""
+    if isinstance(value, _Entry):
+        made[value.name] = value.data
+        return pickle.loads(value.data)
+    return value
 
 
 def _map(fn, jobs: list, workers: int, bar=None) -> list:
@@ -259,8 +279,9 @@ def _lint_files(
     if progress:
         progress(f"pass 1: summarizing {fresh} of {len(files)} files")
     bar.update(completed=0, total=fresh, text="pass 1: files summarized")
+    made: dict[str, bytes] = {}  # cache entries this run makes: one pack at the end
     for i, sm in zip(todo, _map(_pass1, [job_list[i] for i in todo], workers, bar)):
-        summaries[i] = sm
+        summaries[i] = _kept(sm, made)
     project = Project(summaries)
     _STATE["project"] = project
     report = Report(files=len(files), lines=sum(sm.lines for sm in summaries), root=find_root(cwd))
@@ -284,7 +305,7 @@ def _lint_files(
         )
     bar.update(completed=0, total=len(todo), text="pass 2: files with collectives checked")
     for i, (_path, result) in zip(todo, _map(_pass2, [job_list[i] for i in todo], workers, bar)):
-        results[i] = result
+        results[i] = _kept(result, made)
     for sm in summaries:
         if sm.error:
             report.errors.append(FileError(sm.path, *sm.error))
@@ -300,8 +321,10 @@ def _lint_files(
     report.analyzed = {"pass1": fresh, "pass2": len(todo)}
     report.seconds = time.perf_counter() - started
     _STATE.clear()
-    if cache is not None and not report.errors:
-        cache.put(run_name, report)
+    if cache is not None:
+        cache.put_pack(made)
+        if not report.errors:
+            cache.put(run_name, report)
     return report
 
 

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hctool.cli import app
+from hctool.lint.cache import MAX_PACKS
 from hctool.lint.config import LintConfig
 from hctool.lint.runner import lint
 
@@ -72,6 +73,21 @@ def test_rerun_reads_the_cache_and_an_edit_reanalyzes_what_depends_on_it(tmp_pat
     assert run(src, None).findings == run(src, cache).findings  # the cache changes nothing
 
 
+def test_a_run_keeps_its_entries_in_one_pack_and_compacts_old_packs(tmp_path):
+    # One pack per run that analyzed anything, not a file per entry (ext4 file creation cost SGLang's
+    # cold run a second); past MAX_PACKS, the run's pack holds all it used and the older ones go.
+    src, cache = tree(tmp_path), tmp_path / "cache"
+    first = run(src, cache)
+    packs = lambda: sorted(cache.rglob("pack-*"))  # noqa: E731
+    assert len(packs()) == 1 and not list(cache.rglob("p1-*"))
+    for k in range(MAX_PACKS + 2):
+        (src / "other.py").write_text(OTHER + f"\n\ndef unrelated_{k}():\n    return {k}\n")
+        edited = run(src, cache)
+        assert edited.analyzed == {"pass1": 1, "pass2": 1} and edited.findings == first.findings
+        assert 1 <= len(packs()) <= MAX_PACKS
+    assert run(src, cache).analyzed == {"pass1": 0, "pass2": 0}
+
+
 def test_unreadable_entries_are_analyzed_afresh(tmp_path):
     src, cache = tree(tmp_path), tmp_path / "cache"
     first = run(src, cache)
@@ -90,7 +106,7 @@ def test_cli_cache_dir_no_cache_and_unsafe_dir(tmp_path, monkeypatch):
     assert res.exit_code == 1 and not (tmp_path / "c").exists()
     res = CliRunner().invoke(app, ["lint", ".", "--format", "json"])
     assert res.exit_code == 1 and len(json.loads(res.stdout)) == 1
-    assert any(p.name.startswith("p1-") for p in (tmp_path / "c").rglob("*"))
+    assert any(p.name.startswith("pack-") for p in (tmp_path / "c").rglob("*"))
     os.chmod(tmp_path / "c", 0o777)  # anyone could plant a pickle there: refuse it
     res = CliRunner().invoke(app, ["lint", ".", "--format", "json"])
     assert "refusing the lint cache" in str(res.exception)
