@@ -215,6 +215,8 @@ class Expressions:
         orelse = self.expr(node.orelse)
         self._pop(saved)
         frame.balanced = _same_ops(self.collectives[start:mid], self.collectives[mid:])
+        if _progress_of(node.body, node.orelse) or _progress_of(node.orelse, node.body):
+            return body | orelse  # `tqdm(xs) if rank == 0 else xs`: the same items, with a bar on one rank
         return test | body | orelse
 
     def e_namedexpr(self, node) -> frozenset:
@@ -327,8 +329,9 @@ class Expressions:
             per_arg = None
             if any(arg_taints) or any(kw_taints):  # by position and keyword, for constructors' fields
                 per_arg = (tuple(arg_taints), tuple((k.arg, t) for k, t in zip(node.keywords, kw_taints) if k.arg))
-            if self._per_rank_control():
-                self.gated_refs.append((ref, node.lineno))
+            cause = self._per_rank_cause()
+            if cause is not False:
+                self.gated_refs.append((ref, node.lineno, cause))
             tests = self.id_tests(node.lineno) if self.stack else None
             if tests is not None:
                 self.id_calls.append((ref, node.lineno, tests))
@@ -373,13 +376,19 @@ class Expressions:
     def _per_rank_control(self) -> bool:
         """Pass 1: whether this point runs under a condition or loop decided by an event poll, a per-rank
         deadline, a swallowed failure or a configured rank-local name (what makes a pool's frees lag)."""
+        return self._per_rank_cause() is not False
+
+    def _per_rank_cause(self):
+        """The source of that control, (path, line), where one condition shows it; None where only a loop
+        over a list filled under such a condition does; False where there is none."""
         for f in self.stack:
-            if any(isinstance(a, Src) and a.kind in S.LAGGING_KINDS for a in f.taint):
-                return True
+            src = next((a for a in f.taint if isinstance(a, Src) and a.kind in S.LAGGING_KINDS), None)
+            if src is not None:
+                return (src.path, src.line)
             # `for req in expired:` over a list filled under such a condition (`expired.append(req)`)
             loop = f.node if f.kind == "loop" else None
             if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Name) and loop.iter.id in self.lag_lists:
-                return True
+                return None
         return False
 
     def _may_fail(self, node, last: str, qual: str | None, display: str) -> None:
@@ -644,6 +653,16 @@ def _member_test(node) -> bool:
 
 def _without_ids(taint: frozenset) -> frozenset:
     return frozenset(a for a in taint if not (type(a) is Src and a.kind.startswith("id"))) if _has_id(taint) else taint
+
+
+def _progress_of(wrapped, plain) -> bool:
+    """WRAPPED is a progress bar over PLAIN (`tqdm(pbar)`, `track(xs, ...)`): it yields PLAIN's items."""
+    return (
+        isinstance(wrapped, ast.Call)
+        and _last(wrapped.func) in N.PROGRESS_WRAPPERS
+        and bool(wrapped.args)
+        and ast.dump(wrapped.args[0]) == ast.dump(plain)
+    )
 
 
 def _has_id(taint: frozenset) -> bool:

@@ -41,7 +41,9 @@ class FuncSummary:
     receives: bool = False  # receives messages from another process (a socket's or a pipe's recv)
     direct_dims: frozenset = frozenset()  # the dimensions of its direct collectives' groups (exprs._call_dims)
     frees: tuple = ()  # (pool field, under a per-rank condition, line) of the frees it calls (Project.lagging_pools)
-    gated_refs: tuple = ()  # (ref, line) it calls under a per-rank condition (poll, deadline, swallowed failure)
+    # (ref, line, the deciding source's (path, line) or None) it calls under a per-rank condition (poll,
+    # deadline, swallowed failure)
+    gated_refs: tuple = ()
     id_writes: tuple = ()  # (field, the rank-id comparisons it is assigned under, or None) (Project.held_group)
     id_calls: tuple = ()  # (ref, line, the rank-id comparisons) of the calls it makes under rank-id tests
 
@@ -54,6 +56,7 @@ class Lag:
     path: str
     line: int
     via: tuple | None
+    cause: tuple | None = None  # the source (path, line) of the condition that call runs under
 
 
 # How far below a per-rank condition a free still lags with it: `_do_release()` called for each expired
@@ -461,27 +464,28 @@ class Project(TaintSolver):
         if self._lagging is None:
             from hctool.lint.threads import thread_functions
 
-            # function key -> (path, line) of the per-rank call or thread entry it runs under
-            per_rank: dict = {k: (self.funcs[k].path, self.funcs[k].line) for k in thread_functions(self)}
+            # function key -> ((path, line) of the per-rank call or thread entry it runs under, the source of
+            # that call's condition or None)
+            per_rank: dict = {k: ((self.funcs[k].path, self.funcs[k].line), None) for k in thread_functions(self)}
             queue = deque(
-                (t, 0, (f.path, line))
+                (t, 0, (f.path, line), cause)
                 for f in sorted(self.funcs.values(), key=lambda f: f.key)
-                for ref, line in f.gated_refs
+                for ref, line, cause in f.gated_refs
                 for t in self.resolve(ref)
             )
             while queue:  # what such a condition calls, and what that calls, LAG_DEPTH calls down
-                key, depth, via = queue.popleft()
+                key, depth, via, cause = queue.popleft()
                 if key in per_rank or key not in self.funcs:
                     continue
-                per_rank[key] = via
+                per_rank[key] = (via, cause)
                 if depth < LAG_DEPTH:
                     calls = self.funcs[key].calls
-                    queue.extend((t, depth + 1, via) for ref, *_rest in calls for t in self.resolve(ref))
+                    queue.extend((t, depth + 1, via, cause) for ref, *_rest in calls for t in self.resolve(ref))
             pools: dict = {}
             for f in sorted(self.funcs.values(), key=lambda f: f.key):
                 for pool, gated, line in f.frees:
                     if pool != S.SELF_LAGS and pool not in pools and (gated or f.key in per_rank):
-                        pools[pool] = Lag(f.path, line, None if gated else per_rank[f.key])
+                        pools[pool] = Lag(f.path, line, None, None) if gated else Lag(f.path, line, *per_rank[f.key])
             # A pool class that frees on its own at a time of its own (`_collect()` returns the pages whose
             # copy event fired): every field declared or built as that class, a base or a subclass of it.
             lagging = {}

@@ -40,11 +40,22 @@ def group_key(r: Relation) -> tuple:
 
 def fold(relations: list[Relation], lagging: dict | None = None) -> list[Finding]:
     """LAGGING: pool -> project.Lag, the change of a pool at a time of one rank's own that a free-count
-    finding's premise rests on (cited in its message and its related lines)."""
+    finding's premise rests on (cited in its message and its related lines).
+
+    A pool whose change runs only under the condition of another finding's source (SGLang's host pool,
+    freed by the waiting-timeout abort of a request, scheduler.py:2892, under the per-rank deadline at
+    :2889) is that source's consequence, not a root cause of its own: its collectives join that finding."""
+    lagging = lagging or {}
     groups: dict[tuple, list[Relation]] = {}
     for r in relations:
         groups.setdefault(group_key(r), []).append(r)
-    return [_finding(rels, lagging or {}) for _, rels in sorted(groups.items(), key=lambda kv: repr(kv[0]))]
+    at = {(key[1], key[2]): key for key in groups if key[0] == "src"}
+    for key in [k for k in groups if k[0] == "premise"]:
+        lag = lagging.get(key[2])
+        target = at.get(lag.cause) if lag is not None and lag.cause else None
+        if target is not None:
+            groups[target] += groups.pop(key)
+    return [_finding(rels, lagging, key) for key, rels in sorted(groups.items(), key=lambda kv: repr(kv[0]))]
 
 
 def _rel(path: str, line: int) -> str:
@@ -53,8 +64,10 @@ def _rel(path: str, line: int) -> str:
     return f"{path}:{line}"
 
 
-def _finding(rels: list[Relation], lagging: dict) -> Finding:
+def _finding(rels: list[Relation], lagging: dict, key: tuple = ()) -> Finding:
     srcs = sorted({r.src for r in rels if r.src is not None})
+    own = [s for s in srcs if key[:1] == ("src",) and (s.path, s.line, s.kind, s.what) == key[1:]]
+    srcs = own + [s for s in srcs if s not in own]  # the group's own source first: its location
     gated: dict[tuple, Relation] = {}
     for r in sorted(rels, key=lambda r: (r.path, r.line, r.rule)):
         gated.setdefault((r.path, r.line), r)  # one entry per call site, its first rule
@@ -69,7 +82,9 @@ def _finding(rels: list[Relation], lagging: dict) -> Finding:
     primary = min(sites, key=lambda r: (r.path != path, abs(r.line - line), r.path, r.line))
     related: list[Rel] = []
     for s in srcs[1:]:
-        related.append(Rel(s.path, s.line, f"the same source: {s.what}", "source"))
+        same = s.kind == srcs[0].kind
+        text = f"the same source: {s.what}" if same else f"and through what it changes: {s.what}"
+        related.append(Rel(s.path, s.line, text, "source"))
     premise_id = S.premise_id(kind, loc.what) if srcs else None
     premise = S.PREMISES.get(premise_id) if premise_id else None
     lag = lagging.get(S.free_count_pool(loc.what)) if premise else None

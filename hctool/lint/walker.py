@@ -81,7 +81,7 @@ class Walker(Expressions, Observations):
     receives: bool = False  # pass 1: it receives messages from another process (project.follows)
     sends: list = field(default_factory=list)  # pass 2: (pos, stack, names carried) of messages it sends
     frees: list = field(default_factory=list)  # pass 1: (pool field, under a per-rank condition, line)
-    gated_refs: list = field(default_factory=list)  # pass 1: (ref, line) it calls under a per-rank condition
+    gated_refs: list = field(default_factory=list)  # pass 1: (ref, line, cause) it calls under a per-rank condition
     lag_lists: set = field(default_factory=set)  # pass 1: local lists filled under such a condition (`expired`)
     device_parts: dict = field(default_factory=dict)  # id(torch.device call) -> (type taint, index taint)
     id_cmps: dict = field(default_factory=dict)  # id(Compare) -> its taint, for comparisons of a rank id

@@ -1001,3 +1001,74 @@ def f():
 """
         },
     )
+
+
+def test_a_progress_bar_on_one_rank_iterates_the_same_items(lint_snippets):
+    # DiT's sample_ddp.py (copied into SiT and others): `pbar = tqdm(pbar) if rank == 0 else pbar`, a barrier
+    # each turn: every rank runs the same turns, rank 0 with a bar. A slice on one rank does not.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+from tqdm import tqdm
+
+def sample(iterations):
+    rank = dist.get_rank()
+    pbar = range(iterations)
+    pbar = tqdm(pbar) if rank == 0 else pbar
+    for i in pbar:
+        dist.barrier()
+
+def sample_twin(iterations):
+    rank = dist.get_rank()  # expect: HC101
+    pbar = range(iterations)
+    pbar = pbar[:1] if rank == 0 else pbar
+    for i in pbar:
+        dist.barrier()  # gated
+"""
+        },
+    )
+
+
+def test_a_pool_freed_only_under_another_findings_source_is_that_findings_consequence(lint_snippets):
+    # SGLang's host pool: the waiting-timeout abort (a per-rank deadline) releases a request, which frees host
+    # pages and itself issues a barrier; the free count then gates an all_reduce elsewhere. One root cause,
+    # the deadline: the pool's gated collective is related to it, not a premise finding of its own. A pool
+    # whose free runs under a poll that gates no collective stays a finding with its premise.
+    report = check(
+        lint_snippets,
+        {
+            "m.py": """
+class Scheduler:
+    def abort(self, req):
+        self.host_pool.free(req.pages)
+        dist.barrier()
+
+    def check_timeouts(self, reqs):
+        deadline = time.monotonic() - 30
+        for req in reqs:
+            if req.entry_time < deadline:  # expect: HC102
+                self.abort(req)  # gated
+
+    def prefetch(self, keys):
+        if self.host_pool.available_size() < len(keys):
+            return 0
+        hits = torch.tensor([len(keys)])
+        dist.all_reduce(hits)  # gated
+        return int(hits.item())
+
+    def drain(self, done):
+        if done.query():
+            self.spare_pool.free(done.pages)
+
+    def load(self, keys):
+        if self.spare_pool.available_size() < len(keys):  # expect: HC103
+            return 0
+        dist.all_reduce(torch.ones(1))  # gated
+"""
+        },
+    )
+    by_line = {f.rule: f for f in report.findings}
+    assert by_line["HC102"].premise is None and by_line["HC102"].count == 2
+    assert any("through what it changes" in r.message for r in by_line["HC102"].related)
+    assert by_line["HC103"].premise is not None
