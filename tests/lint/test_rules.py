@@ -1072,3 +1072,44 @@ class Scheduler:
     assert by_line["HC102"].premise is None and by_line["HC102"].count == 2
     assert any("through what it changes" in r.message for r in by_line["HC102"].related)
     assert by_line["HC103"].premise is not None
+
+
+def test_a_failures_fallback_value_made_into_another_value_is_data(lint_snippets):
+    # GLIP's checkpointer: a `last_checkpoint` file that fails to open falls back to "", which
+    # `os.path.join(save_dir, ...)` makes a path again; `if not f: return` ahead of the load's barrier reads
+    # that path, not whether the read failed. A handler that returns a verdict (SGLang's presharded
+    # checksum check, judged real) stays a finding.
+    check(
+        lint_snippets,
+        {
+            "m.py": """
+import os
+
+class Checkpointer:
+    def last_file(self):
+        try:
+            with open(os.path.join(self.save_dir, "last_checkpoint")) as fh:
+                return fh.read().strip()
+        except IOError:
+            return ""
+
+    def load(self):
+        f = os.path.join(self.save_dir, self.last_file())
+        if not f:
+            return {}
+        dist.barrier()
+
+    def matches(self, path):
+        try:
+            with open(path) as fh:  # expect: HC103
+                return fh.read() == "ok"
+        except OSError:
+            return False
+
+    def load_checked(self, path):
+        if not self.matches(path):
+            return {}
+        dist.barrier()  # gated
+"""
+        },
+    )
