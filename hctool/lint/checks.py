@@ -320,10 +320,13 @@ def check_function(w: Walker, path: str) -> list[Relation]:
         kept = tuple(c for c in w.collectives if first_src(_for(frame.taint, c, frame), path) is not None)
         # Conditions vary with the decision where a source of the same kind is in their taint (a rank id
         # for a rank-id decision); paths hold the others fixed.
-        deciding = {a.kind for a in frame.taint if isinstance(a, Src)}
+        # (a rank id's kinds, "id" and a bare rank's "id-local", are one family)
+        deciding = {a.kind.split("-", 1)[0] for a in frame.taint if isinstance(a, Src)}
         key = (tuple(c.pos for c in kept), frozenset(deciding))
         if key not in paths:
-            varying = frozenset(i for i, kinds in w.cond_kinds.items() if kinds & deciding)
+            varying = frozenset(
+                i for i, kinds in w.cond_kinds.items() if {k.split("-", 1)[0] for k in kinds} & deciding
+            )
             paths[key] = Paths(w.fn_node, list(kept), frozenset(w.cond_kinds), varying)
         # The local-rank names a rank-id test reads (never negative where processes share a group: paths._values).
         test = getattr(frame.node, "test", None)
