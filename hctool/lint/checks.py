@@ -319,8 +319,7 @@ def check_function(w: Walker, path: str) -> list[Relation]:
             return False
         kept = tuple(c for c in w.collectives if first_src(_for(frame.taint, c, frame), path) is not None)
         # Conditions vary with the decision where a source of the same kind is in their taint (a rank id
-        # for a rank-id decision); paths hold the others fixed.
-        # (a rank id's kinds, "id" and a bare rank's "id-local", are one family)
+        # for a rank-id decision: "id" and a bare rank's "id-local" are one family); paths hold the others fixed.
         deciding = {a.kind.split("-", 1)[0] for a in frame.taint if isinstance(a, Src)}
         key = (tuple(c.pos for c in kept), frozenset(deciding))
         if key not in paths:

@@ -98,10 +98,9 @@ CLOCK_CALLS = frozenset(
         "datetime.utcnow",
     }
 )
-# Builtins whose result is just the value of their arguments (a rank id stays a rank id).
 # Progress bars that yield the items of the iterable they wrap (DiT's `tqdm(pbar) if rank == 0 else pbar`).
 PROGRESS_WRAPPERS = frozenset({"tqdm", "track", "alive_it"})
-
+# Builtins whose result is just the value of their arguments (a rank id stays a rank id).
 VALUE_BUILTINS = frozenset(
     {
         "int",
