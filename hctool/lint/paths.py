@@ -54,27 +54,18 @@ _LOCAL_SHAPES = (
 )
 
 
-def _dotted(node) -> str | None:
-    """`x`, `args.local_rank`: a local or a field path, which changes only where it is assigned."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        inner = _dotted(node.value)
-        return None if inner is None else f"{inner}.{node.attr}"
-    return None
-
-
 def _subject(node) -> str | None:
-    """What a value test is about: a local or field path, or a rank id asked of the process group
+    """What a value test is about: a local or field path (names.dotted: it changes only where it is
+    assigned), or a rank id asked of the process group
     (`dist.get_rank()`, `bagua.get_rank()`: the same answer each time it is asked in one run)."""
-    text = _dotted(node)
+    text = N.dotted(node)
     if text is not None:
         return text
     if (
         isinstance(node, ast.Call)
         and isinstance(node.func, (ast.Name, ast.Attribute))
         and (node.func.id if isinstance(node.func, ast.Name) else node.func.attr) in N.RANK_CALLS
-        and all(_dotted(a) is not None or isinstance(a, ast.Constant) for a in node.args)
+        and all(N.dotted(a) is not None or isinstance(a, ast.Constant) for a in node.args)
         and not node.keywords
     ):
         return ast.unparse(node)
@@ -85,7 +76,7 @@ def _reads(node) -> frozenset:
     """The locals and field paths an expression reads (what an assignment in between invalidates)."""
     out = set()
     for n in ast.walk(node):
-        d = _dotted(n) if isinstance(n, (ast.Name, ast.Attribute)) else None
+        d = N.dotted(n) if isinstance(n, (ast.Name, ast.Attribute)) else None
         if d is not None:
             out.add(d)
             out.add(d.split(".", 1)[0])
@@ -165,7 +156,7 @@ def _assigned(node) -> set:
     out = set()
     for n in ast.walk(node):
         if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, (ast.Store, ast.Del)):
-            d = _dotted(n)
+            d = N.dotted(n)
             if d is not None:
                 out.add(d)
         elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
