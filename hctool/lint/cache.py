@@ -110,19 +110,23 @@ class Cache:
                 shutil.rmtree(other, ignore_errors=True)
 
     def get(self, name: str):
-        """An entry of a pack, else one kept in a file of its own (a run's report); None if missing or
-        unreadable (truncated, from elsewhere): analyze afresh."""
+        """An entry kept in a file of its own (a run's report: an unchanged re-run reads that alone, no
+        pack), else one of a pack; None if missing or unreadable (truncated, from elsewhere): analyze afresh."""
         self._prepare()
+        try:
+            with open(self.dir / name, "rb") as fh:
+                return pickle.load(fh)
+        except Exception:
+            pass
         data = self._read_packs().get(name)
         try:
             if data is not None:
                 value = pickle.loads(data)
                 self.used[name] = data
                 return value
-            with open(self.dir / name, "rb") as fh:
-                return pickle.load(fh)
         except Exception:
-            return None
+            pass
+        return None
 
     def _read_packs(self) -> dict[str, bytes]:
         if self._packed is None:
